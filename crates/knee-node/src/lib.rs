@@ -1,0 +1,12 @@
+//! knee-node: the data plane of knee. Servers, peers and load generators of the reference
+//! systems, with the wire protocol and the probes they share. The `knee` Python package
+//! starts this binary as one process per node; see `docs/` for the formats between them.
+
+pub mod clock;
+pub mod load;
+pub mod report;
+pub mod rng;
+pub mod serve;
+pub mod signals;
+pub mod systems;
+pub mod wire;

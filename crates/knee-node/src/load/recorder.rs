@@ -1,0 +1,251 @@
+//! Every request's sample, appended to disk as it completes, plus an HDR histogram.
+//!
+//! A sample is one fixed 88-byte little-endian record (documented in `docs/samples.md` and
+//! read by `knee.results`):
+//!
+//! ```text
+//!  0 request_id u64   8 intended_ns u64  16 sent_ns u64     24 received_ns u64
+//! 32 server_ns u64   40 queue_ns u64     48 service_ns u64  56 detail_ns u64
+//! 64 bytes_out u32   68 bytes_in u32     72 client u32      76 arg u32
+//! 80 op u16          82 flags u16        84 status u8       85 service u8   86 (pad) u16
+//! ```
+//! Times are `CLOCK_MONOTONIC` ns; `sent_ns`/`received_ns` are 0 when the request was never
+//! sent / never answered. Records are buffered and written at least every 100 ms, so a node
+//! that is killed loses at most that last flush.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+
+use crate::clock;
+
+pub const SAMPLE_BYTES: usize = 88;
+const FLUSH_EVERY_NS: u64 = 100_000_000;
+const FLUSH_AT_BYTES: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    Ok = 0,
+    /// No reply within the timeout.
+    Timeout = 1,
+    /// Not sent (too many outstanding, connection down) or lost with its connection, or shed
+    /// by the server's full queue.
+    Drop = 2,
+    /// The server answered with an error, or the reply failed the driver's check.
+    Error = 3,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sample {
+    pub request_id: u64,
+    pub intended_ns: u64,
+    pub sent_ns: u64,
+    pub received_ns: u64,
+    pub server_ns: u64,
+    pub queue_ns: u64,
+    pub service_ns: u64,
+    pub detail_ns: u64,
+    pub bytes_out: u32,
+    pub bytes_in: u32,
+    pub client: u32,
+    pub arg: u32,
+    pub op: u16,
+    pub flags: u16,
+    pub status: u8,
+    pub service: u8,
+}
+
+impl Sample {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.request_id,
+            self.intended_ns,
+            self.sent_ns,
+            self.received_ns,
+            self.server_ns,
+            self.queue_ns,
+            self.service_ns,
+            self.detail_ns,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.bytes_out, self.bytes_in, self.client, self.arg] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.op.to_le_bytes());
+        out.extend_from_slice(&self.flags.to_le_bytes());
+        out.extend_from_slice(&[self.status, self.service, 0, 0]);
+    }
+}
+
+/// Counts shown in progress lines; updated without taking the recorder's lock.
+#[derive(Default)]
+pub struct Counters {
+    pub sent: AtomicU64,
+    pub late: AtomicU64,
+    pub ok: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub drops: AtomicU64,
+    pub errors: AtomicU64,
+    pub bytes_tx: AtomicU64,
+    pub bytes_rx: AtomicU64,
+}
+
+impl Counters {
+    pub fn completed(&self) -> u64 {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        get(&self.ok) + get(&self.timeouts) + get(&self.drops) + get(&self.errors)
+    }
+}
+
+struct Inner {
+    file: File,
+    buf: Vec<u8>,
+    last_flush_ns: u64,
+    /// Post-warm-up latencies of successful requests, 3 significant digits.
+    histogram: Histogram<u64>,
+    write_error: Option<String>,
+}
+
+pub struct Recorder {
+    inner: Mutex<Inner>,
+    pub counters: Counters,
+    warmup_end_ns: u64,
+}
+
+/// Latencies above an hour are clamped: no request in a bounded run lasts longer.
+const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
+
+impl Recorder {
+    pub fn create(path: &str, warmup_end_ns: u64) -> std::io::Result<Recorder> {
+        let file = File::create(path)?;
+        let histogram = Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Recorder {
+            inner: Mutex::new(Inner {
+                file,
+                buf: Vec::with_capacity(FLUSH_AT_BYTES + SAMPLE_BYTES),
+                last_flush_ns: clock::now_ns(),
+                histogram,
+                write_error: None,
+            }),
+            counters: Counters::default(),
+            warmup_end_ns,
+        })
+    }
+
+    pub fn record(&self, s: &Sample) {
+        let counter = match s.status {
+            0 => &self.counters.ok,
+            1 => &self.counters.timeouts,
+            2 => &self.counters.drops,
+            _ => &self.counters.errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_rx
+            .fetch_add(s.bytes_in as u64, Ordering::Relaxed);
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        s.encode_into(&mut inner.buf);
+        if s.status == Status::Ok as u8 && s.intended_ns >= self.warmup_end_ns {
+            let latency_ns = s
+                .received_ns
+                .saturating_sub(s.intended_ns)
+                .clamp(1, MAX_TRACKED_NS);
+            inner.histogram.saturating_record(latency_ns);
+        }
+        let now = clock::now_ns();
+        if inner.buf.len() >= FLUSH_AT_BYTES || now - inner.last_flush_ns >= FLUSH_EVERY_NS {
+            inner.flush(now);
+        }
+    }
+
+    /// Writes buffered samples to the file (called every second by the progress thread too).
+    pub fn flush(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .flush(clock::now_ns());
+    }
+
+    /// A latency quantile of post-warm-up successful requests so far (0 if none).
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.histogram.is_empty() {
+            0
+        } else {
+            inner.histogram.value_at_quantile(q)
+        }
+    }
+
+    /// Flushes, writes the histogram as `value_ns,count` lines, and returns the quantiles
+    /// for the summary, or the first write error.
+    pub fn finish(&self, histogram_path: &str) -> Result<serde_json::Value, String> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.flush(clock::now_ns());
+        if let Some(e) = inner.write_error.take() {
+            return Err(e);
+        }
+        let h = &inner.histogram;
+        let mut text = String::from("value_ns,count\n");
+        for v in h.iter_recorded() {
+            text.push_str(&format!(
+                "{},{}\n",
+                h.highest_equivalent(v.value_iterated_to()),
+                v.count_at_value()
+            ));
+        }
+        std::fs::write(histogram_path, text).map_err(|e| format!("writing {histogram_path}: {e}"))?;
+        let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
+        Ok(serde_json::json!({
+            "count": h.len(),
+            "mean_ns": if h.is_empty() { 0.0 } else { h.mean() },
+            "p50_ns": q(0.5), "p90_ns": q(0.9), "p99_ns": q(0.99), "p999_ns": q(0.999),
+            "max_ns": if h.is_empty() { 0 } else { h.max() },
+        }))
+    }
+}
+
+impl Inner {
+    fn flush(&mut self, now_ns: u64) {
+        if !self.buf.is_empty() && self.write_error.is_none() {
+            if let Err(e) = self.file.write_all(&self.buf) {
+                self.write_error = Some(format!("writing samples: {e}"));
+            }
+        }
+        self.buf.clear();
+        self.last_flush_ns = now_ns;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_is_88_bytes_in_the_documented_layout() {
+        let s = Sample {
+            request_id: 1,
+            intended_ns: 2,
+            received_ns: 4,
+            arg: 9,
+            op: 3,
+            status: 2,
+            service: 5,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        s.encode_into(&mut out);
+        assert_eq!(out.len(), SAMPLE_BYTES);
+        assert_eq!(out[8], 2);
+        assert_eq!(out[24], 4);
+        assert_eq!(out[76], 9);
+        assert_eq!(out[80], 3);
+        assert_eq!(out[84], 2);
+        assert_eq!(out[85], 5);
+    }
+}

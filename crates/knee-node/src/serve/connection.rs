@@ -1,0 +1,149 @@
+//! One client connection: read frames, serve or enqueue them, write replies.
+
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::pool::{Job, Pool};
+use super::{Outcome, ServerStats, Service};
+use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus};
+use crate::{clock, report};
+
+pub(super) struct Context {
+    pub service: Arc<dyn Service>,
+    pub pool: Option<Arc<Pool>>,
+    pub stats: Arc<ServerStats>,
+    pub max_frame_bytes: usize,
+}
+
+/// The write half of a connection, shared by its reader thread and the pool's workers.
+pub(super) struct Replier {
+    stream: Mutex<(TcpStream, Vec<u8>)>,
+}
+
+impl Replier {
+    /// Writes one reply frame. A failed write means the client left; its reader sees that.
+    pub fn send(&self, header: &ReplyHeader, body: &[u8], stats: &ServerStats) {
+        let Ok(mut guard) = self.stream.lock() else { return };
+        let (stream, scratch) = &mut *guard;
+        if write_frame(stream, scratch, &[&header.encode(), body]).is_ok() {
+            stats.bytes_tx.fetch_add(scratch.len() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    if let Err(e) = serve_frames(&stream, &ctx) {
+        if !matches!(e, FrameError::Closed) {
+            ctx.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+            report::log(&format!("closing connection from {peer}: {e}"));
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    ctx.stats.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
+    stream.set_nodelay(true).map_err(FrameError::Io)?;
+    let replier = Arc::new(Replier {
+        stream: Mutex::new((stream.try_clone().map_err(FrameError::Io)?, Vec::new())),
+    });
+    let mut reader = FrameReader::new(ctx.max_frame_bytes);
+    let mut src = stream;
+    let mut reply = Vec::new();
+    loop {
+        let Some(payload) = reader.read_frame(&mut src)? else {
+            continue;
+        };
+        let arrived_ns = clock::now_ns();
+        ctx.stats
+            .bytes_rx
+            .fetch_add((payload.len() + 4) as u64, Ordering::Relaxed);
+        let Some((header, body)) = RequestHeader::decode(payload) else {
+            return Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "malformed frame: {} bytes is shorter than a request header",
+                    payload.len()
+                ),
+            )));
+        };
+        match &ctx.pool {
+            None => {
+                reply.clear();
+                let outcome = ctx.service.handle(header.op, body, &mut reply);
+                let done_ns = clock::now_ns();
+                let service_ns = done_ns - arrived_ns;
+                finish(
+                    &replier,
+                    &ctx.stats,
+                    header.request_id,
+                    &outcome,
+                    service_ns,
+                    0,
+                    service_ns,
+                    &reply,
+                );
+            }
+            Some(pool) => {
+                let job = Job {
+                    replier: replier.clone(),
+                    header,
+                    body: body.to_vec(),
+                    arrived_ns,
+                };
+                if let Err(job) = pool.push(job) {
+                    ctx.stats.overloaded.fetch_add(1, Ordering::Relaxed);
+                    let outcome = Outcome {
+                        status: WireStatus::Overloaded,
+                        flags: 0,
+                        detail_ns: 0,
+                    };
+                    let server_ns = clock::now_ns() - arrived_ns;
+                    finish(
+                        &replier,
+                        &ctx.stats,
+                        job.header.request_id,
+                        &outcome,
+                        server_ns,
+                        server_ns,
+                        0,
+                        &[],
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Counts a served request and writes its reply with the residence time and its parts.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn finish(
+    replier: &Replier,
+    stats: &ServerStats,
+    request_id: u64,
+    outcome: &Outcome,
+    server_ns: u64,
+    queue_ns: u64,
+    service_ns: u64,
+    body: &[u8],
+) {
+    stats.requests.fetch_add(1, Ordering::Relaxed);
+    if outcome.status != WireStatus::Ok {
+        stats.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let header = ReplyHeader {
+        request_id,
+        status: outcome.status as u16,
+        flags: outcome.flags,
+        server_ns,
+        queue_ns,
+        service_ns,
+        detail_ns: outcome.detail_ns,
+    };
+    replier.send(&header, body, stats);
+}

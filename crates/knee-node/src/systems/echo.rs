@@ -1,0 +1,117 @@
+//! echo: the calibration system. The reply carries `reply_bytes` bytes and nothing is
+//! computed, so what is measured is knee's own overhead plus the loopback.
+//!
+//! Request body: `reply_bytes u32`, then padding up to the driver's `request_bytes`.
+//! Reply body: `reply_bytes` zero bytes.
+
+use serde::Deserialize;
+
+use super::ServerParts;
+use crate::load::driver::{Driver, DriverFactory};
+use crate::serve::{Outcome, Service};
+
+pub const OP_ECHO: u16 = 1;
+/// Largest reply the server will build for one request.
+const MAX_REPLY_BYTES: usize = 16 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EchoServerConfig {
+    #[serde(default)]
+    pub threads: usize,
+}
+
+pub fn server(cfg: EchoServerConfig) -> Result<ServerParts, String> {
+    Ok(ServerParts {
+        service: std::sync::Arc::new(Echo),
+        threads: cfg.threads,
+        max_queue: 100_000,
+    })
+}
+
+struct Echo;
+
+impl Service for Echo {
+    fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
+        if op != OP_ECHO {
+            return Outcome::bad_request(reply, &format!("echo has no operation {op}"));
+        }
+        let Some(len) = body.get(..4) else {
+            return Outcome::bad_request(reply, "echo request shorter than 4 bytes");
+        };
+        let reply_bytes = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if reply_bytes > MAX_REPLY_BYTES {
+            return Outcome::bad_request(
+                reply,
+                &format!("reply_bytes {reply_bytes} exceeds {MAX_REPLY_BYTES}"),
+            );
+        }
+        reply.resize(reply_bytes, 0);
+        Outcome::ok()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EchoDriverConfig {
+    #[serde(default = "default_bytes")]
+    pub request_bytes: usize,
+    #[serde(default = "default_bytes")]
+    pub reply_bytes: usize,
+}
+
+fn default_bytes() -> usize {
+    16
+}
+
+pub struct EchoDriverFactory {
+    body: Vec<u8>,
+    reply_bytes: usize,
+}
+
+impl EchoDriverFactory {
+    pub fn new(cfg: EchoDriverConfig) -> Result<Self, String> {
+        if cfg.reply_bytes > MAX_REPLY_BYTES || cfg.request_bytes > MAX_REPLY_BYTES {
+            return Err(format!(
+                "request_bytes and reply_bytes must be <= {MAX_REPLY_BYTES}"
+            ));
+        }
+        let mut body = (cfg.reply_bytes as u32).to_le_bytes().to_vec();
+        body.resize(cfg.request_bytes.max(4), 0);
+        Ok(EchoDriverFactory {
+            body,
+            reply_bytes: cfg.reply_bytes,
+        })
+    }
+}
+
+struct EchoDriver {
+    body: Vec<u8>,
+}
+
+impl Driver for EchoDriver {
+    fn next_request(&mut self, body: &mut Vec<u8>) -> (u16, u32) {
+        body.extend_from_slice(&self.body);
+        (OP_ECHO, 0)
+    }
+}
+
+impl DriverFactory for EchoDriverFactory {
+    fn driver(&self, _seed: u64, _stream: u64) -> Box<dyn Driver> {
+        Box::new(EchoDriver {
+            body: self.body.clone(),
+        })
+    }
+
+    fn check_reply(&self, _op: u16, body: &[u8]) -> Result<(), String> {
+        if body.len() == self.reply_bytes {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected {} reply bytes, got {}",
+                self.reply_bytes,
+                body.len()
+            ))
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The wire protocol shared by every TCP system of knee.
+//!
+//! A frame is a little-endian `u32` length followed by that many bytes of payload. A request
+//! payload starts with a [`RequestHeader`] (request id, operation, flags), a reply payload with
+//! a [`ReplyHeader`] (request id, status, flags, and the server's residence time in ns with its
+//! parts). The rest of the payload is the operation's body, defined by each system.
+//!
+//! Limits: a frame longer than the reader's `max_frame_bytes` is refused before any of it is
+//! buffered, and the connection is closed with a logged reason (see `docs/wire.md`).
+
+mod frame;
+mod header;
+
+pub use frame::{write_frame, FrameError, FrameReader, DEFAULT_MAX_FRAME_BYTES, LENGTH_BYTES};
+pub use header::{ReplyHeader, RequestHeader, WireStatus, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};

@@ -1,0 +1,123 @@
+"""Parameter schemas: what a spec section may contain, its type, default and range.
+
+The spec validator (spec.py) checks every section of an experiment against these schemas,
+and the runner hands the validated values to knee-node as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+"""Default of a parameter that has none: the spec must give it (or a rule makes it optional)."""
+
+OPTIONAL: Any = None
+"""Default of a parameter that may be absent (its value is then None)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One key of a spec section."""
+
+    type: str  # "int" | "float" | "str" | "bool" | "list"
+    default: Any = OPTIONAL
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None  # inclusive
+    max: float | None = None  # inclusive
+    min_exclusive: bool = False  # min is exclusive (e.g. a rate must be > 0)
+
+    def expected(self) -> str:
+        """Human description of what a value must be, for error messages."""
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        kind = {
+            "int": "an integer",
+            "float": "a number",
+            "str": "a string",
+            "bool": "true or false",
+            "list": "a list",
+        }[self.type]
+        bounds = []
+        if self.min is not None:
+            bounds.append(f"{'>' if self.min_exclusive else '>='} {self.min:g}")
+        if self.max is not None:
+            bounds.append(f"<= {self.max:g}")
+        return kind + (" " + " and ".join(bounds) if bounds else "")
+
+
+Schema = dict[str, Param]
+
+EXPERIMENT: Schema = {
+    "name": Param("str", REQUIRED, "experiment name; the run directory is named after it"),
+    "system": Param("str", REQUIRED, "which reference system runs (see knee.systems)"),
+    "description": Param("str", "", "one line shown in the report"),
+    "warmup_s": Param(
+        "float", 1.0, "seconds at the start of each point excluded from statistics", min=0
+    ),
+    "seed": Param("int", 1, "seed of every random choice (schedules, request contents)", min=0),
+}
+
+LOAD: Schema = {
+    "schedule": Param(
+        "str", "poisson", "arrival schedule", choices=("poisson", "constant", "steps", "closed")
+    ),
+    "rate_per_s": Param(
+        "float",
+        OPTIONAL,
+        "target rate (poisson, constant)",
+        min=0,
+        min_exclusive=True,
+        max=10_000_000,
+    ),
+    "steps": Param("list", OPTIONAL, "[[rate_per_s, duration_s], ...] (steps)"),
+    "clients": Param("int", 1, "closed loop: number of clients", min=1, max=4096),
+    "think_ms": Param(
+        "float", 0.0, "closed loop: think time between reply and next request", min=0
+    ),
+    "think": Param(
+        "str", "fixed", "closed loop: think-time distribution", choices=("fixed", "exponential")
+    ),
+    "connections": Param(
+        "int", 1, "open loop: TCP connections the requests are spread over", min=1, max=1024
+    ),
+    "duration_s": Param(
+        "float",
+        OPTIONAL,
+        "stop after this long (warm-up included)",
+        min=0,
+        min_exclusive=True,
+        max=86_400,
+    ),
+    "requests": Param(
+        "int",
+        OPTIONAL,
+        "stop after this many requests (warm-up included)",
+        min=1,
+        max=1_000_000_000,
+    ),
+    "timeout_ms": Param(
+        "float", 5000.0, "per-request timeout, counted from the send", min=0, min_exclusive=True
+    ),
+    "late_ms": Param(
+        "float",
+        1.0,
+        "a send this far behind its intended time counts as late",
+        min=0,
+        min_exclusive=True,
+    ),
+    "max_outstanding": Param(
+        "int",
+        100_000,
+        "open loop: requests in flight beyond this are dropped, not sent",
+        min=1,
+        max=10_000_000,
+    ),
+}

@@ -1,0 +1,508 @@
+"""Experiment specs: read a TOML file, apply a preset, validate, fill defaults, expand sweeps.
+
+Every problem is reported as one SpecError whose str() is a single line
+``<file>: <dotted key>: <what was expected, what was given>``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from knee.params import EXPERIMENT, LOAD, REQUIRED, Param, Schema
+from knee.systems import SYSTEMS
+
+SECTIONS = ("server", "load", "driver")  # the sections a series overrides and a sweep varies
+_TOP_LEVEL = ("experiment", *SECTIONS, "sweep", "series", "presets")
+_SERIES_KEYS = ("description", *SECTIONS, "sweep")
+_DESCRIPTION = Param("str", "", "one line shown in the report")
+Doc = dict[str, Any]  # a TOML table
+Schemas = dict[str, Schema]  # {"server": ..., "load": ..., "driver": ...} of one system
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_PAIR = "[rate_per_s, duration_s]"
+_PAIRS = f"a non-empty list of {_PAIR} pairs"
+_TOML_TYPES = dict(boolean=bool, integer=int, float=float, string=str, array=list, table=dict)
+
+
+class SpecError(Exception):
+    """A spec that cannot be run. ``str(err)`` is ``f"{path}: {key}: {message}"``, one line."""
+
+    def __init__(self, path: str | os.PathLike[str], key: str, message: str) -> None:
+        self.path = os.fspath(path)
+        self.key = key
+        self.message = " ".join(message.splitlines())
+        super().__init__(f"{self.path}: {self.key}: {self.message}")
+
+
+class RuleError(Exception):
+    """Raised by validation and rule functions with a key relative to the spec (or point);
+    load_spec turns it into a SpecError naming the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: fully defaulted sections after series overrides and sweep values."""
+
+    index: int
+    series: str
+    swept: dict[str, Any]
+    experiment: dict[str, Any]
+    server: dict[str, Any]
+    load: dict[str, Any]
+    driver: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """Series name plus the swept values, e.g. ``"rate rate_per_s=10 threads=2"``."""
+        shorts = [k.partition(".")[2] for k in self.swept]
+        parts = [self.series]
+        for key, value in self.swept.items():
+            short = key.partition(".")[2]
+            parts.append(f"{short if shorts.count(short) == 1 else key}={_fmt(value)}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    preset: str | None
+    experiment: dict[str, Any]
+    resolved: dict[str, Any]  # merged, defaulted spec without presets; dump_toml() writes it
+    points: list[Point]
+    presets: list[str]  # preset names defined in the file
+
+
+# ---------------------------------------------------------------- cross-field rules
+
+Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
+Rule = Callable[[Sections], None]
+"""Checks (and may complete) the fully defaulted sections of one point; raises RuleError."""
+
+
+def _load_rule(s: Sections) -> None:
+    load = s["load"]
+    if load["steps"] is not None:
+        load["steps"] = _check_steps(load["steps"])
+    schedule = load["schedule"]
+    if schedule in ("poisson", "constant") and load["rate_per_s"] is None:
+        rate = LOAD["rate_per_s"].expected()
+        raise RuleError("load.rate_per_s", f"missing (schedule {schedule!r} needs {rate})")
+    if schedule == "steps":
+        if load["steps"] is None:
+            raise RuleError("load.steps", f"missing (schedule 'steps' needs {_PAIRS})")
+        if load["duration_s"] is None:
+            load["duration_s"] = float(sum(d for _, d in load["steps"]))
+            if not _in_range(LOAD["duration_s"], load["duration_s"]):
+                total, most = load["duration_s"], LOAD["duration_s"].expected()
+                raise RuleError("load.steps", f"steps last {total:g} s; expected {most}")
+    elif load["duration_s"] is None and load["requests"] is None:
+        raise RuleError(
+            "load.duration_s", f"missing: give duration_s or requests (schedule {schedule!r})"
+        )
+
+
+def _check_steps(steps: list[Any]) -> list[list[float]]:
+    if not steps:
+        raise RuleError("load.steps", f"expected {_PAIRS}, got [] (array)")
+    for i, step in enumerate(steps):
+        if not isinstance(step, list) or len(step) != 2:
+            raise RuleError(f"load.steps[{i}]", f"expected a {_PAIR} pair, got {_given(step)}")
+    params = (LOAD["rate_per_s"], LOAD["duration_s"])
+    return [
+        [_coerce(f"load.steps[{i}][{j}]", params[j], v) for j, v in enumerate(step)]
+        for i, step in enumerate(steps)
+    ]
+
+
+def _matrix_rule(s: Sections) -> None:
+    p, lo, hi = s["driver"]["p"], s["driver"]["p_min"], s["driver"]["p_max"]
+    if p is not None:
+        if lo is not None or hi is not None:
+            raise RuleError("driver.p", "give either p or both p_min and p_max, not both forms")
+        return
+    if lo is None and hi is None:
+        raise RuleError("driver.p", "missing: give either p or both p_min and p_max")
+    if lo is None or hi is None:
+        given, other = ("p_min", "p_max") if hi is None else ("p_max", "p_min")
+        raise RuleError(f"driver.{other}", f"missing: {given} needs {other} (or give p alone)")
+    if lo > hi:
+        raise RuleError("driver.p_min", f"p_min ({lo}) must be <= p_max ({hi})")
+
+
+COMMON_RULES: list[Rule] = [_load_rule]
+SYSTEM_RULES: dict[str, list[Rule]] = {"matrix": [_matrix_rule]}
+"""Rules of one system, keyed by SYSTEMS name; they run on every point after COMMON_RULES."""
+
+
+# ---------------------------------------------------------------- values and sections
+
+
+def _toml_type(value: Any) -> str:
+    for name, kind in _TOML_TYPES.items():  # bool first: it is an int to Python
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__  # datetime, date, time
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    else:  # TOML dates and times as written; everything else as Python shows it
+        text = value.isoformat() if hasattr(value, "isoformat") else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _given(value: Any) -> str:
+    return f"{_show(value)} ({_toml_type(value)})"
+
+
+def _fmt(value: Any) -> str:
+    """Short, unambiguous rendering of a swept value for labels."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and math.isfinite(value)
+    return isinstance(value, {"str": str, "bool": bool, "list": list}[kind])
+
+
+def _in_range(param: Param, value: Any) -> bool:
+    if param.choices and value not in param.choices:
+        return False
+    if param.min is not None and (value <= param.min if param.min_exclusive else value < param.min):
+        return False
+    return param.max is None or value <= param.max
+
+
+def _coerce(key: str, param: Param, value: Any) -> Any:
+    """The value checked against its Param (ints become floats for float params)."""
+    if _type_ok(param.type, value):
+        checked = float(value) if param.type == "float" else value
+        if _in_range(param, checked):
+            return checked
+    raise RuleError(key, f"expected {param.expected()}, got {_given(value)}")
+
+
+def _did_you_mean(name: str, options: Sequence[str]) -> str:
+    close = [o for o in options if o.startswith(name) or name.startswith(o)]
+    close = close or difflib.get_close_matches(name, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown(what: str, name: str, allowed: Sequence[str]) -> str:
+    return f"unknown {what}; expected one of: {', '.join(allowed)}" + _did_you_mean(name, allowed)
+
+
+def _table(key: str, value: Any) -> Doc:
+    if not isinstance(value, dict):
+        raise RuleError(key, f"expected a table, got {_given(value)}")
+    return value
+
+
+def _check_section(key: str, schema: Schema, table: Any) -> Doc:
+    """Given keys only, each checked; no defaults."""
+    out = {}
+    for name, value in _table(key, table).items():
+        if name not in schema:
+            raise RuleError(f"{key}.{name}", _unknown("key", name, list(schema)))
+        out[name] = _coerce(f"{key}.{name}", schema[name], value)
+    return out
+
+
+def _fill(schema: Schema, given: Doc) -> Doc:
+    """Every key of the schema, in schema order; absent keys get their default."""
+    return {name: given.get(name, param.default) for name, param in schema.items()}
+
+
+def _require(key: str, schema: Schema, values: Doc) -> Doc:
+    for name, value in values.items():
+        if value is REQUIRED:
+            raise RuleError(f"{key}.{name}", f"missing ({schema[name].expected()})")
+    return values
+
+
+def _present(values: Doc) -> Doc:
+    return {k: v for k, v in values.items() if v is not None and v is not REQUIRED}
+
+
+# ---------------------------------------------------------------- sweeps, series, presets
+
+
+def _sweep_hint(name: str, schemas: Schemas) -> str:
+    section = name.partition(".")[0]
+    if section not in schemas:
+        return "; keys are server.KEY, load.KEY or driver.KEY"
+    return _did_you_mean(name, [f"{section}.{p}" for p in schemas[section]])
+
+
+def _check_sweep(key: str, table: Any, schemas: Schemas) -> dict[str, list[Any]]:
+    out = {}
+    for name, values in _table(key, table).items():
+        section, _, param = name.partition(".")
+        where = f"{key}.{name}"
+        if param not in schemas.get(section, {}):
+            hint = _sweep_hint(name, schemas)
+            raise RuleError(where, f"sweep over unknown parameter {name!r}{hint}")
+        if not isinstance(values, list) or not values:
+            raise RuleError(where, f"expected a non-empty list of values, got {_given(values)}")
+        schema = schemas[section][param]
+        out[name] = [_coerce(f"{where}[{i}]", schema, v) for i, v in enumerate(values)]
+        for i, value in enumerate(out[name]):
+            if value in out[name][:i]:
+                raise RuleError(f"{where}[{i}]", f"{_show(values[i])} is swept twice")
+    return out
+
+
+def _check_series(name: str, table: Any, schemas: Schemas) -> Doc:
+    key = f"series.{name}"
+    if not _NAME.fullmatch(name):
+        raise RuleError(key, "a series name may only contain letters, digits, '-' and '_'")
+    out: Doc = {}
+    for part, value in _table(key, table).items():
+        if part not in _SERIES_KEYS:
+            raise RuleError(f"{key}.{part}", _unknown("key", part, _SERIES_KEYS))
+        if part == "description":
+            out[part] = _coerce(f"{key}.description", _DESCRIPTION, value)
+        elif part == "sweep":
+            out[part] = _check_sweep(f"{key}.sweep", value, schemas)
+        else:
+            out[part] = _check_section(f"{key}.{part}", schemas[part], value)
+    return out
+
+
+def _flatten(key: str, table: Doc, stem: str = "") -> Doc:
+    """Sweep tables accept dotted keys too: load.rate_per_s = [...] is "load.rate_per_s"."""
+    out: Doc = {}
+    for name, value in table.items():
+        nested = isinstance(value, dict)
+        items = _flatten(key, value, f"{stem}{name}.") if nested else {f"{stem}{name}": value}
+        for full, v in items.items():
+            if full in out:
+                raise RuleError(f"{key}.{full}", "given twice (as a quoted and a dotted key)")
+            out[full] = v
+    return out
+
+
+def _normalize(doc: Doc, prefix: str = "") -> Doc:
+    if isinstance(doc.get("sweep"), dict):
+        doc["sweep"] = _flatten(f"{prefix}sweep", doc["sweep"])
+    series = doc.get("series")
+    for name, table in series.items() if isinstance(series, dict) else ():
+        if isinstance(table, dict) and isinstance(table.get("sweep"), dict):
+            table["sweep"] = _flatten(f"{prefix}series.{name}.sweep", table["sweep"])
+    return doc
+
+
+def _take_presets(doc: Doc) -> dict[str, Doc]:
+    presets = _table("presets", doc.pop("presets", {}))
+    for name, preset in presets.items():
+        if "presets" in _table(f"presets.{name}", preset):
+            raise RuleError(f"presets.{name}.presets", "a preset cannot contain presets")
+        _normalize(preset, f"presets.{name}.")
+    return presets
+
+
+def _merge(base: Doc, overlay: Doc, stem: str, origins: set[str]) -> Doc:
+    """Deep merge: tables merge recursively, anything else replaces. Records replaced keys."""
+    out = dict(base)
+    for name, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(name), dict):
+            out[name] = _merge(out[name], value, f"{stem}{name}.", origins)
+        else:
+            out[name] = value
+            origins.add(f"{stem}{name}")
+    return out
+
+
+# ---------------------------------------------------------------- validation and expansion
+
+
+def _validate(doc: Doc) -> tuple[Doc, Schemas]:
+    """The merged spec checked key by key: experiment defaulted, sections as given."""
+    for name in doc:
+        if name not in _TOP_LEVEL:
+            raise RuleError(name, _unknown("section", name, _TOP_LEVEL))
+    experiment = _check_section("experiment", EXPERIMENT, doc.get("experiment", {}))
+    experiment = _require("experiment", EXPERIMENT, _fill(EXPERIMENT, experiment))
+    if experiment["system"] not in SYSTEMS:
+        raise RuleError(
+            "experiment.system",
+            f"unknown system {experiment['system']!r}; expected one of: {', '.join(SYSTEMS)}",
+        )
+    system = SYSTEMS[experiment["system"]]
+    schemas = {"server": system.server, "load": LOAD, "driver": system.driver}
+    out: Doc = {"experiment": experiment}
+    for section, schema in schemas.items():
+        out[section] = _check_section(section, schema, doc.get(section, {}))
+    if "series" in doc:
+        if "sweep" in doc:
+            raise RuleError(
+                "sweep",
+                "a top-level [sweep] cannot be used with [series]; "
+                "sweeps belong in each series ([series.NAME.sweep])",
+            )
+        if not _table("series", doc["series"]):
+            raise RuleError("series", "expected at least one [series.NAME] table")
+        out["series"] = {
+            name: _check_series(name, table, schemas) for name, table in doc["series"].items()
+        }
+    elif "sweep" in doc:
+        out["sweep"] = _check_sweep("sweep", doc["sweep"], schemas)
+    return out, schemas
+
+
+def _point_sections(checked: Doc, series: Doc, swept: Doc, schemas: Schemas) -> Sections:
+    """Top level, then series overrides, then swept values; defaulted and checked by rules."""
+    sections: Sections = {"experiment": dict(checked["experiment"])}
+    for section, schema in schemas.items():
+        given = {**checked[section], **series.get(section, {})}
+        given |= {k.partition(".")[2]: v for k, v in swept.items() if k.startswith(section + ".")}
+        sections[section] = _require(section, schema, _fill(schema, copy.deepcopy(given)))
+    for rule in COMMON_RULES + SYSTEM_RULES.get(checked["experiment"]["system"], []):
+        rule(sections)
+    return sections
+
+
+def _expand(checked: Doc, schemas: Schemas) -> list[Point]:
+    """Series in file order; in each, the product of its sweep, the last key varying fastest."""
+    all_series = checked.get("series") or {"main": {"sweep": checked.get("sweep", {})}}
+    points: list[Point] = []
+    for name, series in all_series.items():
+        prefix = f"series.{name}." if "series" in checked else ""
+        sweep = series.get("sweep", {})
+        for values in itertools.product(*sweep.values()):
+            swept = dict(zip(sweep, values, strict=True))
+            try:
+                sections = _point_sections(checked, series, swept, schemas)
+            except RuleError as err:
+                where = ", ".join(f"{k}={_show(v)}" for k, v in swept.items())
+                message = err.message + (f" (in sweep point {where})" if where else "")
+                raise RuleError(prefix + err.key, message) from None
+            points.append(Point(len(points), name, swept, **sections))
+    return points
+
+
+def _resolved(checked: Doc, schemas: Schemas) -> Doc:
+    resolved: Doc = {"experiment": _present(checked["experiment"])}
+    for section, schema in schemas.items():
+        resolved[section] = _present(_fill(schema, checked[section]))
+    for extra in ("sweep", "series"):
+        if extra in checked:
+            resolved[extra] = copy.deepcopy(checked[extra])
+    return resolved
+
+
+def _read(path: str) -> Doc:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError(path, "(file)", "no such file") from None
+    except OSError as err:
+        raise SpecError(path, "(file)", f"cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(path, "(file)", f"not UTF-8 text ({err.reason})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(path, "(syntax)", str(err)) from None
+
+
+def _from_preset(key: str, origins: set[str]) -> bool:
+    return any(key == o or key.startswith((o + ".", o + "[")) for o in origins)
+
+
+def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
+    """Read, merge the preset into, validate and expand one experiment spec."""
+    path = os.fspath(path)
+    doc = _read(path)
+    origins: set[str] = set()
+    try:
+        presets = _take_presets(doc)
+        _normalize(doc)
+        if preset is not None:
+            if preset not in presets:
+                available = ", ".join(presets) if presets else "(this file defines none)"
+                raise RuleError("presets", f"unknown preset {preset!r}; available: {available}")
+            doc = _merge(doc, presets[preset], "", origins)
+        checked, schemas = _validate(doc)
+        points = _expand(checked, schemas)
+    except RuleError as err:
+        suffix = f" (from preset {preset!r})" if _from_preset(err.key, origins) else ""
+        raise SpecError(path, err.key, err.message + suffix) from None
+    return Spec(
+        path, preset, checked["experiment"], _resolved(checked, schemas), points, list(presets)
+    )
+
+
+# ---------------------------------------------------------------- TOML writer
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _toml_str(text: str) -> str:
+    def escape(c: str) -> str:
+        if c in _ESCAPES:
+            return _ESCAPES[c]
+        return f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
+
+    return '"' + "".join(escape(c) for c in text) + '"'
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_str(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # also right for inf, -inf and nan
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"dump_toml cannot write {type(value).__name__} {value!r}")
+
+
+def _dump_table(table: Doc, header: list[str], lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if v is not None and not isinstance(v, dict)}
+    tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    if header and (scalars or not tables):
+        lines += ["", "[" + ".".join(_toml_key(k) for k in header) + "]"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
+    for name, sub in tables.items():
+        _dump_table(sub, [*header, name], lines)
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """Minimal TOML writer: nested tables, strings, numbers, booleans and (nested) lists.
+    None values are left out."""
+    lines: list[str] = []
+    _dump_table(data, [], lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
