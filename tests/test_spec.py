@@ -71,7 +71,6 @@ def test_defaults_filled(tmp_path: Path) -> None:
         "name": "m",
         "system": "matrix",
         "description": "",
-        "warmup_s": 1.0,
         "seed": 1,
     }
     assert len(spec.points) == 1
@@ -83,6 +82,7 @@ def test_defaults_filled(tmp_path: Path) -> None:
     assert point.load["rate_per_s"] == 10.0 and isinstance(point.load["rate_per_s"], float)
     assert point.load["duration_s"] == 20.0
     assert point.load["clients"] == 1 and point.load["timeout_ms"] == 5000.0
+    assert point.load["warmup_s"] == 1.0 and point.load["warmup_requests"] == 0
     assert point.load["requests"] is None and point.load["steps"] is None
     assert point.driver == {"n": 50, "same_matrix": True, "p": None, "p_min": 500, "p_max": 1000}
     # resolved: every default, no None values

@@ -59,9 +59,6 @@ EXPERIMENT: Schema = {
     "name": Param("str", REQUIRED, "experiment name; the run directory is named after it"),
     "system": Param("str", REQUIRED, "which reference system runs (see knee.systems)"),
     "description": Param("str", "", "one line shown in the report"),
-    "warmup_s": Param(
-        "float", 1.0, "seconds at the start of each point excluded from statistics", min=0
-    ),
     "seed": Param("int", 1, "seed of every random choice (schedules, request contents)", min=0),
 }
 
@@ -120,4 +117,8 @@ LOAD: Schema = {
         min=1,
         max=10_000_000,
     ),
+    "warmup_s": Param(
+        "float", 1.0, "seconds at the start of each point excluded from statistics", min=0
+    ),
+    "warmup_requests": Param("int", 0, "the first requests of each point excluded as well", min=0),
 }

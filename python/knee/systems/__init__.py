@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from knee.params import Param, Schema
 
@@ -65,3 +66,73 @@ _MATRIX = System(
 )
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (_ECHO, _MATRIX)}
+
+
+def server_config(system: str, server: dict[str, Any]) -> dict[str, Any]:
+    """The JSON config of a system's server node (knee-node serve)."""
+    return {"server": _present(server)}
+
+
+def load_config(
+    load: dict[str, Any],
+    driver: dict[str, Any],
+    *,
+    target: str,
+    seed: int,
+    warmup_s: float,
+    samples_path: str,
+    histogram_path: str,
+) -> dict[str, Any]:
+    """The JSON config of a load generator node (knee-node load) for one point."""
+    kind = load["schedule"]
+    if kind == "closed":
+        schedule = {
+            "kind": kind,
+            "clients": load["clients"],
+            "think_ms": load["think_ms"],
+            "think": load["think"],
+        }
+    elif kind == "steps":
+        schedule = {"kind": kind, "steps": [list(map(float, s)) for s in load["steps"]]}
+    else:
+        schedule = {"kind": kind, "rate_per_s": load["rate_per_s"]}
+    cfg: dict[str, Any] = {
+        "target": target,
+        "schedule": schedule,
+        "connections": load["connections"],
+        "timeout_ms": load["timeout_ms"],
+        "late_ms": load["late_ms"],
+        "max_outstanding": load["max_outstanding"],
+        "seed": seed,
+        "warmup_s": warmup_s,
+        "samples_path": samples_path,
+        "histogram_path": histogram_path,
+        "driver": _present(driver),
+    }
+    for key in ("duration_s", "requests"):
+        if load.get(key) is not None:
+            cfg[key] = load[key]
+    return cfg
+
+
+def expected_requests(load: dict[str, Any]) -> int | None:
+    """How many requests a point will send, when the schedule says (for progress bars)."""
+    if load.get("requests"):
+        return int(load["requests"])
+    duration_s = load.get("duration_s")
+    if load["schedule"] in ("poisson", "constant") and duration_s:
+        return int(load["rate_per_s"] * duration_s)
+    if load["schedule"] == "steps":
+        return int(sum(rate * d for rate, d in load["steps"]))
+    return None
+
+
+def target_rate_per_s(load: dict[str, Any]) -> float | None:
+    """The offered rate of an open-loop point with one rate; None otherwise."""
+    if load["schedule"] in ("poisson", "constant"):
+        return float(load["rate_per_s"])
+    return None
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,76 @@
+"""Helpers shared by the benchmarks: finding knee-node, running a child, medians."""
+
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_BINARY = BENCH_DIR.parent / "target" / "release" / "knee-node"
+
+
+class BenchError(Exception):
+    """Something broke: a child failed, timed out, or printed nothing usable."""
+
+
+@dataclass
+class ChildRun:
+    stdout: str
+    wall_s: float
+    cpu_ns: int  # user + sys of the child process alone
+
+
+def find_knee_node() -> Path:
+    """$KNEE_NODE, else knee-node on PATH, else the repository's release build."""
+    for candidate in (os.environ.get("KNEE_NODE"), shutil.which("knee-node"), str(REPO_BINARY)):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    raise BenchError(
+        f"knee-node not found: set KNEE_NODE, put it on PATH, or build {REPO_BINARY} "
+        "with `cargo build --release`"
+    )
+
+
+def _children_cpu_ns() -> int:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round((r.ru_utime + r.ru_stime) * 1e9)
+
+
+def run_child(cmd: list[str], timeout_s: float) -> ChildRun:
+    """Runs a command to completion, returning its stdout and its own CPU time.
+
+    The CPU time is the growth of RUSAGE_CHILDREN over the run: it counts only children
+    reaped meanwhile, i.e. this one (a server left running is not reaped, so not counted).
+    """
+    cpu_before, t0 = _children_cpu_ns(), time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{Path(cmd[0]).name} timed out after {timeout_s:.0f} s") from e
+    wall_s, cpu_ns = time.monotonic() - t0, _children_cpu_ns() - cpu_before
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise BenchError(f"{Path(cmd[0]).name} exited {proc.returncode}: {' | '.join(tail)}")
+    return ChildRun(stdout=proc.stdout, wall_s=wall_s, cpu_ns=cpu_ns)
+
+
+def json_lines(text: str) -> list[dict]:
+    """The JSON objects among a child's output lines (other lines are skipped)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

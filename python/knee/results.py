@@ -1,0 +1,288 @@
+"""The run directory: writing it during a run, and reading it back (`knee.open_run`).
+
+Layout (see DESIGN.md, "Run directory"):
+
+    spec.toml  env.json  summary.json  samples.parquet  timeseries.parquet  events.parquet
+    raw/manifest.jsonl   one line per sample file written by a node (point, node, start)
+    raw/pNNN-<node>.samples.bin   88-byte records appended by knee-node (docs/samples.md)
+    raw/pNNN-<node>.histogram.csv HDR histogram of post-warm-up latency (value_ns,count)
+    nodes/<node>.pNNN.json / .stderr.log   each node's config and its log
+
+A run that crashed before writing `samples.parquet` is still readable: `open_run` rebuilds
+the samples from `raw/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SAMPLE_DTYPE = np.dtype(
+    [
+        ("request_id", "<u8"),
+        ("intended_ns", "<u8"),
+        ("sent_ns", "<u8"),
+        ("received_ns", "<u8"),
+        ("server_ns", "<u8"),
+        ("queue_ns", "<u8"),
+        ("service_ns", "<u8"),
+        ("detail_ns", "<u8"),
+        ("bytes_out", "<u4"),
+        ("bytes_in", "<u4"),
+        ("client", "<u4"),
+        ("arg", "<u4"),
+        ("op", "<u2"),
+        ("flags", "<u2"),
+        ("status", "u1"),
+        ("service", "u1"),
+        ("pad", "<u2"),
+    ]
+)
+assert SAMPLE_DTYPE.itemsize == 88, "must match knee-node's recorder.rs"
+
+STATUS_NAMES = ("ok", "timeout", "drop", "error")
+
+SAMPLES = "samples.parquet"
+TIMESERIES = "timeseries.parquet"
+EVENTS = "events.parquet"
+SUMMARY = "summary.json"
+MANIFEST = "raw/manifest.jsonl"
+
+
+def read_sample_records(path: str | os.PathLike[str]) -> np.ndarray:
+    """The records of one node's sample file; a partial last record (killed mid-write) is
+    ignored."""
+    data = np.fromfile(path, dtype=np.uint8)
+    whole = len(data) - len(data) % SAMPLE_DTYPE.itemsize
+    return data[:whole].view(SAMPLE_DTYPE)
+
+
+def samples_frame(
+    records: np.ndarray,
+    *,
+    point: int,
+    series: str,
+    node: str,
+    run_start_ns: int,
+    warmup_end_ns: int,
+    warmup_requests: int = 0,
+) -> pd.DataFrame:
+    """One node's records as a DataFrame: times in ns since the run's start (-1 when the
+    event did not happen), latency from the intended send time, and the network/middleware
+    share (round trip minus the server's residence). A request is warm-up if it was meant to
+    leave before `warmup_end_ns` or is among the first `warmup_requests` meant to leave."""
+    intended = records["intended_ns"].astype(np.int64)
+    sent = records["sent_ns"].astype(np.int64)
+    received = records["received_ns"].astype(np.int64)
+    server = records["server_ns"].astype(np.int64)
+    answered = received > 0
+    was_sent = sent > 0
+    n = len(records)
+    warmup = intended < warmup_end_ns
+    if warmup_requests > 0:
+        first = np.argsort(intended, kind="stable")[:warmup_requests]
+        warmup[first] = True
+
+    def since_start(t: np.ndarray, present: np.ndarray) -> np.ndarray:
+        return np.where(present, t - run_start_ns, -1)
+
+    return pd.DataFrame(
+        {
+            "point": np.full(n, point, dtype=np.int32),
+            "series": pd.Categorical([series] * n) if n else pd.Categorical([]),
+            "node": pd.Categorical([node] * n) if n else pd.Categorical([]),
+            "client": records["client"].astype(np.int32),
+            "op": records["op"].astype(np.int16),
+            "arg": records["arg"].astype(np.int64),
+            "service": records["service"].astype(np.int16),
+            "request_id": records["request_id"].astype(np.int64),
+            "intended_ns": intended - run_start_ns,
+            "sent_ns": since_start(sent, was_sent),
+            "received_ns": since_start(received, answered),
+            "latency_ns": np.where(answered, received - intended, -1),
+            "server_ns": server,
+            "queue_ns": records["queue_ns"].astype(np.int64),
+            "service_ns": records["service_ns"].astype(np.int64),
+            "detail_ns": records["detail_ns"].astype(np.int64),
+            "network_ns": np.where(answered & was_sent, received - sent - server, -1),
+            "bytes_out": records["bytes_out"].astype(np.int64),
+            "bytes_in": records["bytes_in"].astype(np.int64),
+            "status": pd.Categorical.from_codes(
+                np.minimum(records["status"], len(STATUS_NAMES) - 1).astype(np.int8),
+                categories=list(STATUS_NAMES),
+            ),
+            "flags": records["flags"].astype(np.int32),
+            "warmup": warmup,
+        }
+    )
+
+
+def read_histogram(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """An HDR histogram written by knee-node: columns value_ns, count."""
+    return pd.read_csv(path, dtype={"value_ns": np.int64, "count": np.int64})
+
+
+@dataclass
+class RawFile:
+    """One node's sample file in one point, as listed in raw/manifest.jsonl."""
+
+    point: int
+    series: str
+    node: str
+    samples: str  # relative to the run directory
+    histogram: str
+    run_start_ns: int
+    warmup_end_ns: int
+    warmup_requests: int = 0
+
+    def frame(self, run_dir: Path) -> pd.DataFrame:
+        records = read_sample_records(run_dir / self.samples)
+        return samples_frame(
+            records,
+            point=self.point,
+            series=self.series,
+            node=self.node,
+            run_start_ns=self.run_start_ns,
+            warmup_end_ns=self.warmup_end_ns,
+            warmup_requests=self.warmup_requests,
+        )
+
+
+def read_manifest(run_dir: Path) -> list[RawFile]:
+    path = run_dir / MANIFEST
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [RawFile(**row) for row in rows]
+
+
+def write_manifest(run_dir: Path, raws: list[RawFile]) -> None:
+    """Lists the raw sample files (atomically rewritten as each one starts and ends)."""
+    path = run_dir / MANIFEST
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r.__dict__) + "\n" for r in raws))
+    os.replace(tmp, path)
+
+
+def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
+    """Converts every raw sample file into samples.parquet, one point at a time (memory stays
+    bounded by the largest point). Returns the number of rows."""
+    tmp = run_dir / (SAMPLES + ".tmp")
+    writer: pq.ParquetWriter | None = None
+    rows = 0
+    try:
+        for raw in raws:
+            if not (run_dir / raw.samples).exists():
+                continue
+            df = raw.frame(run_dir)
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
+            writer.write_table(table.cast(writer.schema))
+            rows += len(df)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None:
+        os.replace(tmp, run_dir / SAMPLES)
+    return rows
+
+
+def _unify_dictionaries(schema: pa.Schema) -> pa.Schema:
+    """Categorical columns as plain strings in the file: each point's categories differ."""
+    fields = [
+        pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type) else f for f in schema
+    ]
+    return pa.schema(fields)
+
+
+def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Writes rows (dicts) as Parquet, atomically (a reader never sees half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    pd.DataFrame(rows).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+@dataclass
+class Run:
+    """A run directory opened for analysis."""
+
+    path: Path
+    spec: dict[str, Any]
+    env: dict[str, Any]
+    summary: dict[str, Any]
+    samples: pd.DataFrame = field(repr=False)
+    timeseries: pd.DataFrame = field(repr=False)
+    events: pd.DataFrame = field(repr=False)
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        return list(self.summary.get("points", []))
+
+
+def open_run(path: str | os.PathLike[str]) -> Run:
+    """Opens a run directory: samples, time series and events as DataFrames.
+
+    Works on a run that crashed or was interrupted: missing samples.parquet is rebuilt in
+    memory from raw/, and missing tables come back empty.
+    """
+    import tomllib
+
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: not a run directory")
+    spec_path = run_dir / "spec.toml"
+    spec = tomllib.loads(spec_path.read_text()) if spec_path.exists() else {}
+    env = _read_json(run_dir / "env.json")
+    summary = _read_json(run_dir / SUMMARY)
+    if (run_dir / SAMPLES).exists():
+        samples = pd.read_parquet(run_dir / SAMPLES)
+        for col in ("series", "node", "status"):
+            if col in samples:
+                samples[col] = samples[col].astype("category")
+    else:
+        frames = [
+            r.frame(run_dir) for r in read_manifest(run_dir) if (run_dir / r.samples).exists()
+        ]
+        samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return Run(
+        path=run_dir,
+        spec=spec,
+        env=env,
+        summary=summary,
+        samples=samples,
+        timeseries=_read_parquet(run_dir / TIMESERIES),
+        events=_read_parquet(run_dir / EVENTS),
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()

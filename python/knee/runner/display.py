@@ -1,0 +1,123 @@
+"""What the runner shows while it works: a progress bar per point, a line per finished
+point, and the summary table at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from knee.spec import Point
+
+
+def fmt_ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+class Display:
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._n_points = 0
+
+    def run_started(self, run_dir: Path, n_points: int) -> None:
+        self._n_points = n_points
+        self.console.print(f"run directory: [bold]{run_dir}[/]  ({n_points} points)")
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:>9} req/s  p99 {task.fields[p99]:>9} ms"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._progress.start()
+
+    def point_started(self, point: Point, expected_requests: int | None) -> None:
+        if self._progress is None:
+            return
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(
+            f"[{point.index + 1}/{self._n_points}] {point.label}",
+            total=expected_requests,
+            rate="-",
+            p99="-",
+        )
+
+    def progress(self, ev: dict[str, Any]) -> None:
+        if self._progress is None or self._task is None:
+            return
+        self._progress.update(
+            self._task,
+            completed=ev.get("completed", 0),
+            rate=f"{ev.get('rate_per_s', 0):.1f}",
+            p99=fmt_ms(ev.get("p99_ns") or None),
+        )
+
+    def point_finished(self, point: Point, stats: dict[str, Any]) -> None:
+        lat = stats["latency_ns"]
+        rate = stats["achieved_rate_per_s"]
+        self.console.print(
+            f"  [{point.index + 1}/{self._n_points}] {point.label}: {stats['count']} requests, "
+            f"{rate:.1f} req/s, p50 {fmt_ms(lat['p50'])} ms, p99 {fmt_ms(lat['p99'])} ms, "
+            f"ok {stats['status_rates']['ok']:.1%}"
+        )
+
+    def run_finished(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._task = None
+
+
+def summary_table(points: list[dict[str, Any]]) -> Table:
+    """The end-of-run table: one row per point."""
+    t = Table(title="summary (warm-up excluded; latency from intended send time, ms)")
+    for col in (
+        "point",
+        "target/s",
+        "achieved/s",
+        "ok %",
+        "mean",
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+        "server",
+        "network",
+        "cpu % srv",
+    ):
+        t.add_column(col, justify="left" if col == "point" else "right")
+    for p in points:
+        lat = p["latency_ns"]
+        target = p.get("target_rate_per_s")
+        cpu = (p.get("resources", {}).get("server") or {}).get("cpu_percent")
+        t.add_row(
+            p["label"],
+            "-" if target is None else f"{target:g}",
+            f"{p['achieved_rate_per_s']:.1f}",
+            f"{100 * p['status_rates']['ok']:.1f}",
+            fmt_ms(lat["mean"]),
+            fmt_ms(lat["p50"]),
+            fmt_ms(lat["p99"]),
+            fmt_ms(lat["p999"]),
+            fmt_ms(lat["max"]),
+            fmt_ms(p["server_ns"]["mean"]),
+            fmt_ms(p["network_ns"]["mean"]),
+            "-" if cpu is None else f"{cpu:.0f}",
+        )
+    return t

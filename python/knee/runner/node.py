@@ -1,0 +1,150 @@
+"""One knee-node process started by the runner: its stdout events, its log, its stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+#: Lines of a node's stderr kept in memory to name a failure.
+STDERR_TAIL_LINES = 20
+#: Events kept waiting for the runner; a node prints about one per second.
+EVENT_QUEUE_MAX = 10_000
+
+
+class NodeFailed(RuntimeError):
+    """A node exited when it should not have, or did not become ready."""
+
+    def __init__(self, node: str, reason: str, stderr_tail: list[str]) -> None:
+        self.node = node
+        self.reason = reason
+        self.stderr_tail = stderr_tail
+        tail = "\n".join(f"    {line}" for line in stderr_tail) or "    (no output on stderr)"
+        super().__init__(f"node {node} {reason}; its last stderr lines:\n{tail}")
+
+
+def node_binary() -> str:
+    """Path of knee-node: $KNEE_NODE, next to this Python's scripts, on PATH, or a build."""
+    env = os.environ.get("KNEE_NODE")
+    if env:
+        return env
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "knee-node",
+        Path(sys.prefix) / "bin" / "knee-node",
+    ]
+    found = shutil.which("knee-node")
+    if found:
+        candidates.append(Path(found))
+    repo = Path(__file__).resolve().parents[3]
+    candidates.append(repo / "target" / "release" / "knee-node")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise FileNotFoundError(
+        "knee-node not found: install knee with `pip install .`, or set KNEE_NODE"
+    )
+
+
+class Node:
+    """A started knee-node process."""
+
+    def __init__(
+        self,
+        name: str,
+        role: str,
+        system: str,
+        config: dict[str, Any],
+        config_path: Path,
+        log_path: Path,
+    ) -> None:
+        self.name = name
+        self.role = role
+        config_path.write_text(json.dumps(config, indent=2))
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        cmd = [node_binary(), role, system, "--name", name, "--config", f"@{config_path}"]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        self.pid = self.proc.pid
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue(EVENT_QUEUE_MAX)
+        self.latest: dict[str, dict[str, Any]] = {}  # last event of each kind
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                event = json.loads(raw)
+            except json.JSONDecodeError:
+                self._stderr_tail.append(f"(stdout, not JSON) {raw.decode(errors='replace')}")
+                continue
+            self.latest[event.get("event", "?")] = event
+            try:
+                self.events.put_nowait(event)
+            except queue.Full:
+                pass  # `latest` still has it; the queue only feeds progress display
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self._log.write(raw)
+            self._log.flush()
+            self._stderr_tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def stderr_tail(self) -> list[str]:
+        return list(self._stderr_tail)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def failure(self, reason: str) -> NodeFailed:
+        for t in self._readers:
+            t.join(timeout=1.0)
+        return NodeFailed(self.name, reason, self.stderr_tail())
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        """Waits for the node's `ready` line (a server's address)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "ready" in self.latest:
+                return self.latest["ready"]
+            if not self.alive():
+                raise self.failure(f"exited with code {self.proc.returncode} before it was ready")
+            time.sleep(0.01)
+        raise self.failure(f"was not ready within {timeout_s:g} s")
+
+    def stop(self, grace_s: float = 3.0) -> int | None:
+        """SIGTERM, then SIGKILL after the grace period. Returns the exit code."""
+        if self.alive():
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            except ProcessLookupError:
+                pass
+        for t in self._readers:
+            t.join(timeout=1.0)
+        self._log.close()
+        return self.proc.returncode
