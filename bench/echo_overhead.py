@@ -155,6 +155,15 @@ def compile_baseline(workdir: Path) -> Path:
     return out
 
 
+def first_send_lateness_ns(samples_path: Path) -> float:
+    """How far behind its intended time the first request of a run left."""
+    records = list(SAMPLE.iter_unpack(samples_path.read_bytes()))
+    if not records:
+        raise BenchError("knee-node load recorded no sample")
+    first = min(records, key=lambda rec: rec[1])  # earliest intended_ns
+    return float(first[2] - first[1]) if first[2] else float("nan")
+
+
 def sent_based_p50_ns(samples_path: Path) -> float:
     """knee's p50 measured from the actual send (not the intended time), from its samples."""
     rtts = sorted(
@@ -282,8 +291,11 @@ def bench_poisson(knee: Path, addr: str, work: Path, plan: Plan) -> Section:
     achieved: list[float] = []
     late_pct: list[float] = []
     p99: list[float] = []
+    first_late: list[float] = []
     for _ in range(REPEATS):
-        done = run_knee(knee, addr, work, load, length_s).done
+        result = run_knee(knee, addr, work, load, length_s)
+        done = result.done
+        first_late.append(first_send_lateness_ns(result.samples_path))
         achieved.append(done["achieved_rate_per_s"] / rate)
         late_pct.append(100.0 * done["late"] / max(1, done["sent"]))
         p99.append(done["latency"]["p99_ns"])
@@ -299,6 +311,9 @@ def bench_poisson(knee: Path, addr: str, work: Path, plan: Plan) -> Section:
         ),
         Row("   late sends (> 1 ms behind)", f"{late:.3f} %", "", None, "< 1 %", late < 1.0),
         Row("   p99 latency (info)", f"{median(p99) / 1e3:.0f} us", "", None, "", None),
+        Row(
+            "   first send behind (info)", f"{median(first_late) / 1e3:.0f} us", "", None, "", None
+        ),
     ]
     return Section(rows, {"poisson_achieved_over_target": a, "poisson_late_pct": late})
 

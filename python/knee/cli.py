@@ -51,7 +51,7 @@ def _on_sigterm(signum: int, frame: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def _run(args: argparse.Namespace, console: Console, err: Console) -> int:
+def _run(args: argparse.Namespace, console: Console) -> int:
     from knee.results import SUMMARY
     from knee.runner import NodeFailed, run_experiment
     from knee.runner.display import Display, summary_table
@@ -60,18 +60,20 @@ def _run(args: argparse.Namespace, console: Console, err: Console) -> int:
     try:
         spec = load_spec(args.spec, args.preset)
     except SpecError as e:
-        err.print(str(e), markup=False, highlight=False)
+        print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
     signal.signal(signal.SIGTERM, _on_sigterm)
     display = Display(console, enabled=not args.no_progress)
     try:
         run_dir = run_experiment(spec, args.out, display)
     except NodeFailed as e:
-        err.print(f"knee: {e}", markup=False, highlight=False)
-        err.print("knee: every node was stopped; what was measured is in the run directory")
+        print(f"knee: {e}", file=sys.stderr)
+        print("knee: every node was stopped; what was measured is in the run directory",
+              file=sys.stderr)
         return EXIT_NODE_FAILED
     except KeyboardInterrupt:
-        err.print("knee: interrupted; every node was stopped; partial results were written")
+        print("knee: interrupted; every node was stopped; partial results were written",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     import json
 
@@ -86,12 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Not a terminal (a log, CI): wide enough that the summary table is not wrapped.
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    err = Console(stderr=True)
     if args.version:
         print(_version())
         return 0
     if args.command == "run":
-        return _run(args, console, err)
+        return _run(args, console)
     _parser().print_help()
     return EXIT_SPEC_ERROR
 

@@ -1,0 +1,218 @@
+"""`knee run` end to end: real knee-node processes, a real run directory."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import knee
+
+ECHO_SPEC = """
+[experiment]
+name = "echo-test"
+system = "echo"
+
+[load]
+schedule = "poisson"
+rate_per_s = 400
+duration_s = {duration_s}
+warmup_s = 0.5
+
+[series.rate]
+sweep = {{ "load.rate_per_s" = {rates} }}
+
+[series.closed]
+load = {{ schedule = "closed", clients = 3, think_ms = 1, requests = 300 }}
+"""
+
+
+def write_spec(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def knee_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "knee.cli", *args]
+
+
+def run_knee(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(knee_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_run_writes_a_readable_run_directory(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, ECHO_SPEC.format(duration_s=2.0, rates="[200, 800]"))
+    out = tmp_path / "runs"
+    res = run_knee("run", str(spec), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    run_dir = only_run_dir(out)
+    assert f"run directory: {run_dir}" in res.stdout
+    for name in (
+        "spec.toml",
+        "env.json",
+        "samples.parquet",
+        "timeseries.parquet",
+        "events.parquet",
+        "summary.json",
+    ):
+        assert (run_dir / name).is_file(), name
+
+    run = knee.open_run(run_dir)
+    assert run.summary["status"] == "complete"
+    assert [p["label"] for p in run.points] == [
+        "rate rate_per_s=200",
+        "rate rate_per_s=800",
+        "closed",
+    ]
+    s = run.samples
+    assert set(s["point"]) == {0, 1, 2}
+    assert (s["status"] == "ok").all()
+    # Open-loop points: about rate x duration requests, latency from the intended time.
+    for point, rate in ((0, 200), (1, 800)):
+        n = int((s["point"] == point).sum())
+        assert 0.7 * rate * 2.0 < n < 1.3 * rate * 2.0, (point, n)
+    ok = s[s["status"] == "ok"]
+    assert (ok["latency_ns"] >= ok["received_ns"] - ok["sent_ns"]).all()
+    assert (ok["network_ns"] + ok["server_ns"] == ok["received_ns"] - ok["sent_ns"]).all()
+    # The closed loop sent exactly its request count; the warm-up is marked, not dropped.
+    assert int((s["point"] == 2).sum()) == 300
+    assert s.loc[s["point"] < 2, "warmup"].any()
+    summary = {p["point"]: p for p in run.points}
+    assert summary[1]["target_rate_per_s"] == 800
+    assert summary[1]["count"] == int(((s["point"] == 1) & ~s["warmup"]).sum())
+    assert 0.8 * 800 < summary[1]["achieved_rate_per_s"] < 1.2 * 800
+    assert summary[1]["latency_ns"]["p50"] <= summary[1]["latency_ns"]["p99"]
+    # Per-node CPU and network time series, and node lifecycle events.
+    ts = run.timeseries
+    assert {"server", "load"} <= set(ts["node"])
+    assert ts["cpu_percent"].notna().all()
+    assert ts.loc[ts["node"] == "server", "bytes_rx"].max() > 0
+    kinds = list(run.events["kind"])
+    assert kinds.count("node_start") == 6 and kinds.count("node_stop") == 6
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["cores"] >= 1 and env["knee_node_version"] != "unknown"
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "expected"),
+    [
+        ("[load]\nrat_per_s = 3\nduration_s = 1\n", "load.rat_per_s", "unknown key"),
+        (
+            '[load]\nrate_per_s = "fast"\nduration_s = 1\n',
+            "load.rate_per_s",
+            "expected a number > 0",
+        ),
+        ("[load]\nrate_per_s = 5\n", "load.duration_s", "give duration_s or requests"),
+        (
+            '[sweep]\n"server.colour" = [1, 2]\n',
+            "sweep.server.colour",
+            "sweep over unknown parameter 'server.colour'",
+        ),
+    ],
+)
+def test_spec_errors_are_one_line_with_exit_code_2(
+    tmp_path: Path, body: str, key: str, expected: str
+) -> None:
+    text = '[experiment]\nname = "e"\nsystem = "echo"\n' + body
+    if "[load]" not in body:
+        text += "[load]\nrate_per_s = 5\nduration_s = 1\n"
+    spec = write_spec(tmp_path, text)
+    res = run_knee("run", str(spec), "--out", str(tmp_path / "runs"))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"{spec}: {key}: "), lines[0]
+    assert expected in lines[0]
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+
+
+def test_missing_field_and_unknown_system(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, '[experiment]\nsystem = "echo"\n')
+    res = run_knee("run", str(spec))
+    assert res.returncode == 2 and "experiment.name: missing" in res.stderr
+    spec = write_spec(tmp_path, '[experiment]\nname = "x"\nsystem = "nope"\n')
+    res = run_knee("run", str(spec))
+    assert res.returncode == 2 and "experiment.system" in res.stderr
+
+
+def _children_by_role(proc: psutil.Process, deadline_s: float) -> dict[str, psutil.Process]:
+    """The runner's knee-node children, keyed by role (serve / load), once both exist."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        found = {}
+        for child in proc.children():
+            try:
+                cmd = child.cmdline()
+            except psutil.Error:
+                continue
+            if len(cmd) > 1 and cmd[1] in ("serve", "load"):
+                found[cmd[1]] = child
+        if len(found) == 2:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("the runner did not start a server and a load generator")
+
+
+def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    spec = write_spec(tmp_path, ECHO_SPEC.format(duration_s=60.0, rates="[300]"))
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(out), "--no-progress"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, out
+
+
+def test_a_failing_node_stops_every_node_and_is_named(tmp_path: Path) -> None:
+    proc, out = _start_long_run(tmp_path)
+    try:
+        nodes = _children_by_role(psutil.Process(proc.pid), 20)
+        time.sleep(1.0)
+        nodes["serve"].kill()  # the server dies mid-point
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stderr
+    assert "node server exited" in stderr
+    assert "last stderr lines" in stderr
+    assert not nodes["load"].is_running() or nodes["load"].status() == psutil.STATUS_ZOMBIE
+    run = knee.open_run(only_run_dir(out))
+    assert run.summary["status"] == "failed"
+    assert "run_failed" in set(run.events["kind"])
+    assert len(run.samples) > 0  # what was measured before the failure is kept
+
+
+def test_ctrl_c_stops_every_node_and_keeps_the_run(tmp_path: Path) -> None:
+    proc, out = _start_long_run(tmp_path)
+    try:
+        nodes = _children_by_role(psutil.Process(proc.pid), 20)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    for node in nodes.values():
+        assert not node.is_running() or node.status() == psutil.STATUS_ZOMBIE
+    run = knee.open_run(only_run_dir(out))
+    assert run.summary["status"] == "interrupted"
+    assert len(run.samples) > 100
+    assert (run.samples["status"] == "ok").mean() > 0.9
