@@ -27,9 +27,14 @@ class ChildRun:
 
 def find_knee_node() -> Path:
     """$KNEE_NODE, else knee-node on PATH, else the repository's release build."""
-    for candidate in (os.environ.get("KNEE_NODE"), shutil.which("knee-node"), str(REPO_BINARY)):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
+    if explicit := os.environ.get("KNEE_NODE"):
+        if not os.access(explicit, os.X_OK):
+            raise BenchError(f"KNEE_NODE={explicit} is not an executable file")
+        return Path(explicit)
+    if on_path := shutil.which("knee-node"):
+        return Path(on_path)
+    if os.access(REPO_BINARY, os.X_OK):
+        return REPO_BINARY
     raise BenchError(
         f"knee-node not found: set KNEE_NODE, put it on PATH, or build {REPO_BINARY} "
         "with `cargo build --release`"

@@ -119,6 +119,7 @@ class KneeResult:
 def run_knee(knee: Path, addr: str, workdir: Path, load: dict, max_s: float) -> KneeResult:
     """One `knee-node load echo` run; `load` holds schedule and limits."""
     samples = workdir / "samples.bin"
+    samples.unlink(missing_ok=True)  # so knee creates it afresh instead of truncating a big one
     config = {
         "target": addr,
         "samples_path": str(samples),

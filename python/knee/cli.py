@@ -68,12 +68,16 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         run_dir = run_experiment(spec, args.out, display)
     except NodeFailed as e:
         print(f"knee: {e}", file=sys.stderr)
-        print("knee: every node was stopped; what was measured is in the run directory",
-              file=sys.stderr)
+        print(
+            "knee: every node was stopped; what was measured is in the run directory",
+            file=sys.stderr,
+        )
         return EXIT_NODE_FAILED
     except KeyboardInterrupt:
-        print("knee: interrupted; every node was stopped; partial results were written",
-              file=sys.stderr)
+        print(
+            "knee: interrupted; every node was stopped; partial results were written",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     import json
 

@@ -167,8 +167,9 @@ fn progress_loop(recorder: &Recorder, done: &AtomicBool, start_ns: u64, rates: O
             continue;
         }
         next_ns += 1_000_000_000;
-        recorder.flush();
+        // Counters first, then the flush: the file then holds at least `completed` records.
         let (completed, sent) = (c.completed(), get(&c.sent));
+        recorder.flush();
         let dt_s = (now - last_ns) as f64 / 1e9;
         report::emit(&serde_json::json!({
             "event": "progress",

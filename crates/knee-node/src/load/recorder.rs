@@ -139,6 +139,10 @@ impl Recorder {
     }
 
     pub fn record(&self, s: &Sample) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        s.encode_into(&mut inner.buf);
+        // Counted only once buffered, under the lock: whoever reads the counters and then
+        // flushes finds at least that many records on disk.
         let counter = match s.status {
             0 => &self.counters.ok,
             1 => &self.counters.timeouts,
@@ -149,8 +153,6 @@ impl Recorder {
         self.counters
             .bytes_rx
             .fetch_add(s.bytes_in as u64, Ordering::Relaxed);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        s.encode_into(&mut inner.buf);
         if s.status == Status::Ok as u8 && s.intended_ns >= self.warmup_end_ns {
             let latency_ns = s
                 .received_ns

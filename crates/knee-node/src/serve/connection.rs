@@ -64,12 +64,9 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
             .bytes_rx
             .fetch_add((payload.len() + 4) as u64, Ordering::Relaxed);
         let Some((header, body)) = RequestHeader::decode(payload) else {
-            return Err(FrameError::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "malformed frame: {} bytes is shorter than a request header",
-                    payload.len()
-                ),
+            return Err(FrameError::Malformed(format!(
+                "{} bytes is shorter than a request header",
+                payload.len()
             )));
         };
         match &ctx.pool {

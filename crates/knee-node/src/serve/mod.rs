@@ -37,6 +37,17 @@ impl Outcome {
         }
     }
 
+    /// An operation this system does not have; `reply` receives the reason.
+    pub fn unknown_op(reply: &mut Vec<u8>, system: &str, op: u16) -> Self {
+        reply.clear();
+        reply.extend_from_slice(format!("{system} has no operation {op}").as_bytes());
+        Outcome {
+            status: WireStatus::UnknownOp,
+            flags: 0,
+            detail_ns: 0,
+        }
+    }
+
     /// A refused request; `reply` receives the reason for the client.
     pub fn bad_request(reply: &mut Vec<u8>, reason: &str) -> Self {
         reply.clear();

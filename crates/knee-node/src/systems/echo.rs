@@ -34,7 +34,7 @@ struct Echo;
 impl Service for Echo {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         if op != OP_ECHO {
-            return Outcome::bad_request(reply, &format!("echo has no operation {op}"));
+            return Outcome::unknown_op(reply, "echo", op);
         }
         let Some(len) = body.get(..4) else {
             return Outcome::bad_request(reply, "echo request shorter than 4 bytes");

@@ -19,6 +19,8 @@ pub enum FrameError {
     Truncated { have_bytes: usize, want_bytes: usize },
     /// The length prefix exceeds the limit.
     Oversized { length_bytes: usize, max_bytes: usize },
+    /// The frame is whole but its payload cannot be a message (e.g. shorter than a header).
+    Malformed(String),
     /// A socket error other than a read timeout.
     Io(io::Error),
 }
@@ -41,6 +43,7 @@ impl fmt::Display for FrameError {
                 f,
                 "oversized frame: length {length_bytes} bytes exceeds the limit of {max_bytes}"
             ),
+            FrameError::Malformed(reason) => write!(f, "malformed frame: {reason}"),
             FrameError::Io(e) => write!(f, "socket error: {e}"),
         }
     }

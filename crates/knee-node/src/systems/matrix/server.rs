@@ -61,7 +61,7 @@ pub struct MatrixService {
 impl Service for MatrixService {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         if op != OP_POWER {
-            return Outcome::bad_request(reply, &format!("matrix has no operation {op}"));
+            return Outcome::unknown_op(reply, "matrix", op);
         }
         let req = match decode_request(body) {
             Ok(r) => r,
