@@ -46,15 +46,22 @@ def _children_cpu_ns() -> int:
     return round((r.ru_utime + r.ru_stime) * 1e9)
 
 
-def run_child(cmd: list[str], timeout_s: float) -> ChildRun:
-    """Runs a command to completion, returning its stdout and its own CPU time.
+def run_child(cmd: list[str], timeout_s: float, cpus: set[int] | None = None) -> ChildRun:
+    """Runs a command to completion (on `cpus` if given), returning its stdout and CPU time.
 
     The CPU time is the growth of RUSAGE_CHILDREN over the run: it counts only children
     reaped meanwhile, i.e. this one (a server left running is not reaped, so not counted).
     """
     cpu_before, t0 = _children_cpu_ns(), time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )
     except subprocess.TimeoutExpired as e:
         raise BenchError(f"{Path(cmd[0]).name} timed out after {timeout_s:.0f} s") from e
     wall_s, cpu_ns = time.monotonic() - t0, _children_cpu_ns() - cpu_before

@@ -9,7 +9,7 @@ pub mod recorder;
 mod schedule;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,11 +100,25 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
         ScheduleConfig::Closed { clients, .. } => connect(&cfg.target, *clients)?,
         _ => connect(&cfg.target, cfg.connections)?,
     };
-    let start_ns = clock::now_ns();
+    let recorder = Arc::new(
+        Recorder::create(&cfg.samples_path).map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let start_ns = Arc::new(AtomicU64::new(0));
+    let progress = {
+        let (recorder, done, start_ns) = (recorder.clone(), done.clone(), start_ns.clone());
+        let rates = Schedule::new(&cfg.schedule);
+        std::thread::spawn(move || progress_loop(&recorder, &done, &start_ns, rates))
+    };
+    // The schedule starts now, after every setup step, so the first sends are not late.
+    let start = clock::now_ns();
+    start_ns.store(start, Ordering::SeqCst);
+    recorder.set_warmup_end(start + (cfg.warmup_s * 1e9) as u64);
+    report::emit(&serde_json::json!({"event": "start", "start_ns": start}));
     let duration_s = cfg.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
     let limits = Limits {
-        start_ns,
-        end_ns: duration_s.map(|d| start_ns + (d * 1e9) as u64),
+        start_ns: start,
+        end_ns: duration_s.map(|d| start + (d * 1e9) as u64),
         requests: cfg.requests,
         timeout_ns: (cfg.timeout_ms * 1e6) as u64,
         late_ns: (cfg.late_ms * 1e6) as u64,
@@ -112,18 +126,7 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
         max_frame_bytes: cfg.max_frame_bytes,
         seed: cfg.seed,
     };
-    let recorder = Arc::new(
-        Recorder::create(&cfg.samples_path, start_ns + (cfg.warmup_s * 1e9) as u64)
-            .map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
-    );
-    report::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
     let target_rate = schedule.as_ref().map(|s| s.rate_at(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let progress = {
-        let (recorder, done) = (recorder.clone(), done.clone());
-        let rate_at = Schedule::new(&cfg.schedule);
-        std::thread::spawn(move || progress_loop(&recorder, &done, start_ns, rate_at))
-    };
     let window = match (&cfg.schedule, schedule) {
         (ScheduleConfig::Closed { think_ms, think, .. }, _) => {
             let params = closed_loop::ClosedLoop {
@@ -140,14 +143,14 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     let window = window?;
     let latency = recorder.finish(&cfg.histogram_path)?;
     let c = &recorder.counters;
-    let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
-    let send_s = window.last_sent_ns.saturating_sub(start_ns) as f64 / 1e9;
+    let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    let send_s = window.last_sent_ns.saturating_sub(start) as f64 / 1e9;
     report::emit(&serde_json::json!({
         "event": "done",
         "sent": get(&c.sent), "completed": c.completed(), "ok": get(&c.ok),
         "timeouts": get(&c.timeouts), "drops": get(&c.drops), "errors": get(&c.errors),
         "late": get(&c.late), "bytes_tx": get(&c.bytes_tx), "bytes_rx": get(&c.bytes_rx),
-        "elapsed_s": (clock::now_ns() - start_ns) as f64 / 1e9,
+        "elapsed_s": (clock::now_ns() - start) as f64 / 1e9,
         "achieved_rate_per_s": if send_s > 0.0 { get(&c.sent) as f64 / send_s } else { 0.0 },
         "target_rate_per_s": target_rate,
         "latency": latency,
@@ -155,8 +158,12 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     Ok(())
 }
 
-fn progress_loop(recorder: &Recorder, done: &AtomicBool, start_ns: u64, rates: Option<Schedule>) {
-    let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+fn progress_loop(recorder: &Recorder, done: &AtomicBool, start: &AtomicU64, rates: Option<Schedule>) {
+    while start.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start_ns = start.load(Ordering::SeqCst);
+    let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
     let c = &recorder.counters;
     let (mut last_completed, mut last_sent, mut last_ns) = (0, 0, start_ns);
     let mut next_ns = start_ns + 1_000_000_000;

@@ -1,27 +1,37 @@
 //! Open loop: requests leave at their scheduled times whatever the replies do.
 //!
-//! One sender thread follows the schedule and writes each request to the next connection
-//! (round robin); one reader thread per connection matches replies to requests by id and
-//! expires the ones past their timeout. Latency counts from the intended send time, so a
-//! late sender or a blocked connection shows up in the latency, not as missing requests.
+//! One thread does everything: it writes each request when it is due (round robin over the
+//! connections) and, while it waits for the next send, reads replies from every connection
+//! with `ppoll`. A reply therefore wakes the thread that waits for it, with no hand-off
+//! between threads, and no lock guards the requests in flight. Latency counts from the
+//! intended send time, so a late sender or a blocked connection shows up in the latency,
+//! not as missing requests.
 
 use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
-use super::driver::DriverFactory;
+use super::driver::{Driver, DriverFactory};
 use super::recorder::{Recorder, Sample, Status};
 use super::schedule::Schedule;
 use super::{reply_sample, Limits, SendWindow};
 use crate::rng::Rng;
 use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader};
 use crate::{clock, report, signals};
+use std::sync::atomic::Ordering;
 
-/// How often readers wake up without replies, to expire requests and notice the end.
-const READ_TICK: Duration = Duration::from_millis(20);
-/// After a stop request, how long readers still wait for replies already in flight.
+/// Within this of the next send, wait by polling without sleeping: a sleep can end late.
+const SPIN_NS: u64 = 50_000;
+/// For this long after a send, poll without sleeping too: on loopback most replies arrive
+/// within it, and a thread woken from sleep would add its own wake-up time to the latency.
+const SPIN_AFTER_SEND_NS: u64 = 50_000;
+/// Longest wait when nothing is due, so stop requests and timeouts are noticed.
+const IDLE_WAIT_NS: u64 = 20_000_000;
+/// How often requests past their timeout are looked for.
+const EXPIRY_EVERY_NS: u64 = 5_000_000;
+/// After a stop request, how long replies already in flight are still waited for.
 const STOP_GRACE_NS: u64 = 1_000_000_000;
 
 struct InFlight {
@@ -32,42 +42,45 @@ struct InFlight {
     bytes_out: u32,
 }
 
-#[derive(Default)]
-struct Pending {
-    map: HashMap<u64, InFlight>,
-    /// (deadline, id) in send order; deadlines grow with it, so expiry pops from the front.
-    deadlines: VecDeque<(u64, u64)>,
-}
-
 struct Conn {
     index: u32,
-    pending: Mutex<Pending>,
-    alive: AtomicBool,
+    stream: TcpStream,
+    reader: FrameReader,
+    pending: HashMap<u64, InFlight>,
+    /// (deadline, id) in send order; deadlines grow with it, so expiry pops from the front.
+    deadlines: VecDeque<(u64, u64)>,
+    alive: bool,
 }
 
-struct Shared {
-    recorder: Arc<Recorder>,
-    factory: Arc<dyn DriverFactory>,
-    outstanding: AtomicU64,
-    sending_done: AtomicBool,
-    max_frame_bytes: usize,
-}
+/// Reads without blocking (`MSG_DONTWAIT`) from a socket that stays blocking for writes.
+struct DontWait<'a>(&'a TcpStream);
 
-impl Shared {
-    fn record_unanswered(&self, conn: &Conn, id: u64, f: &InFlight, status: Status) {
-        self.outstanding.fetch_sub(1, Ordering::Relaxed);
-        self.recorder.record(&Sample {
-            request_id: id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
-            client: conn.index,
-            arg: f.arg,
-            op: f.op,
-            status: status as u8,
-            ..Default::default()
-        });
+impl Read for DontWait<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: recv writes at most buf.len() bytes into buf, which we own mutably.
+        let n = unsafe {
+            libc::recv(
+                self.0.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
     }
+}
+
+struct Engine<'a> {
+    conns: Vec<Conn>,
+    pollfds: Vec<libc::pollfd>,
+    factory: &'a dyn DriverFactory,
+    recorder: &'a Recorder,
+    limits: &'a Limits,
+    outstanding: usize,
 }
 
 pub fn run(
@@ -77,203 +90,253 @@ pub fn run(
     recorder: Arc<Recorder>,
     limits: &Limits,
 ) -> Result<SendWindow, String> {
-    let shared = Arc::new(Shared {
-        recorder: recorder.clone(),
-        factory: factory.clone(),
-        outstanding: AtomicU64::new(0),
-        sending_done: AtomicBool::new(false),
-        max_frame_bytes: limits.max_frame_bytes,
-    });
-    let mut writers = Vec::with_capacity(streams.len());
-    let mut conns = Vec::with_capacity(streams.len());
-    let mut readers = Vec::with_capacity(streams.len());
-    for (i, stream) in streams.into_iter().enumerate() {
-        let conn = Arc::new(Conn {
+    let conns: Vec<Conn> = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, stream)| Conn {
             index: i as u32,
-            pending: Mutex::default(),
-            alive: AtomicBool::new(true),
-        });
-        let read_half = stream.try_clone().map_err(|e| format!("cloning a socket: {e}"))?;
-        let (c, s) = (conn.clone(), shared.clone());
-        readers.push(std::thread::spawn(move || read_replies(c, read_half, s)));
-        writers.push(stream);
-        conns.push(conn);
-    }
-
+            stream,
+            reader: FrameReader::new(limits.max_frame_bytes),
+            pending: HashMap::new(),
+            deadlines: VecDeque::new(),
+            alive: true,
+        })
+        .collect();
+    let pollfds = conns
+        .iter()
+        .map(|c| libc::pollfd {
+            fd: c.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let mut engine = Engine {
+        conns,
+        pollfds,
+        factory: &*factory,
+        recorder: &recorder,
+        limits,
+        outstanding: 0,
+    };
     let mut driver = factory.driver(limits.seed, 0);
     let mut rng = Rng::new(limits.seed ^ 0x5EED_5C4E_D01E);
-    let mut body = Vec::new();
-    let mut scratch = Vec::new();
-    let counters = &recorder.counters;
-    let mut window = SendWindow::default();
-    let mut next_id: u64 = 0;
-    loop {
+    let mut next_due = |next_id: u64, rng: &mut Rng| -> Option<u64> {
         if limits.requests.is_some_and(|max| next_id >= max) {
+            return None;
+        }
+        let due_ns = limits.start_ns + schedule.next_offset_ns(rng)?;
+        limits.end_ns.is_none_or(|end| due_ns < end).then_some(due_ns)
+    };
+    let mut window = SendWindow::default();
+    let (mut body, mut scratch) = (Vec::new(), Vec::new());
+    let mut next_id = 0;
+    let mut due = next_due(next_id, &mut rng);
+    let mut next_expiry_ns = 0;
+    let mut stop_deadline_ns: Option<u64> = None;
+    loop {
+        let now = clock::now_ns();
+        if signals::stop_requested() && stop_deadline_ns.is_none() {
+            due = None;
+            stop_deadline_ns = Some(now + STOP_GRACE_NS);
+        }
+        if let Some(intended_ns) = due.filter(|&t| now >= t) {
+            let sent_ns = engine.send(next_id, intended_ns, &mut *driver, &mut body, &mut scratch);
+            window.last_sent_ns = window.last_sent_ns.max(sent_ns);
+            next_id += 1;
+            due = next_due(next_id, &mut rng);
+            // Read what has arrived before the next send, even when behind schedule, so
+            // replies never pile up unread.
+            engine.poll_replies(0);
+            continue;
+        }
+        if due.is_none() && engine.outstanding == 0 {
             break;
         }
-        let Some(offset_ns) = schedule.next_offset_ns(&mut rng) else {
+        if stop_deadline_ns.is_some_and(|t| now >= t) {
+            engine.abandon_all();
             break;
+        }
+        let wait_ns = match due {
+            _ if engine.outstanding > 0 && now < window.last_sent_ns + SPIN_AFTER_SEND_NS => 0,
+            Some(t) => (t - now).saturating_sub(SPIN_NS),
+            None => IDLE_WAIT_NS,
         };
-        let intended_ns = limits.start_ns + offset_ns;
-        if limits.end_ns.is_some_and(|end| intended_ns >= end) {
-            break;
+        engine.poll_replies(wait_ns.min(IDLE_WAIT_NS));
+        let now = clock::now_ns();
+        if now >= next_expiry_ns {
+            engine.expire(now);
+            next_expiry_ns = now + EXPIRY_EVERY_NS;
         }
-        if !clock::wait_until_unless_stopped(intended_ns) {
-            break;
-        }
+    }
+    Ok(window)
+}
+
+impl Engine<'_> {
+    /// Sends request `id` (or records it as dropped); returns when it was written (0 if not).
+    fn send(
+        &mut self,
+        id: u64,
+        intended_ns: u64,
+        driver: &mut dyn Driver,
+        body: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) -> u64 {
         body.clear();
-        let (op, arg) = driver.next_request(&mut body);
-        let id = next_id;
-        next_id += 1;
-        let slot = (id % writers.len() as u64) as usize;
-        let conn = &conns[slot];
+        let (op, arg) = driver.next_request(body);
+        let slot = (id % self.conns.len() as u64) as usize;
         let bytes_out = (4 + 12 + body.len()) as u32;
-        let in_flight = InFlight {
+        let f = InFlight {
             intended_ns,
             sent_ns: 0,
             op,
             arg,
             bytes_out,
         };
-        if shared.outstanding.load(Ordering::Relaxed) >= limits.max_outstanding as u64
-            || !conn.alive.load(Ordering::Relaxed)
-        {
-            shared.outstanding.fetch_add(1, Ordering::Relaxed);
-            shared.record_unanswered(conn, id, &in_flight, Status::Drop);
-            continue;
+        if self.outstanding >= self.limits.max_outstanding || !self.conns[slot].alive {
+            self.record_unanswered(slot, id, &f, Status::Drop);
+            return 0;
         }
+        let counters = &self.recorder.counters;
         let sent_ns = clock::now_ns();
-        if sent_ns.saturating_sub(intended_ns) > limits.late_ns {
+        if sent_ns.saturating_sub(intended_ns) > self.limits.late_ns {
             counters.late.fetch_add(1, Ordering::Relaxed);
         }
-        {
-            let mut p = conn.pending.lock().unwrap_or_else(|p| p.into_inner());
-            p.map.insert(id, InFlight { sent_ns, ..in_flight });
-            p.deadlines.push_back((sent_ns + limits.timeout_ns, id));
-        }
-        shared.outstanding.fetch_add(1, Ordering::Relaxed);
         let header = RequestHeader {
             request_id: id,
             op,
             flags: 0,
         };
-        if let Err(e) = write_frame(&mut writers[slot], &mut scratch, &[&header.encode(), &body]) {
+        let conn = &mut self.conns[slot];
+        if let Err(e) = write_frame(&mut conn.stream, scratch, &[&header.encode(), body]) {
             report::log(&format!("connection {slot}: send failed: {e}"));
-            conn.alive.store(false, Ordering::Relaxed);
-            let taken = conn
-                .pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map
-                .remove(&id);
-            if let Some(f) = taken {
-                shared.record_unanswered(conn, id, &f, Status::Drop);
-            }
-            continue;
+            self.record_unanswered(slot, id, &f, Status::Drop);
+            self.close(slot);
+            return 0;
         }
+        conn.pending.insert(id, InFlight { sent_ns, ..f });
+        conn.deadlines.push_back((sent_ns + self.limits.timeout_ns, id));
+        self.outstanding += 1;
         counters.sent.fetch_add(1, Ordering::Relaxed);
         counters.bytes_tx.fetch_add(bytes_out as u64, Ordering::Relaxed);
-        window.last_sent_ns = sent_ns;
+        sent_ns
     }
-    shared.sending_done.store(true, Ordering::SeqCst);
-    for r in readers {
-        let _ = r.join();
-    }
-    Ok(window)
-}
 
-fn read_replies(conn: Arc<Conn>, stream: TcpStream, shared: Arc<Shared>) {
-    if let Err(e) = stream.set_read_timeout(Some(READ_TICK)) {
-        report::log(&format!("connection {}: {e}", conn.index));
+    /// Waits up to `wait_ns` for replies on any connection and handles all that arrived.
+    fn poll_replies(&mut self, wait_ns: u64) {
+        let timeout = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: pollfds is a live slice of pollfd; the timeout and a null sigmask are valid.
+        let ready = unsafe {
+            libc::ppoll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                &timeout,
+                std::ptr::null(),
+            )
+        };
+        if ready <= 0 {
+            return; // timeout, or EINTR (a stop signal): the caller's loop looks again
+        }
+        for slot in 0..self.conns.len() {
+            if self.pollfds[slot].revents != 0 {
+                self.read_replies(slot);
+            }
+        }
     }
-    let mut reader = FrameReader::new(shared.max_frame_bytes);
-    let mut src = &stream;
-    let mut next_expiry_ns = 0;
-    let mut stop_deadline_ns: Option<u64> = None;
-    loop {
-        match reader.read_frame(&mut src) {
-            Ok(Some(payload)) => {
-                if let Err(reason) = handle_reply(&conn, &shared, payload, clock::now_ns()) {
-                    report::log(&format!("connection {}: {reason}; closing it", conn.index));
+
+    /// Handles every reply that has arrived on a connection; closes it on a read error.
+    fn read_replies(&mut self, slot: usize) {
+        let failure = loop {
+            let received_ns = clock::now_ns();
+            let Conn {
+                index,
+                stream,
+                reader,
+                pending,
+                ..
+            } = &mut self.conns[slot];
+            let payload = match reader.read_frame(&mut DontWait(stream)) {
+                Ok(None) => return,
+                Ok(Some(payload)) => payload,
+                Err(FrameError::Closed) if pending.is_empty() => break None,
+                Err(e) => break Some(e.to_string()),
+            };
+            let Some((header, reply_body)) = ReplyHeader::decode(payload) else {
+                break Some(format!(
+                    "malformed reply: {} bytes is shorter than a reply header",
+                    payload.len()
+                ));
+            };
+            // Not pending: it already timed out; the late reply is not counted again.
+            let Some(f) = pending.remove(&header.request_id) else {
+                continue;
+            };
+            self.outstanding -= 1;
+            let mut sample = reply_sample(&header, reply_body, self.factory, f.op, payload.len() + 4);
+            sample.intended_ns = f.intended_ns;
+            sample.sent_ns = f.sent_ns;
+            sample.received_ns = received_ns;
+            sample.bytes_out = f.bytes_out;
+            sample.client = *index;
+            sample.arg = f.arg;
+            self.recorder.record(&sample);
+        };
+        if let Some(reason) = failure {
+            report::log(&format!("connection {slot}: {reason}; closing it"));
+        }
+        self.close(slot);
+    }
+
+    fn expire(&mut self, now_ns: u64) {
+        for slot in 0..self.conns.len() {
+            while let Some(&(deadline_ns, id)) = self.conns[slot].deadlines.front() {
+                if deadline_ns > now_ns {
                     break;
                 }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let quiet = matches!(e, FrameError::Closed) && shared.sending_done.load(Ordering::Relaxed);
-                if !quiet {
-                    report::log(&format!("connection {}: {e}", conn.index));
+                self.conns[slot].deadlines.pop_front();
+                if let Some(f) = self.conns[slot].pending.remove(&id) {
+                    self.record_unanswered(slot, id, &f, Status::Timeout);
                 }
-                break;
-            }
-        }
-        let now = clock::now_ns();
-        if now >= next_expiry_ns {
-            expire(&conn, &shared, now);
-            next_expiry_ns = now + 5_000_000;
-        }
-        let empty = conn.pending.lock().map(|p| p.map.is_empty()).unwrap_or(true);
-        if shared.sending_done.load(Ordering::SeqCst) && empty {
-            return;
-        }
-        if signals::stop_requested() {
-            let deadline = *stop_deadline_ns.get_or_insert(now + STOP_GRACE_NS);
-            if now >= deadline {
-                break;
             }
         }
     }
-    // The connection is gone (or we gave up on it): what is still pending will never be answered.
-    conn.alive.store(false, Ordering::Relaxed);
-    let mut p = conn.pending.lock().unwrap_or_else(|p| p.into_inner());
-    p.deadlines.clear();
-    for (id, f) in p.map.drain() {
-        shared.record_unanswered(&conn, id, &f, Status::Drop);
-    }
-}
 
-fn handle_reply(conn: &Conn, shared: &Shared, payload: &[u8], received_ns: u64) -> Result<(), String> {
-    let (header, body) = ReplyHeader::decode(payload).ok_or_else(|| {
-        format!(
-            "malformed reply: {} bytes is shorter than a reply header",
-            payload.len()
-        )
-    })?;
-    let taken = conn
-        .pending
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .map
-        .remove(&header.request_id);
-    // Not pending: it already timed out; the reply came late and is not counted twice.
-    let Some(f) = taken else { return Ok(()) };
-    shared.outstanding.fetch_sub(1, Ordering::Relaxed);
-    let mut sample = reply_sample(&header, body, &*shared.factory, f.op, payload.len() + 4);
-    sample.intended_ns = f.intended_ns;
-    sample.sent_ns = f.sent_ns;
-    sample.received_ns = received_ns;
-    sample.bytes_out = f.bytes_out;
-    sample.client = conn.index;
-    sample.arg = f.arg;
-    shared.recorder.record(&sample);
-    Ok(())
-}
+    /// Records a request that got no reply. One that was sent leaves the in-flight count.
+    fn record_unanswered(&mut self, slot: usize, id: u64, f: &InFlight, status: Status) {
+        if f.sent_ns != 0 {
+            self.outstanding -= 1;
+        }
+        self.recorder.record(&Sample {
+            request_id: id,
+            intended_ns: f.intended_ns,
+            sent_ns: f.sent_ns,
+            bytes_out: f.bytes_out,
+            client: self.conns[slot].index,
+            arg: f.arg,
+            op: f.op,
+            status: status as u8,
+            ..Default::default()
+        });
+    }
 
-fn expire(conn: &Conn, shared: &Shared, now_ns: u64) {
-    let mut expired = Vec::new();
-    {
-        let mut p = conn.pending.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(&(deadline_ns, id)) = p.deadlines.front() {
-            if deadline_ns > now_ns {
-                break;
-            }
-            p.deadlines.pop_front();
-            if let Some(f) = p.map.remove(&id) {
-                expired.push((id, f));
-            }
+    /// The connection is gone: what is pending on it will never be answered.
+    fn close(&mut self, slot: usize) {
+        let conn = &mut self.conns[slot];
+        conn.alive = false;
+        self.pollfds[slot].fd = -1; // ppoll skips negative descriptors
+        conn.deadlines.clear();
+        let lost: Vec<(u64, InFlight)> = conn.pending.drain().collect();
+        for (id, f) in lost {
+            self.record_unanswered(slot, id, &f, Status::Drop);
         }
     }
-    for (id, f) in expired {
-        shared.record_unanswered(conn, id, &f, Status::Timeout);
+
+    /// After a stop request's grace period: every request still in flight is dropped.
+    fn abandon_all(&mut self) {
+        for slot in 0..self.conns.len() {
+            self.close(slot);
+        }
     }
 }

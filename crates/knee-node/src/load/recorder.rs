@@ -114,14 +114,15 @@ struct Inner {
 pub struct Recorder {
     inner: Mutex<Inner>,
     pub counters: Counters,
-    warmup_end_ns: u64,
+    /// Set when the run starts (u64::MAX until then: nothing is recorded before it).
+    warmup_end_ns: AtomicU64,
 }
 
 /// Latencies above an hour are clamped: no request in a bounded run lasts longer.
 const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 
 impl Recorder {
-    pub fn create(path: &str, warmup_end_ns: u64) -> std::io::Result<Recorder> {
+    pub fn create(path: &str) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         let histogram = Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -134,8 +135,13 @@ impl Recorder {
                 write_error: None,
             }),
             counters: Counters::default(),
-            warmup_end_ns,
+            warmup_end_ns: AtomicU64::new(u64::MAX),
         })
+    }
+
+    /// Requests intended before `warmup_end_ns` stay out of the histogram.
+    pub fn set_warmup_end(&self, warmup_end_ns: u64) {
+        self.warmup_end_ns.store(warmup_end_ns, Ordering::Relaxed);
     }
 
     pub fn record(&self, s: &Sample) {
@@ -153,7 +159,7 @@ impl Recorder {
         self.counters
             .bytes_rx
             .fetch_add(s.bytes_in as u64, Ordering::Relaxed);
-        if s.status == Status::Ok as u8 && s.intended_ns >= self.warmup_end_ns {
+        if s.status == Status::Ok as u8 && s.intended_ns >= self.warmup_end_ns.load(Ordering::Relaxed) {
             let latency_ns = s
                 .received_ns
                 .saturating_sub(s.intended_ns)
