@@ -188,6 +188,28 @@ def test_timeouts_are_recorded_once(start_server: StartServer, run_load: RunLoad
     assert server.alive()
 
 
+def test_open_loop_timeouts_are_recorded_once(start_server: StartServer, run_load: RunLoad) -> None:
+    server = start_server("matrix", {"algorithm": "naive", "threads": 1, "cache": 0})
+    # Every request takes several times the timeout and the queue only grows, so each one
+    # times out; their replies still arrive later and must not be counted a second time.
+    p = calibrated_p(server.addr, target_ns=150e6)
+    run = run_load(
+        "matrix",
+        server.addr,
+        {"kind": "constant", "rate_per_s": 50},
+        requests=10,
+        timeout_ms=20,
+        driver={"n": 50, "same_matrix": True, "p": p},
+    )
+    r = run.records
+    assert len(r) == 10 and len(np.unique(r["request_id"])) == 10
+    assert np.all(r["status"] == STATUS_TIMEOUT), r["status"]
+    assert np.all(r["sent_ns"] > 0) and np.all(r["received_ns"] == 0)
+    done = run.done
+    assert (done["sent"], done["completed"], done["timeouts"], done["ok"]) == (10, 10, 10, 0)
+    assert server.alive()
+
+
 def test_killed_generator_keeps_flushed_records(
     knee_node: str, echo_server: Server, processes: Processes, tmp_path: Path
 ) -> None:

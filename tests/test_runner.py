@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 import knee
+from knee import results
 
 ECHO_SPEC = """
 [experiment]
@@ -102,6 +104,11 @@ def test_run_writes_a_readable_run_directory(tmp_path: Path) -> None:
     assert ts.loc[ts["node"] == "server", "bytes_rx"].max() > 0
     kinds = list(run.events["kind"])
     assert kinds.count("node_start") == 6 and kinds.count("node_stop") == 6
+    # knee-node's HDR histogram holds exactly the point's post-warm-up successful requests.
+    raw = results.read_manifest(run_dir)[1]
+    hist = results.read_histogram(run_dir / raw.histogram)
+    assert int(hist["count"].sum()) == summary[1]["statuses"]["ok"]
+    assert hist["value_ns"].max() >= summary[1]["latency_ns"]["max"]
     env = json.loads((run_dir / "env.json").read_text())
     assert env["cores"] >= 1 and env["knee_node_version"] != "unknown"
 
@@ -166,7 +173,11 @@ def _children_by_role(proc: psutil.Process, deadline_s: float) -> dict[str, psut
     raise AssertionError("the runner did not start a server and a load generator")
 
 
-def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _disturb_long_run(
+    tmp_path: Path, after_s: float, disturb: Callable[[subprocess.Popen[str], dict], None]
+) -> tuple[int, str, dict[str, psutil.Process], knee.Run]:
+    """Starts a long `knee run`, disturbs it `after_s` into its first point, and returns its
+    exit code, its stderr, the nodes it had started, and its run directory opened."""
     spec = write_spec(tmp_path, ECHO_SPEC.format(duration_s=60.0, rates="[300]"))
     out = tmp_path / "runs"
     proc = subprocess.Popen(
@@ -175,44 +186,40 @@ def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    return proc, out
-
-
-def test_a_failing_node_stops_every_node_and_is_named(tmp_path: Path) -> None:
-    proc, out = _start_long_run(tmp_path)
     try:
         nodes = _children_by_role(psutil.Process(proc.pid), 20)
-        time.sleep(1.0)
-        nodes["serve"].kill()  # the server dies mid-point
+        time.sleep(after_s)
+        disturb(proc, nodes)
         _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 3, stderr
+    return proc.returncode, stderr, nodes, knee.open_run(only_run_dir(out))
+
+
+def _gone(node: psutil.Process) -> bool:
+    return not node.is_running() or node.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_failing_node_stops_every_node_and_is_named(tmp_path: Path) -> None:
+    # The server dies mid-point.
+    code, stderr, nodes, run = _disturb_long_run(tmp_path, 1.0, lambda _, n: n["serve"].kill())
+    assert code == 3, stderr
     assert "node server exited" in stderr
     assert "last stderr lines" in stderr
-    assert not nodes["load"].is_running() or nodes["load"].status() == psutil.STATUS_ZOMBIE
-    run = knee.open_run(only_run_dir(out))
+    assert _gone(nodes["load"])
     assert run.summary["status"] == "failed"
     assert "run_failed" in set(run.events["kind"])
     assert len(run.samples) > 0  # what was measured before the failure is kept
 
 
 def test_ctrl_c_stops_every_node_and_keeps_the_run(tmp_path: Path) -> None:
-    proc, out = _start_long_run(tmp_path)
-    try:
-        nodes = _children_by_role(psutil.Process(proc.pid), 20)
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
+    code, stderr, nodes, run = _disturb_long_run(
+        tmp_path, 1.5, lambda proc, _: proc.send_signal(signal.SIGINT)
+    )
+    assert code == 130, stderr
     assert "interrupted" in stderr
-    for node in nodes.values():
-        assert not node.is_running() or node.status() == psutil.STATUS_ZOMBIE
-    run = knee.open_run(only_run_dir(out))
+    assert all(_gone(node) for node in nodes.values())
     assert run.summary["status"] == "interrupted"
     assert len(run.samples) > 100
     assert (run.samples["status"] == "ok").mean() > 0.9

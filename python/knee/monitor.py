@@ -21,9 +21,6 @@ class Monitor:
         except psutil.Error:
             pass
 
-    def remove(self, name: str) -> None:
-        self._procs.pop(name, None)
-
     def sample(self) -> dict[str, dict[str, float]]:
         """CPU % since the previous sample (100 = one core busy) and resident memory."""
         out: dict[str, dict[str, float]] = {}

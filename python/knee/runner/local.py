@@ -102,9 +102,7 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     exp = point.experiment
     tag = f"p{point.index:03d}"
     state.event("point_start", point.index, detail=point.label)
-    server = _start(
-        state, point, "server", "serve", system, systems.server_config(system, point.server)
-    )
+    server = _start(state, point, "server", "serve", system, systems.server_config(point.server))
     ready = server.wait_ready(READY_TIMEOUT_S)
     state.event("node_ready", point.index, "server", ready.get("addr", ""))
     raw = results.RawFile(

@@ -68,7 +68,7 @@ _MATRIX = System(
 SYSTEMS: dict[str, System] = {s.name: s for s in (_ECHO, _MATRIX)}
 
 
-def server_config(system: str, server: dict[str, Any]) -> dict[str, Any]:
+def server_config(server: dict[str, Any]) -> dict[str, Any]:
     """The JSON config of a system's server node (knee-node serve)."""
     return {"server": _present(server)}
 

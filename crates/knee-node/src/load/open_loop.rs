@@ -135,6 +135,11 @@ pub fn run(
     let mut stop_deadline_ns: Option<u64> = None;
     loop {
         let now = clock::now_ns();
+        // Checked on every pass, also while the sender is behind and sends back to back.
+        if now >= next_expiry_ns {
+            engine.expire(now);
+            next_expiry_ns = now + EXPIRY_EVERY_NS;
+        }
         if signals::stop_requested() && stop_deadline_ns.is_none() {
             due = None;
             stop_deadline_ns = Some(now + STOP_GRACE_NS);
@@ -162,11 +167,6 @@ pub fn run(
             None => IDLE_WAIT_NS,
         };
         engine.poll_replies(wait_ns.min(IDLE_WAIT_NS));
-        let now = clock::now_ns();
-        if now >= next_expiry_ns {
-            engine.expire(now);
-            next_expiry_ns = now + EXPIRY_EVERY_NS;
-        }
     }
     Ok(window)
 }

@@ -56,11 +56,8 @@ impl FifoCache {
         inner.map.insert(key, reply);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner.lock().map(|i| i.map.len()).unwrap_or(0)
     }
 }
