@@ -25,6 +25,10 @@ from knee.results import SAMPLE_DTYPE, read_sample_records
 from knee.runner.node import node_binary
 
 REPO = Path(__file__).resolve().parents[1]
+# `knee` commands started by tests run this source tree too, not an installed copy.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO / "python"), os.environ.get("PYTHONPATH", "")) if p
+)
 
 #: Seconds a server gets to print its `ready` line.
 READY_TIMEOUT_S = 10.0

@@ -223,3 +223,61 @@ def test_ctrl_c_stops_every_node_and_keeps_the_run(tmp_path: Path) -> None:
     assert run.summary["status"] == "interrupted"
     assert len(run.samples) > 100
     assert (run.samples["status"] == "ok").mean() > 0.9
+
+
+EVENTS_SPEC = """
+[experiment]
+name = "events-test"
+system = "echo"
+
+[load]
+schedule = "poisson"
+rate_per_s = 200
+duration_s = 4.0
+warmup_s = 0.2
+timeout_ms = 200
+
+[[events]]
+at_s = 1.0
+action = "kill"
+node = "server"
+
+[[events]]
+at_s = 2.0
+action = "start"
+node = "server"
+"""
+
+
+def test_event_timeline_kills_and_restarts_a_node(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, EVENTS_SPEC)
+    out = tmp_path / "runs"
+    res = run_knee("run", str(spec), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    run = knee.open_run(only_run_dir(out))
+    assert run.summary["status"] == "complete"
+    ev = run.events
+    kinds = list(ev["kind"])
+    assert kinds.index("kill") < kinds.index("start"), kinds
+    kill_t = float(ev.loc[ev["kind"] == "kill", "t_s"].iloc[0])
+    start_t = float(ev.loc[ev["kind"] == "start", "t_s"].iloc[0])
+    assert 0.8 <= start_t - kill_t <= 1.5, (kill_t, start_t)
+    ready = ev[(ev["kind"] == "node_ready") & (ev["node"] == "server")]
+    assert len(ready) == 2 and ready["detail"].nunique() == 1, ready  # same address again
+    s = run.samples
+    s = s[~s["warmup"]]
+    kill_ns = kill_t * 1e9
+    before = s[s["intended_ns"] < kill_ns - 0.1e9]
+    after = s[s["intended_ns"] > kill_ns + 0.3e9]
+    assert (before["status"] == "ok").mean() > 0.95
+    # The open-loop generator does not reconnect: every request after the kill fails.
+    assert len(after) > 100 and (after["status"] != "ok").all()
+
+
+def test_event_naming_an_unknown_node_is_a_spec_error(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, EVENTS_SPEC.replace('node = "server"', 'node = "srv"', 1))
+    res = run_knee("run", str(spec), "--out", str(tmp_path / "runs"))
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"{spec}: events[0].node: 'srv' is not a node of point 'main'; its nodes are: server, load"
+    )

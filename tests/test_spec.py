@@ -272,7 +272,7 @@ def test_unknown_section(tmp_path: Path) -> None:
         err,
         "lod",
         "unknown section; expected one of: experiment, server, load, driver, sweep, series, "
-        "presets (did you mean 'load'?)",
+        "events, presets (did you mean 'load'?)",
     )
     check(error(tmp_path, "load2 = 3\n" + BASE), "load2", "unknown section; ...")
 

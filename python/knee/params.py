@@ -6,6 +6,7 @@ and the runner hands the validated values to knee-node as JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,21 @@ class Param:
 
 
 Schema = dict[str, Param]
+
+Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
+Rule = Callable[[Sections], None]
+"""Checks (and may complete) the fully defaulted sections of one point; raises RuleError."""
+
+
+class RuleError(Exception):
+    """Raised by validation and rule functions with a key relative to the spec (or point);
+    load_spec turns it into a SpecError naming the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
 
 EXPERIMENT: Schema = {
     "name": Param("str", REQUIRED, "experiment name; the run directory is named after it"),

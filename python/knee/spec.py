@@ -13,15 +13,25 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knee.params import EXPERIMENT, LOAD, REQUIRED, Param, Schema
+from knee.params import EXPERIMENT, LOAD, REQUIRED, Param, Rule, RuleError, Schema, Sections
 from knee.systems import SYSTEMS
 
 SECTIONS = ("server", "load", "driver")  # the sections a series overrides and a sweep varies
-_TOP_LEVEL = ("experiment", *SECTIONS, "sweep", "series", "presets")
+_TOP_LEVEL = ("experiment", *SECTIONS, "sweep", "series", "events", "presets")
+EVENT: Schema = {
+    "at_s": Param("float", REQUIRED, "seconds after the point's load started", min=0),
+    "action": Param(
+        "str",
+        REQUIRED,
+        "kill: SIGKILL; stop: SIGTERM; start: start it again (on its previous address)",
+        choices=("kill", "stop", "start"),
+    ),
+    "node": Param("str", REQUIRED, "a node of the point (e.g. server, replica-0)"),
+}
 _SERIES_KEYS = ("description", *SECTIONS, "sweep")
 _DESCRIPTION = Param("str", "", "one line shown in the report")
 Doc = dict[str, Any]  # a TOML table
@@ -40,16 +50,6 @@ class SpecError(Exception):
         self.key = key
         self.message = " ".join(message.splitlines())
         super().__init__(f"{self.path}: {self.key}: {self.message}")
-
-
-class RuleError(Exception):
-    """Raised by validation and rule functions with a key relative to the spec (or point);
-    load_spec turns it into a SpecError naming the file."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,10 @@ class Spec:
     resolved: dict[str, Any]  # merged, defaulted spec without presets; dump_toml() writes it
     points: list[Point]
     presets: list[str]  # preset names defined in the file
+    events: list[dict[str, Any]]  # the timeline of every point, sorted by at_s
 
 
 # ---------------------------------------------------------------- cross-field rules
-
-Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
-Rule = Callable[[Sections], None]
-"""Checks (and may complete) the fully defaulted sections of one point; raises RuleError."""
 
 
 def _load_rule(s: Sections) -> None:
@@ -127,24 +124,7 @@ def _check_steps(steps: list[Any]) -> list[list[float]]:
     ]
 
 
-def _matrix_rule(s: Sections) -> None:
-    p, lo, hi = s["driver"]["p"], s["driver"]["p_min"], s["driver"]["p_max"]
-    if p is not None:
-        if lo is not None or hi is not None:
-            raise RuleError("driver.p", "give either p or both p_min and p_max, not both forms")
-        return
-    if lo is None and hi is None:
-        raise RuleError("driver.p", "missing: give either p or both p_min and p_max")
-    if lo is None or hi is None:
-        given, other = ("p_min", "p_max") if hi is None else ("p_max", "p_min")
-        raise RuleError(f"driver.{other}", f"missing: {given} needs {other} (or give p alone)")
-    if lo > hi:
-        raise RuleError("driver.p_min", f"p_min ({lo}) must be <= p_max ({hi})")
-
-
 COMMON_RULES: list[Rule] = [_load_rule]
-SYSTEM_RULES: dict[str, list[Rule]] = {"matrix": [_matrix_rule]}
-"""Rules of one system, keyed by SYSTEMS name; they run on every point after COMMON_RULES."""
 
 
 # ---------------------------------------------------------------- values and sections
@@ -372,7 +352,32 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
         }
     elif "sweep" in doc:
         out["sweep"] = _check_sweep("sweep", doc["sweep"], schemas)
+    out["events"] = _check_events(doc.get("events", []))
     return out, schemas
+
+
+def _check_events(events: Any) -> list[Doc]:
+    if not isinstance(events, list):
+        raise RuleError("events", f"expected [[events]] tables, got {_given(events)}")
+    out = []
+    for i, table in enumerate(events):
+        key = f"events[{i}]"
+        out.append(_require(key, EVENT, _fill(EVENT, _check_section(key, EVENT, table))))
+    return sorted(out, key=lambda e: e["at_s"])
+
+
+def _check_event_nodes(events: list[Doc], points: list[Point], system: str) -> None:
+    """Every event names a node that each point starts."""
+    topology = SYSTEMS[system].topology
+    for point in points:
+        names = [plan.name for plan in topology(point)]
+        for i, event in enumerate(events):
+            if event["node"] not in names:
+                raise RuleError(
+                    f"events[{i}].node",
+                    f"{event['node']!r} is not a node of point {point.label!r}; "
+                    f"its nodes are: {', '.join(names)}",
+                )
 
 
 def _point_sections(checked: Doc, series: Doc, swept: Doc, schemas: Schemas) -> Sections:
@@ -382,7 +387,7 @@ def _point_sections(checked: Doc, series: Doc, swept: Doc, schemas: Schemas) -> 
         given = {**checked[section], **series.get(section, {})}
         given |= {k.partition(".")[2]: v for k, v in swept.items() if k.startswith(section + ".")}
         sections[section] = _require(section, schema, _fill(schema, copy.deepcopy(given)))
-    for rule in COMMON_RULES + SYSTEM_RULES.get(checked["experiment"]["system"], []):
+    for rule in COMMON_RULES + list(SYSTEMS[checked["experiment"]["system"]].rules):
         rule(sections)
     return sections
 
@@ -410,8 +415,8 @@ def _resolved(checked: Doc, schemas: Schemas) -> Doc:
     resolved: Doc = {"experiment": _present(checked["experiment"])}
     for section, schema in schemas.items():
         resolved[section] = _present(_fill(schema, checked[section]))
-    for extra in ("sweep", "series"):
-        if extra in checked:
+    for extra in ("sweep", "series", "events"):
+        if checked.get(extra):
             resolved[extra] = copy.deepcopy(checked[extra])
     return resolved
 
@@ -449,11 +454,18 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
             doc = _merge(doc, presets[preset], "", origins)
         checked, schemas = _validate(doc)
         points = _expand(checked, schemas)
+        _check_event_nodes(checked["events"], points, checked["experiment"]["system"])
     except RuleError as err:
         suffix = f" (from preset {preset!r})" if _from_preset(err.key, origins) else ""
         raise SpecError(path, err.key, err.message + suffix) from None
     return Spec(
-        path, preset, checked["experiment"], _resolved(checked, schemas), points, list(presets)
+        path,
+        preset,
+        checked["experiment"],
+        _resolved(checked, schemas),
+        points,
+        list(presets),
+        checked["events"],
     )
 
 
@@ -487,6 +499,8 @@ def _toml_value(value: Any) -> str:
         return _toml_str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # inline table, e.g. an element of a list of tables
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"dump_toml cannot write {type(value).__name__} {value!r}")
 
 

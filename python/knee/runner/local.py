@@ -1,9 +1,11 @@
 """Runs every point of an experiment with its nodes as local processes on 127.0.0.1.
 
-For each point: start the server, wait until it is ready (it reports its ephemeral port),
-start the load generator against it, sample CPU and the nodes' counters every interval,
-stop everything, and add the point's statistics to summary.json. Nodes are stopped on every
-path out: normal end, a node failing (named with its last stderr lines), Ctrl-C.
+For each point: start the nodes of the system's topology in order (servers, replicas and
+peers are waited for until they report their ephemeral address; load generators and
+clients record samples), apply the spec's event timeline (kill, stop, start a node at a
+time), sample CPU and the nodes' counters every interval, stop everything, and add the
+point's statistics (every recorder's samples pooled) to summary.json. Nodes are stopped on
+every path out: normal end, a node failing (named with its last stderr lines), Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from knee import env, results, systems
 from knee.monitor import Monitor
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import Point, Spec, dump_toml
 from knee.stats import point_stats
+from knee.systems import NodePlan
 
 #: How often CPU and node counters go into the time series.
 SAMPLE_INTERVAL_S = 1.0
@@ -39,6 +44,7 @@ class RunState:
     points: list[dict[str, Any]] = field(default_factory=list)
     raws: list[results.RawFile] = field(default_factory=list)
     nodes: dict[str, Node] = field(default_factory=dict)
+    monitor: Monitor = field(default_factory=Monitor)
 
     def t_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
@@ -97,55 +103,70 @@ def run_experiment(spec: Spec, out_root: Path, display: Display) -> Path:
     return run_dir
 
 
+@dataclass
+class PointNodes:
+    """The nodes of the point being run, as the event timeline and the drive loop see them."""
+
+    plans: dict[str, NodePlan]
+    configs: dict[str, dict[str, Any]]  # as started, placeholders replaced
+    addrs: dict[str, str]  # reported by each node's ready line
+    recorders: list[str]
+    ended: set[str] = field(default_factory=set)  # finished, or stopped by an event
+    starts_ns: dict[str, int] = field(default_factory=dict)  # each recorder's schedule start
+
+
 def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> None:
-    system = spec.experiment["system"]
-    exp = point.experiment
+    system = systems.SYSTEMS[spec.experiment["system"]]
+    plans = system.topology(point)
     tag = f"p{point.index:03d}"
+    warmup_ns = int(point.load["warmup_s"] * 1e9)
     state.event("point_start", point.index, detail=point.label)
-    server = _start(state, point, "server", "serve", system, systems.server_config(point.server))
-    ready = server.wait_ready(READY_TIMEOUT_S)
-    state.event("node_ready", point.index, "server", ready.get("addr", ""))
-    raw = results.RawFile(
-        point=point.index,
-        series=point.series,
-        node="load",
-        samples=f"raw/{tag}-load.samples.bin",
-        histogram=f"raw/{tag}-load.histogram.csv",
-        run_start_ns=state.t0_ns,
-        # Approximate until the load generator reports its start; rewritten below.
-        warmup_end_ns=time.monotonic_ns() + int(point.load["warmup_s"] * 1e9),
-        warmup_requests=point.load["warmup_requests"],
-    )
-    load_cfg = systems.load_config(
-        point.load,
-        point.driver,
-        target=ready["addr"],
-        seed=exp["seed"],
-        warmup_s=point.load["warmup_s"],
-        samples_path=str(state.run_dir / raw.samples),
-        histogram_path=str(state.run_dir / raw.histogram),
-    )
-    load = _start(state, point, "load", "load", system, load_cfg)
-    state.raws.append(raw)
+    nodes = PointNodes({p.name: p for p in plans}, {}, {}, [p.name for p in plans if p.records])
+    raws: dict[str, results.RawFile] = {}
+    for plan in plans:
+        config = _substitute(plan.config, nodes.addrs)
+        if plan.records:
+            raw = results.RawFile(
+                point=point.index,
+                series=point.series,
+                node=plan.name,
+                samples=f"raw/{tag}-{plan.name}.samples.bin",
+                histogram=f"raw/{tag}-{plan.name}.histogram.csv",
+                run_start_ns=state.t0_ns,
+                # Approximate until the node reports its start; rewritten below.
+                warmup_end_ns=time.monotonic_ns() + warmup_ns,
+                warmup_requests=point.load["warmup_requests"],
+            )
+            config["samples_path"] = str(state.run_dir / raw.samples)
+            config["histogram_path"] = str(state.run_dir / raw.histogram)
+            raws[plan.name] = raw
+            state.raws.append(raw)
+            results.write_manifest(state.run_dir, state.raws)
+        nodes.configs[plan.name] = config
+        _start_node(state, point, nodes, plan.name, system.name)
+    expected = systems.expected_requests(point.load)
+    display.point_started(point, expected * len(raws) if expected else None)
+    _drive(point, spec.events, state, display, nodes, system.name)
+    for name, raw in raws.items():
+        raw.warmup_end_ns = nodes.starts_ns[name] + warmup_ns
     results.write_manifest(state.run_dir, state.raws)
-    display.point_started(point, systems.expected_requests(point.load))
-    start_ns = _drive(point, state, display, server, load)
-    raw.warmup_end_ns = start_ns + int(point.load["warmup_s"] * 1e9)
-    results.write_manifest(state.run_dir, state.raws)
-    done = load.latest.get("done", {})
-    for name in ("load", "server"):
-        _stop(state, point.index, name)
-    stats = point_stats(raw.frame(state.run_dir))
+    done = [state.nodes[n].latest.get("done", {}) for n in nodes.recorders if n in state.nodes]
+    for plan in reversed(plans):
+        _stop(state, point.index, plan.name)
+    frames = [raw.frame(state.run_dir) for raw in raws.values()]
+    stats = point_stats(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
     stats.update(
         point=point.index,
         series=point.series,
         label=point.label,
         swept=point.swept,
         target_rate_per_s=systems.target_rate_per_s(point.load),
-        late_sends=done.get("late"),
-        sent=done.get("sent"),
+        late_sends=_total(done, "late"),
+        sent=_total(done, "sent"),
         resources=_resources(
-            state.timeseries, point.index, (raw.warmup_end_ns - state.t0_ns) / 1e9
+            state.timeseries,
+            point.index,
+            (min(r.warmup_end_ns for r in raws.values()) - state.t0_ns) / 1e9,
         ),
     )
     state.points.append(stats)
@@ -154,64 +175,150 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     display.point_finished(point, stats)
 
 
-def _start(
-    state: RunState, point: Point, name: str, role: str, system: str, config: dict[str, Any]
-) -> Node:
+def _total(done: list[dict[str, Any]], key: str) -> int | None:
+    values = [d[key] for d in done if key in d]
+    return sum(values) if values else None
+
+
+_ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}")
+
+
+def _substitute(value: Any, addrs: dict[str, str]) -> Any:
+    """A copy of a node config with every "{addr:NAME}" replaced by NAME's address."""
+    if isinstance(value, dict):
+        return {k: _substitute(v, addrs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, addrs) for v in value]
+    if isinstance(value, str):
+
+        def address(m: re.Match[str]) -> str:
+            if m.group(1) not in addrs:
+                raise ValueError(f"node config refers to {m.group(0)} before that node is ready")
+            return addrs[m.group(1)]
+
+        return _ADDR.sub(address, value)
+    return value
+
+
+def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, system: str) -> Node:
+    """Starts one node of the point; a node that does not record is waited for until ready."""
     tag = f"p{point.index:03d}"
     node = Node(
         name,
-        role,
+        nodes.plans[name].role,
         system,
-        config,
+        nodes.configs[name],
         config_path=state.run_dir / "nodes" / f"{name}.{tag}.json",
         log_path=state.run_dir / "nodes" / f"{name}.stderr.log",
     )
     state.nodes[name] = node
+    state.monitor.add(name, node.pid)
     state.event("node_start", point.index, name, f"pid {node.pid}")
+    if not nodes.plans[name].records:
+        ready = node.wait_ready(READY_TIMEOUT_S)
+        nodes.addrs[name] = ready.get("addr", "")
+        state.event("node_ready", point.index, name, nodes.addrs[name])
     return node
 
 
-def _drive(point: Point, state: RunState, display: Display, server: Node, load: Node) -> int:
-    """Follows the load generator until it ends; returns its start time (monotonic ns)."""
-    monitor = Monitor()
-    monitor.add("server", server.pid)
-    monitor.add("load", load.pid)
+def _apply_event(
+    state: RunState, point: Point, nodes: PointNodes, event: dict[str, Any], system: str
+) -> None:
+    name, action = event["node"], event["action"]
+    node = state.nodes.get(name)
+    detail = f"at {event['at_s']:g} s"
+    if action == "start":
+        if node is not None and node.alive():
+            state.event("start_skipped", point.index, name, detail + ": already running")
+            return
+        if node is not None:
+            _stop(state, point.index, name)
+        if name in nodes.addrs:  # back on the address its clients know
+            nodes.configs[name] = {**nodes.configs[name], "listen": nodes.addrs[name]}
+        nodes.ended.discard(name)
+        state.event("start", point.index, name, detail)
+        _start_node(state, point, nodes, name, system)
+        return
+    if node is None or not node.alive():
+        state.event(f"{action}_skipped", point.index, name, detail + ": not running")
+        return
+    nodes.ended.add(name)
+    state.event(action, point.index, name, f"{detail}, pid {node.pid}")
+    if action == "kill":
+        node.proc.kill()
+        node.proc.wait(timeout=5)
+    else:
+        node.stop()
+
+
+def _drive(
+    point: Point,
+    timeline: list[dict[str, Any]],
+    state: RunState,
+    display: Display,
+    nodes: PointNodes,
+    system: str,
+) -> None:
+    """Follows the recording nodes until every one has ended, applying the event timeline
+    (times from the moment the recorders were started) and sampling resources."""
+    t0 = time.monotonic()
+    pending = list(timeline)
     bound_s = point.load.get("duration_s")
-    deadline = (
-        time.monotonic() + bound_s + point.load["timeout_ms"] / 1e3 + STUCK_MARGIN_S
-        if bound_s
-        else None
-    )
-    next_sample = time.monotonic() + SAMPLE_INTERVAL_S
+    deadline = t0 + bound_s + point.load["timeout_ms"] / 1e3 + STUCK_MARGIN_S if bound_s else None
+    progress: dict[str, dict[str, Any]] = {}
+    next_sample = t0 + SAMPLE_INTERVAL_S
     while True:
-        while not load.events.empty():
-            ev = load.events.get_nowait()
-            if ev.get("event") == "progress":
-                display.progress(ev)
-        if not server.alive():
-            raise server.failure(f"exited with code {server.proc.returncode} during the point")
-        if not load.alive():
-            break
         now = time.monotonic()
+        while pending and now - t0 >= pending[0]["at_s"]:
+            _apply_event(state, point, nodes, pending.pop(0), system)
+        for name in nodes.recorders:
+            node = state.nodes[name]
+            while not node.events.empty():
+                ev = node.events.get_nowait()
+                if ev.get("event") == "progress":
+                    progress[name] = ev
+            if "start" in node.latest:
+                nodes.starts_ns[name] = int(node.latest["start"]["start_ns"])
+        if progress:
+            display.progress(_merged_progress(list(progress.values())))
+        for name, node in list(state.nodes.items()):
+            if name in nodes.ended or node.alive():
+                continue
+            code = node.proc.wait()
+            if name not in nodes.recorders:
+                raise node.failure(f"exited with code {code} during the point")
+            if code != 0:
+                raise node.failure(f"exited with code {code}")
+            nodes.ended.add(name)
+        running = any(n not in nodes.ended for n in nodes.recorders)
+        if not running:
+            break
         if deadline is not None and now > deadline:
-            raise load.failure(f"did not finish within {bound_s + STUCK_MARGIN_S:g} s")
+            raise state.nodes[nodes.recorders[0]].failure(
+                f"did not finish within {bound_s + STUCK_MARGIN_S:g} s"
+            )
         if now >= next_sample:
             next_sample += SAMPLE_INTERVAL_S
-            _sample(state, point.index, monitor)
+            _sample(state, point.index)
         time.sleep(0.05)
-    _sample(state, point.index, monitor)
-    code = load.proc.wait()
-    if code != 0:
-        raise load.failure(f"exited with code {code}")
-    start = load.latest.get("start")
-    if start is None:
-        raise load.failure("ended without reporting its start")
-    return int(start["start_ns"])
+    _sample(state, point.index)
+    missing = [n for n in nodes.recorders if n not in nodes.starts_ns]
+    if missing:
+        raise state.nodes[missing[0]].failure("ended without reporting its start")
 
 
-def _sample(state: RunState, point: int, monitor: Monitor) -> None:
+def _merged_progress(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """One progress view of several recorders: counts and rates add, p99 is the worst."""
+    return {
+        "completed": sum(e.get("completed", 0) for e in events),
+        "rate_per_s": sum(e.get("rate_per_s", 0) for e in events),
+        "p99_ns": max((e.get("p99_ns") or 0) for e in events),
+    }
+
+
+def _sample(state: RunState, point: int) -> None:
     t_s = state.t_s()
-    for name, usage in monitor.sample().items():
+    for name, usage in state.monitor.sample().items():
         node = state.nodes.get(name)
         if node is None:
             continue
