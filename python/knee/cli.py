@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         help="where run directories are created (default: ./runs)",
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument(
+        "--keep-scratch",
+        action="store_true",
+        help="keep the files systems generate (run_dir/scratch) after each point",
+    )
     return p
 
 
@@ -65,7 +70,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     display = Display(console, enabled=not args.no_progress)
     try:
-        run_dir = run_experiment(spec, args.out, display)
+        run_dir = run_experiment(spec, args.out, display, keep_scratch=args.keep_scratch)
     except NodeFailed as e:
         print(f"knee: {e}", file=sys.stderr)
         print(

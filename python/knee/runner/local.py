@@ -11,6 +11,7 @@ every path out: normal end, a node failing (named with its last stderr lines), C
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ class RunState:
     raws: list[results.RawFile] = field(default_factory=list)
     nodes: dict[str, Node] = field(default_factory=dict)
     monitor: Monitor = field(default_factory=Monitor)
+    keep_scratch: bool = False
 
     def t_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
@@ -74,7 +76,9 @@ def create_run_dir(root: Path, name: str) -> Path:
     return path
 
 
-def run_experiment(spec: Spec, out_root: Path, display: Display) -> Path:
+def run_experiment(
+    spec: Spec, out_root: Path, display: Display, keep_scratch: bool = False
+) -> Path:
     """Runs every point; returns the run directory. Raises NodeFailed or KeyboardInterrupt
     after stopping every node and writing what was measured."""
     binary = node_binary()
@@ -82,7 +86,7 @@ def run_experiment(spec: Spec, out_root: Path, display: Display) -> Path:
     header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
     (run_dir / "spec.toml").write_text(header + "\n" + dump_toml(spec.resolved))
     results.write_json(run_dir / "env.json", env.collect(binary))
-    state = RunState(run_dir=run_dir, t0_ns=time.monotonic_ns())
+    state = RunState(run_dir=run_dir, t0_ns=time.monotonic_ns(), keep_scratch=keep_scratch)
     display.run_started(run_dir, len(spec.points))
     status = "failed"
     try:
@@ -123,8 +127,9 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     state.event("point_start", point.index, detail=point.label)
     nodes = PointNodes({p.name: p for p in plans}, {}, {}, [p.name for p in plans if p.records])
     raws: dict[str, results.RawFile] = {}
+    scratch = state.run_dir / "scratch" / tag
     for plan in plans:
-        config = _substitute(plan.config, nodes.addrs)
+        config = _substitute(plan.config, {**nodes.addrs, "scratch": str(scratch)})
         if plan.records:
             raw = results.RawFile(
                 point=point.index,
@@ -153,6 +158,8 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     done = [state.nodes[n].latest.get("done", {}) for n in nodes.recorders if n in state.nodes]
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
+    if not state.keep_scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     frames = [raw.frame(state.run_dir) for raw in raws.values()]
     stats = point_stats(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
     stats.update(
@@ -180,11 +187,13 @@ def _total(done: list[dict[str, Any]], key: str) -> int | None:
     return sum(values) if values else None
 
 
-_ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}")
+_ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}|\{(scratch)\}")
 
 
 def _substitute(value: Any, addrs: dict[str, str]) -> Any:
-    """A copy of a node config with every "{addr:NAME}" replaced by NAME's address."""
+    """A copy of a node config with every "{addr:NAME}" replaced by NAME's address and
+    "{scratch}" by the point's scratch folder (run_dir/scratch/pNNN: files a system makes,
+    removed after the point unless `knee run --keep-scratch`)."""
     if isinstance(value, dict):
         return {k: _substitute(v, addrs) for k, v in value.items()}
     if isinstance(value, list):
@@ -192,9 +201,10 @@ def _substitute(value: Any, addrs: dict[str, str]) -> Any:
     if isinstance(value, str):
 
         def address(m: re.Match[str]) -> str:
-            if m.group(1) not in addrs:
+            key = m.group(1) or m.group(2)
+            if key not in addrs:
                 raise ValueError(f"node config refers to {m.group(0)} before that node is ready")
-            return addrs[m.group(1)]
+            return addrs[key]
 
         return _ADDR.sub(address, value)
     return value

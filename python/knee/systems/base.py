@@ -20,9 +20,11 @@ class NodePlan:
 
     Nodes start in list order. A node that does not record waits for its ``ready`` line
     before the next one starts; in later nodes' configs, any string ``"{addr:NAME}"`` is
-    replaced by NAME's reported address. A recording node (a load generator or a client
-    role) is given ``samples_path`` and ``histogram_path`` by the runner, and the point ends
-    when every recording node has ended.
+    replaced by NAME's reported address, and ``"{scratch}"`` by the point's scratch folder
+    (for files the system generates; removed after the point unless kept on request).
+    A recording node (a load generator or a client role) is given ``samples_path`` and
+    ``histogram_path`` by the runner, and the point ends when every recording node has
+    ended.
     """
 
     name: str  # unique within the point: "server", "replica-1", "load", ...
