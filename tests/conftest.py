@@ -38,16 +38,30 @@ LOAD_TIMEOUT_S = 30.0
 Event = dict[str, Any]
 
 
+def _tree_binary() -> None:
+    """Tests run this tree's knee-node (built now if stale), not an installed copy, unless
+    $KNEE_NODE names one; every `knee` the tests start inherits the choice."""
+    if os.environ.get("KNEE_NODE") or shutil.which("cargo") is None:
+        return
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "--bin", "knee-node"],
+        cwd=REPO,
+        check=True,
+        timeout=1800,
+    )
+    os.environ["KNEE_NODE"] = str(REPO / "target" / "release" / "knee-node")
+
+
+_tree_binary()
+
+
 @pytest.fixture(scope="session")
 def knee_node() -> str:
-    """Path of the knee-node binary; builds it with cargo if there is none."""
+    """Path of the knee-node binary the tests run."""
     try:
         return node_binary()
     except FileNotFoundError:
-        if shutil.which("cargo") is None:
-            pytest.fail("knee-node not found and cargo is not installed; set KNEE_NODE")
-        subprocess.run(["cargo", "build", "--release"], cwd=REPO, check=True, timeout=900)
-        return node_binary()
+        pytest.fail("knee-node not found: install knee, build it with cargo, or set KNEE_NODE")
 
 
 class Processes:
