@@ -98,6 +98,9 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     if let Some(bad) = cfg.search_peers.iter().flatten().find(|&&p| p >= cfg.peers.len()) {
         return Err(format!("search_peers: no peer {bad}"));
     }
+    if let Some(dir) = &cfg.download_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+    }
     let begin_ns = clock::now_ns();
     let mut c = Client {
         end_ns: begin_ns + (cfg.duration_s * 1e9) as u64,

@@ -23,7 +23,10 @@ impl SqliteIndex {
     /// defaults are kept (rollback journal, synchronous = FULL): the baseline as the report
     /// ran it, where every update is a durable transaction.
     pub fn open(path: &str) -> Result<Self, String> {
-        if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         }
         let conn = if path == ":memory:" {
