@@ -17,6 +17,7 @@ from conftest import Processes, Server, StartServer
 from wire_client import STATUS_BAD_REQUEST, STATUS_OK, STATUS_UNKNOWN_OP, Client, read_frame
 
 import knee
+from knee.analysis import share as share_analysis
 from knee.systems.share import FLAG_CHECKSUM_MISMATCH, FLAG_FOR_OBTAIN, FLAG_REPLICA, OPS
 
 OP_REGISTER, OP_UNREGISTER, OP_SEARCH, OP_OBTAIN, OP_LIST = 1, 2, 3, 4, 5
@@ -148,6 +149,15 @@ def test_every_operation_for_both_designs_through_knee_run(tmp_path: Path) -> No
         # Downloads go to other peers than the client's own.
         assert (obtains["service"] != obtains["client"]).all()
         assert ((df["flags"] & FLAG_FOR_OBTAIN) != 0).sum() == 90
+    # The figures' data: one row per point and operation, with the point's parameters.
+    times = share_analysis.response_time_vs_nodes(run)
+    assert len(times) == 12 and set(times["design"]) == {"central", "distributed"}
+    assert (times["mean_ms"] > 0).all() and (times["peers"] == 3).all()
+    rates = share_analysis.ops_per_second(run)
+    assert (rates["per_client_per_s"] > 0).all() and (rates["aggregate_per_s"] > 0).all()
+    sizes = share_analysis.obtain_vs_file_size(run)
+    assert list(sizes["count"]) == [90, 90, 90] and (sizes["aggregate_mb_per_s"] > 0).all()
+    assert share_analysis.replica_fallbacks(run)["replica"].sum() == 0
     # Scratch (generated files, downloads, the SQLite file) is removed after each point.
     assert not any((run_dir / "scratch").glob("*/peer-0/*"))
 
