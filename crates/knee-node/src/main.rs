@@ -107,6 +107,9 @@ struct ServeOptions {
 }
 
 fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
+    if system == "share" {
+        return systems::share::serve(config); // peers stream files: their own server loop
+    }
     let opts: ServeOptions =
         serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
     let parts = systems::server(system, &opts.server)?;
@@ -133,6 +136,9 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
+    if system == "share" {
+        return systems::share::client::run(config); // phases of operations, not a schedule
+    }
     let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     let factory = systems::driver(system, &cfg.driver)?;
     knee_node::load::run(cfg, Arc::clone(&factory))

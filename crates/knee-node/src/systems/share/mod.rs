@@ -1,0 +1,45 @@
+//! share (report 002): peer-to-peer file sharing with a central or a distributed index.
+//!
+//! Nodes (`docs/share.md`):
+//! - `serve share` with `role = "peer"`: generates its shared files (seeded, streamed, with
+//!   their xxh3 checksums) into its shared folder, serves `obtain` (a reply header, then the
+//!   file streamed with `sendfile(2)`) and `list`; in the distributed design it also holds
+//!   an index partition (and the replica of the previous partition).
+//! - `serve share` with `role = "index"`: the central index, `sqlite-global-lock` (the
+//!   report's baseline) or `concurrent` (a sharded in-memory map).
+//! - `load share`: the client of one peer. It registers its peer's files, searches, obtains
+//!   from a peer that search returned (verifying the checksum carried by the index) and
+//!   unregisters, recording one sample per operation.
+
+pub mod client;
+mod codec;
+mod conn;
+mod files;
+mod index;
+mod names;
+mod obtain;
+mod route;
+mod server;
+mod sqlite_index;
+
+pub use server::serve;
+
+/// Operation codes on the wire and in the samples' `op` column.
+pub const OP_REGISTER: u16 = 1;
+pub const OP_UNREGISTER: u16 = 2;
+pub const OP_SEARCH: u16 = 3;
+pub const OP_OBTAIN: u16 = 4;
+/// A peer's own files with their sizes and checksums (its client registers them).
+pub const OP_LIST: u16 = 5;
+
+/// Sample flags (bits of the `flags` column).
+pub const FLAG_CHECKSUM_MISMATCH: u16 = 1;
+/// The owner of the key was down; its replica answered (distributed design).
+pub const FLAG_REPLICA: u16 = 2;
+/// A search made to find a peer for an obtain (not a search-phase operation).
+pub const FLAG_FOR_OBTAIN: u16 = 4;
+/// A search that found nobody although the workload only searches registered names.
+pub const FLAG_NOT_FOUND: u16 = 8;
+
+/// `service` column of index operations answered by the central index.
+pub const SERVICE_CENTRAL: u8 = 255;

@@ -1,0 +1,1 @@
+"""Analysis of runs: the data of each system's figures and tables."""

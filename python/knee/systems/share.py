@@ -1,0 +1,115 @@
+"""share (report 002): peer-to-peer file sharing with a central or a distributed index.
+
+A point runs, in order: the central index (central design only), peer-0..peer-{n-1}
+(`knee-node serve share`: each generates its files into the point's scratch folder and
+serves obtain; in the distributed design each is also an index partition), then one
+recording client per peer (`knee-node load share`), whose samples are pooled. See
+docs/share.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from knee.params import Param, RuleError, Sections
+from knee.systems.base import NodePlan, System
+
+if TYPE_CHECKING:
+    from knee.spec import Point
+
+#: Sample `op` codes (crates/knee-node/src/systems/share/mod.rs).
+OPS = {1: "register", 2: "unregister", 3: "search", 4: "obtain"}
+#: Sample `flags` bits.
+FLAG_CHECKSUM_MISMATCH = 1
+FLAG_REPLICA = 2
+FLAG_FOR_OBTAIN = 4
+FLAG_NOT_FOUND = 8
+
+
+def _share_rule(s: Sections) -> None:
+    server, load = s["server"], s["load"]
+    if server["design"] == "distributed" and server["index"] != "concurrent":
+        raise RuleError(
+            "server.index",
+            f"the distributed design's partitions are concurrent maps; got {server['index']!r}",
+        )
+    if load["duration_s"] is None:
+        raise RuleError("load.duration_s", "missing: share clients need a time bound")
+    if load["schedule"] != "closed" or load["clients"] != 1:
+        raise RuleError(
+            "load.schedule",
+            "share clients run closed loop, one per peer: schedule = 'closed', clients = 1",
+        )
+
+
+def _topology(point: Point) -> list[NodePlan]:
+    server, driver, load = point.server, point.driver, point.load
+    n, seed = server["peers"], point.experiment["seed"]
+    central = server["design"] == "central"
+    plans: list[NodePlan] = []
+    if central:
+        index: dict[str, Any] = {"role": "index", "index": server["index"]}
+        if server["index"] == "sqlite-global-lock":
+            index["db_path"] = "{scratch}/index.sqlite3"
+        plans.append(NodePlan("index", "serve", {"server": index}))
+    for k in range(n):
+        peer = {
+            "role": "peer",
+            "index": "none" if central else "concurrent",
+            "share_dir": f"{{scratch}}/peer-{k}",
+            "peer_index": k,
+            "files": server["files"],
+            "file_bytes": server["file_bytes"],
+            "seed": seed,
+        }
+        plans.append(NodePlan(f"peer-{k}", "serve", {"server": peer}))
+    peers = [f"{{addr:peer-{k}}}" for k in range(n)]
+    for k in range(n):
+        client: dict[str, Any] = {
+            "peer_index": k,
+            "peers": peers,
+            "ops": driver["ops"],
+            "seed": seed,
+            "timeout_ms": load["timeout_ms"],
+            "duration_s": load["duration_s"],
+            "warmup_s": load["warmup_s"],
+        }
+        if central:
+            client["index"] = "{addr:index}"
+        if driver["download"]:
+            client["download_dir"] = f"{{scratch}}/peer-{k}-downloads"
+        plans.append(NodePlan(f"client-{k}", "load", client, records=True))
+    return plans
+
+
+SHARE = System(
+    name="share",
+    summary="peer-to-peer file sharing, central or distributed index (report 002)",
+    server={
+        "design": Param(
+            "str",
+            "distributed",
+            "central: one index server; distributed: hash-partitioned over the peers",
+            choices=("central", "distributed"),
+        ),
+        "index": Param(
+            "str",
+            "concurrent",
+            "central index: sqlite-global-lock (the report's baseline) or concurrent",
+            choices=("sqlite-global-lock", "concurrent"),
+        ),
+        "peers": Param("int", 2, "peers (each with one client)", min=1, max=64),
+        "files": Param("int", 50, "files each peer shares", min=1, max=100_000),
+        "file_bytes": Param("int", 1024, "size of each file", min=1, max=64 << 30),
+    },
+    driver={
+        "ops": Param(
+            "int", 100, "operations per phase (register, search, obtain)", min=1, max=10_000_000
+        ),
+        "download": Param(
+            "bool", False, "write downloads into the scratch folder (else verify and discard)"
+        ),
+    },
+    rules=(_share_rule,),
+    topology=_topology,
+)
