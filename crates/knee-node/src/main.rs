@@ -107,6 +107,9 @@ struct ServeOptions {
 }
 
 fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
+    if system == "stream" {
+        return systems::stream::serve(config); // UDP block services, not the framed-TCP server
+    }
     let opts: ServeOptions =
         serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
     let parts = systems::server(system, &opts.server)?;
@@ -133,6 +136,9 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
+    if system == "stream" {
+        return systems::stream::load(config); // its own client loop (FrameAccessor)
+    }
     let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     let factory = systems::driver(system, &cfg.driver)?;
     knee_node::load::run(cfg, Arc::clone(&factory))

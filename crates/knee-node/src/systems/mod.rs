@@ -3,6 +3,7 @@
 
 pub mod echo;
 pub mod matrix;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ pub struct ServerParts {
     pub max_queue: usize,
 }
 
-pub const NAMES: &[&str] = &["echo", "matrix"];
+pub const NAMES: &[&str] = &["echo", "matrix", "stream"];
 
 pub fn server(system: &str, params: &serde_json::Value) -> Result<ServerParts, String> {
     match system {
