@@ -48,7 +48,7 @@ SAMPLE_DTYPE = np.dtype(
 )
 assert SAMPLE_DTYPE.itemsize == 88, "must match knee-node's recorder.rs"
 
-STATUS_NAMES = ("ok", "timeout", "drop", "error")
+STATUS_NAMES = ("ok", "timeout", "drop", "error", "late")
 
 SAMPLES = "samples.parquet"
 TIMESERIES = "timeseries.parquet"

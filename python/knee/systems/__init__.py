@@ -14,8 +14,9 @@ from knee.systems.base import (
 )
 from knee.systems.echo import ECHO
 from knee.systems.matrix import MATRIX
+from knee.systems.stream import STREAM
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX)}
+SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX, STREAM)}
 
 __all__ = [
     "SYSTEMS",
