@@ -46,9 +46,7 @@ DEFAULT_SERVICES = [
 #: Keys of one service table: type, default, and what it means.
 SERVICE_KEYS: dict[str, Param] = {
     "name": Param("str", "", "a label for tables and figures"),
-    "delay": Param(
-        "str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")
-    ),
+    "delay": Param("str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")),
     "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=60_000),
     "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=60_000),
     "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=60_000),
@@ -173,7 +171,11 @@ def service_config(table: dict[str, Any], streams: list[list[int]], seed: int) -
     """The JSON server parameters of one block service (knee-node serve stream)."""
     delay: dict[str, Any] = {
         "fixed": lambda: {"kind": "fixed", "ms": table["delay_ms"]},
-        "uniform": lambda: {"kind": "uniform", "min_ms": table["min_ms"], "max_ms": table["max_ms"]},
+        "uniform": lambda: {
+            "kind": "uniform",
+            "min_ms": table["min_ms"],
+            "max_ms": table["max_ms"],
+        },
         "lognormal": lambda: {
             "kind": "lognormal",
             "median_ms": table["median_ms"],
@@ -275,7 +277,9 @@ STREAM = System(
         "adaptive_timeout": Param(
             "bool", False, "per-service RFC 6298 timeout (starting at, and at most, timeout_ms)"
         ),
-        "min_rto_ms": Param("float", 1.0, "adaptive timeout: lowest RTO", min=0, min_exclusive=True),
+        "min_rto_ms": Param(
+            "float", 1.0, "adaptive timeout: lowest RTO", min=0, min_exclusive=True
+        ),
         "hedge": Param("bool", False, "parallel: send each block to two services, first wins"),
     },
     rules=(_stream_rule,),

@@ -316,8 +316,7 @@ impl<'a> Accessor<'a> {
             if self.late_windows.len() >= MAX_EXPIRED {
                 self.finalize_oldest();
             }
-            // Late replies are recognized for one more fixed timeout after the deadline.
-            let late_until_ns = flight.deadline_ns + (self.cfg.timeout_ms * 1e6) as u64;
+            let late_until_ns = flight.deadline_ns + self.cfg.late_window_ns();
             self.late_windows.push_back((late_until_ns, request_id));
             self.expired.insert(request_id, flight);
         }

@@ -55,6 +55,10 @@ pub struct ClientConfig {
     /// Send each block to two services at once; the first reply wins.
     #[serde(default)]
     pub hedge: bool,
+    /// How long after its timeout a reply is still recognized as late (default: the timeout,
+    /// at least 1 s); a reply after that counts as stray, its request as timed out.
+    #[serde(default)]
+    pub late_window_ms: Option<f64>,
     /// Stop fetching after this long.
     pub duration_s: f64,
     #[serde(default)]
@@ -64,6 +68,10 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
+    pub fn late_window_ns(&self) -> u64 {
+        (self.late_window_ms.unwrap_or(self.timeout_ms.max(1000.0)) * 1e6) as u64
+    }
+
     fn check(&self) -> Result<(), String> {
         let n = self.services.len();
         if !(1..=MAX_SERVICES).contains(&n) {
@@ -89,6 +97,12 @@ impl ClientConfig {
         }
         if !(self.min_rto_ms > 0.0 && self.min_rto_ms <= self.timeout_ms) {
             return Err("min_rto_ms must be in (0, timeout_ms]".into());
+        }
+        if self
+            .late_window_ms
+            .is_some_and(|w| !(0.0..=MAX_TIMEOUT_MS).contains(&w))
+        {
+            return Err(format!("late_window_ms must be in [0, {MAX_TIMEOUT_MS}]"));
         }
         if self.retransmit > MAX_RETRANSMISSIONS {
             return Err(format!("retransmit must be <= {MAX_RETRANSMISSIONS}"));
