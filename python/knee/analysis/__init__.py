@@ -1,0 +1,1 @@
+"""Per-system analysis: the data of each system's figures and tables, computed from a run."""
