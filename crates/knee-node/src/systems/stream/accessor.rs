@@ -297,6 +297,9 @@ impl<'a> Accessor<'a> {
 
     /// Requests past their deadline: given up (or queued again), remembered for late replies.
     fn expire(&mut self, now_ns: u64) {
+        if !self.in_flight.values().any(|f| f.deadline_ns <= now_ns) {
+            return; // the common pass: nothing to collect
+        }
         let due: Vec<u64> = self
             .in_flight
             .iter()
