@@ -6,9 +6,9 @@
 
 mod accessor;
 mod client;
-pub mod datagram;
+mod datagram;
 mod frames;
-pub mod link;
+mod link;
 mod rto;
 mod service;
 mod timer;
