@@ -48,7 +48,7 @@ SAMPLE_DTYPE = np.dtype(
 )
 assert SAMPLE_DTYPE.itemsize == 88, "must match knee-node's recorder.rs"
 
-STATUS_NAMES = ("ok", "timeout", "drop", "error")
+STATUS_NAMES = ("ok", "timeout", "drop", "error", "late")
 
 SAMPLES = "samples.parquet"
 TIMESERIES = "timeseries.parquet"
@@ -116,7 +116,12 @@ def samples_frame(
             "bytes_out": records["bytes_out"].astype(np.int64),
             "bytes_in": records["bytes_in"].astype(np.int64),
             "status": pd.Categorical.from_codes(
-                np.minimum(records["status"], len(STATUS_NAMES) - 1).astype(np.int8),
+                # A code this reader does not know is an error, never a valid outcome.
+                np.where(
+                    records["status"] < len(STATUS_NAMES),
+                    records["status"],
+                    STATUS_NAMES.index("error"),
+                ).astype(np.int8),
                 categories=list(STATUS_NAMES),
             ),
             "flags": records["flags"].astype(np.int32),

@@ -110,6 +110,9 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     if system == "share" {
         return systems::share::serve(config); // peers stream files: their own server loop
     }
+    if system == "stream" {
+        return systems::stream::serve(config); // UDP block services, not the framed-TCP server
+    }
     let opts: ServeOptions =
         serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
     let parts = systems::server(system, &opts.server)?;
@@ -138,6 +141,9 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     if system == "share" {
         return systems::share::client::run(config); // phases of operations, not a schedule
+    }
+    if system == "stream" {
+        return systems::stream::load(config); // its own client loop (FrameAccessor)
     }
     let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     let factory = systems::driver(system, &cfg.driver)?;

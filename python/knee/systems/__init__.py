@@ -15,8 +15,9 @@ from knee.systems.base import (
 from knee.systems.echo import ECHO
 from knee.systems.matrix import MATRIX
 from knee.systems.share import SHARE
+from knee.systems.stream import STREAM
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX, SHARE)}
+SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX, SHARE, STREAM)}
 
 __all__ = [
     "SYSTEMS",

@@ -4,6 +4,7 @@
 pub mod echo;
 pub mod matrix;
 pub mod share;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ pub struct ServerParts {
     pub max_queue: usize,
 }
 
-pub const NAMES: &[&str] = &["echo", "matrix", "share"];
+pub const NAMES: &[&str] = &["echo", "matrix", "share", "stream"];
 
 pub fn server(system: &str, params: &serde_json::Value) -> Result<ServerParts, String> {
     match system {

@@ -1,0 +1,503 @@
+//! The FrameAccessor: fetches frames in order, each as its blocks, from one service
+//! (serial) or several (parallel), on one thread.
+//!
+//! Each service has a bounded number of requests in flight; a free slot takes the frame's
+//! next block (so faster services take more). A request that gets no reply within its
+//! timeout is given up (or retransmitted, if asked); a reply that comes after that is
+//! recorded as *late*, once, and does not fill the block. One sample per request:
+//! op 0, client = frame, arg = block, service = the service's index.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+
+use super::client::{emit_progress, ClientConfig};
+use super::datagram::{self, BlockId, ReplyHeader, Request, REPLY_OK, REQUEST_BYTES};
+use super::frames::Frame;
+use super::rto::Rto;
+use crate::load::recorder::{Recorder, Sample, Status};
+use crate::{clock, signals};
+
+/// Sample status of a reply that arrived after its request's timeout (`docs/samples.md`).
+pub const STATUS_LATE: u8 = 4;
+/// Sample flags.
+pub const FLAG_REDUNDANT: u16 = 1; // the block was already done (the losing hedge copy)
+pub const FLAG_RETRANSMISSION: u16 = 2;
+pub const FLAG_HEDGED: u16 = 4;
+/// Timed-out requests remembered to recognize their late replies; beyond, the oldest is
+/// recorded as a timeout at once.
+const MAX_EXPIRED: usize = 100_000;
+/// Longest wait in one poll, so the clock-driven work is never far behind.
+const MAX_WAIT_NS: u64 = 20_000_000;
+/// After a stop request, how long replies in flight are still waited for.
+const STOP_GRACE_NS: u64 = 1_000_000_000;
+const RECV_BUFFER_BYTES: usize = 2048;
+
+struct Flight {
+    slot: usize,
+    block: BlockId,
+    sent_ns: u64,
+    deadline_ns: u64,
+    timeout_ns: u64,
+    attempt: u8,
+    hedged: bool,
+}
+
+struct Service {
+    socket: UdpSocket,
+    id: u8,
+    in_flight: usize,
+    rto: Rto,
+}
+
+/// What the client counted (the `progress` and `done` lines).
+#[derive(Default, Clone)]
+pub struct Totals {
+    pub sent: u64,
+    pub ok: u64,
+    pub timeouts: u64,
+    pub late: u64,
+    pub errors: u64,
+    /// Ok replies for blocks already done (hedge losers): on the wire, not goodput.
+    pub redundant: u64,
+    pub useful_blocks: u64,
+    pub retransmissions: u64,
+    pub hedged: u64,
+    pub stray: u64,
+    pub bad_replies: u64,
+    pub send_errors: u64,
+    pub frames: u64,
+    pub complete_frames: u64,
+    pub blocks_missing: u64,
+    pub bytes_tx: u64,
+    pub bytes_rx: u64,
+}
+
+impl Totals {
+    pub fn completed(&self) -> u64 {
+        self.ok + self.timeouts + self.late + self.errors
+    }
+}
+
+pub struct Accessor<'a> {
+    cfg: &'a ClientConfig,
+    services: Vec<Service>,
+    pollfds: Vec<libc::pollfd>,
+    recorder: &'a Recorder,
+    start_ns: u64,
+    end_ns: u64,
+    frame: Option<Frame>,
+    next_frame: u32,
+    in_flight: HashMap<u64, Flight>,
+    /// Timed-out requests whose late replies are still recognized, by request id...
+    expired: HashMap<u64, Flight>,
+    /// ...and (until when, request id) in timeout order: after it, a timeout is recorded.
+    late_windows: VecDeque<(u64, u64)>,
+    next_request_id: u64,
+    next_slot: usize,
+    totals: Totals,
+    buf: Vec<u8>,
+}
+
+impl<'a> Accessor<'a> {
+    pub fn new(
+        cfg: &'a ClientConfig,
+        sockets: Vec<UdpSocket>,
+        recorder: &'a Recorder,
+        start_ns: u64,
+    ) -> Self {
+        let timeout_ns = cfg.timeout_ms * 1e6;
+        let services: Vec<Service> = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(i, socket)| Service {
+                socket,
+                id: cfg.service_ids.get(i).copied().unwrap_or(i as u8),
+                in_flight: 0,
+                rto: Rto::new(timeout_ns, cfg.min_rto_ms * 1e6, timeout_ns),
+            })
+            .collect();
+        let pollfds = services
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Accessor {
+            cfg,
+            services,
+            pollfds,
+            recorder,
+            start_ns,
+            end_ns: start_ns + (cfg.duration_s * 1e9) as u64,
+            frame: Some(Frame::new(cfg.first_frame, cfg.blocks_per_frame)),
+            next_frame: cfg.first_frame + 1,
+            in_flight: HashMap::new(),
+            expired: HashMap::new(),
+            late_windows: VecDeque::new(),
+            next_request_id: 0,
+            next_slot: 0,
+            totals: Totals::default(),
+            buf: vec![0; RECV_BUFFER_BYTES],
+        }
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals.clone()
+    }
+
+    /// Fetches every frame (or until the time is up or a stop is asked), then waits for the
+    /// requests in flight and the late-reply window of those that timed out.
+    pub fn run(&mut self) {
+        let mut next_progress_ns = self.start_ns + 1_000_000_000;
+        let (mut last_completed, mut last_progress_ns) = (0, self.start_ns);
+        let mut stop_deadline_ns: Option<u64> = None;
+        let mut out = Vec::with_capacity(REQUEST_BYTES);
+        loop {
+            let now = clock::now_ns();
+            if stop_deadline_ns.is_none() && (signals::stop_requested() || now >= self.end_ns) {
+                // No new requests; a stop request also cuts the wait for replies short.
+                if let Some(mut frame) = self.frame.take() {
+                    frame.abandon();
+                    self.count_frame(&frame);
+                }
+                if signals::stop_requested() {
+                    stop_deadline_ns = Some(now + STOP_GRACE_NS);
+                }
+            }
+            self.expire(now);
+            self.finalize_expired(now, stop_deadline_ns.is_some_and(|t| now >= t));
+            self.advance_frame();
+            self.send_requests(&mut out);
+            if now >= next_progress_ns {
+                let completed = self.totals.completed();
+                let rate = (completed - last_completed) as f64 / ((now - last_progress_ns) as f64 / 1e9);
+                self.recorder.flush();
+                emit_progress(&self.totals, now - self.start_ns, self.recorder, rate);
+                (last_completed, last_progress_ns) = (completed, now);
+                next_progress_ns += 1_000_000_000;
+            }
+            if self.frame.is_none() && self.in_flight.is_empty() && self.expired.is_empty() {
+                return;
+            }
+            if stop_deadline_ns.is_some_and(|t| now >= t) {
+                self.abandon_in_flight();
+                return;
+            }
+            let wake = self.next_wake_ns().min(next_progress_ns);
+            self.poll(wake.saturating_sub(now).min(MAX_WAIT_NS));
+        }
+    }
+
+    fn count_frame(&mut self, frame: &Frame) {
+        self.totals.frames += 1;
+        self.totals.blocks_missing += frame.missing as u64;
+        if frame.missing == 0 {
+            self.totals.complete_frames += 1;
+        }
+    }
+
+    /// Moves on to the next frame once the current one is resolved.
+    fn advance_frame(&mut self) {
+        if !self.frame.as_ref().is_some_and(Frame::is_resolved) {
+            return;
+        }
+        if let Some(frame) = self.frame.take() {
+            self.count_frame(&frame);
+        }
+        if self.next_frame < self.cfg.first_frame + self.cfg.frames {
+            self.frame = Some(Frame::new(self.next_frame, self.cfg.blocks_per_frame));
+            self.next_frame += 1;
+        }
+    }
+
+    /// Fills every free slot with the frame's next blocks, starting at a rotating service so
+    /// the blocks spread evenly.
+    fn send_requests(&mut self, out: &mut Vec<u8>) {
+        let n = self.services.len();
+        for k in 0..n {
+            let slot = (self.next_slot + k) % n;
+            while self.services[slot].in_flight < self.cfg.outstanding {
+                let Some(frame) = self.frame.as_mut() else {
+                    return;
+                };
+                let Some((block, attempt)) = frame.next_block() else {
+                    return;
+                };
+                let id = BlockId {
+                    stream: self.cfg.stream,
+                    frame: frame.number,
+                    block,
+                };
+                let partner = if self.cfg.hedge {
+                    (1..n)
+                        .map(|d| (slot + d) % n)
+                        .find(|&s| self.services[s].in_flight < self.cfg.outstanding)
+                } else {
+                    None
+                };
+                if let Some(other) = partner {
+                    frame.add_copy(block);
+                    self.totals.hedged += 1;
+                    self.send(other, id, attempt, true, out);
+                }
+                self.send(slot, id, attempt, partner.is_some(), out);
+            }
+        }
+        self.next_slot = (self.next_slot + 1) % n;
+    }
+
+    fn send(&mut self, slot: usize, block: BlockId, attempt: u8, hedged: bool, out: &mut Vec<u8>) {
+        let request_id = self.next_request_id;
+        self.next_request_id += 1;
+        Request {
+            id: block,
+            request_id,
+        }
+        .encode(out);
+        let service = &mut self.services[slot];
+        let timeout_ns = if self.cfg.adaptive_timeout {
+            service.rto.rto_ns()
+        } else {
+            (self.cfg.timeout_ms * 1e6) as u64
+        };
+        let sent_ns = clock::now_ns();
+        // A failed send (the service is gone) is a request lost on the way: it times out.
+        if service.socket.send(out).is_err() {
+            self.totals.send_errors += 1;
+        }
+        service.in_flight += 1;
+        self.totals.sent += 1;
+        self.totals.bytes_tx += out.len() as u64;
+        if attempt > 1 {
+            self.totals.retransmissions += 1;
+        }
+        self.in_flight.insert(
+            request_id,
+            Flight {
+                slot,
+                block,
+                sent_ns,
+                deadline_ns: sent_ns + timeout_ns,
+                timeout_ns,
+                attempt,
+                hedged,
+            },
+        );
+    }
+
+    fn next_wake_ns(&self) -> u64 {
+        let deadline = self.in_flight.values().map(|f| f.deadline_ns).min();
+        let late = self.late_windows.front().map(|&(until, _)| until);
+        deadline.into_iter().chain(late).min().unwrap_or(u64::MAX)
+    }
+
+    /// Requests past their deadline: given up (or queued again), remembered for late replies.
+    fn expire(&mut self, now_ns: u64) {
+        if !self.in_flight.values().any(|f| f.deadline_ns <= now_ns) {
+            return; // the common pass: nothing to collect
+        }
+        let due: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.deadline_ns <= now_ns)
+            .map(|(&id, _)| id)
+            .collect();
+        for request_id in due {
+            let Some(flight) = self.in_flight.remove(&request_id) else {
+                continue;
+            };
+            let service = &mut self.services[flight.slot];
+            service.in_flight -= 1;
+            if self.cfg.adaptive_timeout {
+                service.rto.back_off();
+            }
+            self.block_failed(&flight);
+            if self.late_windows.len() >= MAX_EXPIRED {
+                self.finalize_oldest();
+            }
+            let late_until_ns = flight.deadline_ns + self.cfg.late_window_ns();
+            self.late_windows.push_back((late_until_ns, request_id));
+            self.expired.insert(request_id, flight);
+        }
+    }
+
+    fn block_failed(&mut self, flight: &Flight) {
+        if let Some(frame) = self.frame.as_mut().filter(|f| f.number == flight.block.frame) {
+            frame.on_failed(flight.block.block, self.cfg.retransmit);
+        }
+    }
+
+    /// Records as timeouts the expired requests whose late window has passed (all if `all`).
+    fn finalize_expired(&mut self, now_ns: u64, all: bool) {
+        while self
+            .late_windows
+            .front()
+            .is_some_and(|&(until, _)| all || until <= now_ns)
+        {
+            self.finalize_oldest();
+        }
+    }
+
+    fn finalize_oldest(&mut self) {
+        let Some((_, request_id)) = self.late_windows.pop_front() else {
+            return;
+        };
+        // Absent when its late reply was recorded already.
+        if let Some(flight) = self.expired.remove(&request_id) {
+            self.record_timeout(request_id, &flight);
+        }
+    }
+
+    /// On a stop: what is still in flight is recorded as timed out, at once.
+    fn abandon_in_flight(&mut self) {
+        let ids: Vec<u64> = self.in_flight.keys().copied().collect();
+        for request_id in ids {
+            if let Some(f) = self.in_flight.remove(&request_id) {
+                self.record_timeout(request_id, &f);
+            }
+        }
+        self.finalize_expired(u64::MAX, true);
+    }
+
+    /// A request without a reply; its detail_ns is the timeout it was given.
+    fn record_timeout(&mut self, request_id: u64, f: &Flight) {
+        self.totals.timeouts += 1;
+        let mut s = self.sample(request_id, f, Status::Timeout as u8);
+        s.detail_ns = f.timeout_ns;
+        self.recorder.record(&s);
+    }
+
+    fn poll(&mut self, wait_ns: u64) {
+        let timeout = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: pollfds is a live slice of pollfd; the timeout and a null sigmask are valid.
+        let ready = unsafe {
+            libc::ppoll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                &timeout,
+                std::ptr::null(),
+            )
+        };
+        if ready <= 0 {
+            return;
+        }
+        for slot in 0..self.services.len() {
+            if self.pollfds[slot].revents != 0 {
+                self.read_replies(slot);
+            }
+        }
+    }
+
+    fn read_replies(&mut self, slot: usize) {
+        loop {
+            let n = match self.services[slot].socket.recv(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                // e.g. ECONNREFUSED reported for an earlier send: that request times out.
+                Err(_) => continue,
+            };
+            let received_ns = clock::now_ns();
+            self.totals.bytes_rx += n as u64;
+            let buf = std::mem::take(&mut self.buf);
+            self.on_reply(slot, &buf[..n], received_ns);
+            self.buf = buf;
+        }
+    }
+
+    fn on_reply(&mut self, slot: usize, datagram: &[u8], received_ns: u64) {
+        let Ok((h, pixels)) = ReplyHeader::decode(datagram) else {
+            self.totals.bad_replies += 1;
+            return;
+        };
+        if let Some(flight) = self.in_flight.remove(&h.request_id) {
+            if flight.slot != slot || flight.block != h.id {
+                // Not the reply to this request: put it back and ignore the datagram.
+                self.in_flight.insert(h.request_id, flight);
+                self.totals.bad_replies += 1;
+                return;
+            }
+            self.services[slot].in_flight -= 1;
+            let good = h.status == REPLY_OK && datagram::block_matches(&h.id, pixels);
+            let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
+            if good {
+                self.totals.ok += 1;
+                if flight.attempt == 1 && self.cfg.adaptive_timeout {
+                    // Karn: only requests sent once give RTT samples.
+                    self.services[slot]
+                        .rto
+                        .sample((received_ns - flight.sent_ns) as f64);
+                }
+                let useful = self
+                    .frame
+                    .as_mut()
+                    .filter(|f| f.number == h.id.frame)
+                    .is_some_and(|f| f.on_ok(h.id.block));
+                if useful {
+                    self.totals.useful_blocks += 1;
+                } else {
+                    self.totals.redundant += 1;
+                    s.flags |= FLAG_REDUNDANT;
+                }
+            } else {
+                self.totals.errors += 1;
+                s.status = Status::Error as u8;
+                self.block_failed(&flight);
+            }
+            self.recorder.record(&s);
+            return;
+        }
+        let Some(flight) = self.expired.remove(&h.request_id) else {
+            self.totals.stray += 1; // a reply after its late window, or never asked for
+            return;
+        };
+        // Late: recorded once, with the timeout it missed as detail_ns; the block stays
+        // given up (or retransmitted).
+        self.totals.late += 1;
+        let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
+        s.status = STATUS_LATE;
+        s.detail_ns = flight.timeout_ns;
+        self.recorder.record(&s);
+    }
+
+    fn sample(&self, request_id: u64, f: &Flight, status: u8) -> Sample {
+        let mut flags = 0;
+        if f.attempt > 1 {
+            flags |= FLAG_RETRANSMISSION;
+        }
+        if f.hedged {
+            flags |= FLAG_HEDGED;
+        }
+        Sample {
+            request_id,
+            // A block request leaves as soon as a slot is free: intended is the send.
+            intended_ns: f.sent_ns,
+            sent_ns: f.sent_ns,
+            bytes_out: REQUEST_BYTES as u32,
+            client: f.block.frame,
+            arg: f.block.block,
+            op: 0,
+            flags,
+            status,
+            service: self.services[f.slot].id,
+            ..Default::default()
+        }
+    }
+
+    fn reply_sample(&self, id: u64, f: &Flight, h: &ReplyHeader, received_ns: u64, bytes: usize) -> Sample {
+        Sample {
+            received_ns,
+            server_ns: h.server_ns,
+            service_ns: h.server_ns,
+            detail_ns: h.delay_ns,
+            bytes_in: bytes as u32,
+            ..self.sample(id, f, Status::Ok as u8)
+        }
+    }
+}

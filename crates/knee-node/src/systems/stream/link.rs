@@ -1,0 +1,243 @@
+//! Link emulation inside a block service: a delay distribution and a loss process, drawn
+//! from the service's own seeded generator so a run is reproducible from its spec.
+
+use serde::Deserialize;
+
+use crate::rng::Rng;
+
+/// Longest emulated delay: a reply never waits longer than this in the timer queue.
+pub const MAX_DELAY_MS: f64 = 60_000.0;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Delay {
+    Fixed {
+        ms: f64,
+    },
+    Uniform {
+        min_ms: f64,
+        max_ms: f64,
+    },
+    /// exp(N(ln median, spread^2)): `spread` is the sigma of the log (0.5 gives a p99 ~3.2 x
+    /// the median).
+    Lognormal {
+        median_ms: f64,
+        spread: f64,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Loss {
+    None,
+    /// Each request lost independently with probability p.
+    Bernoulli {
+        p: f64,
+    },
+    /// Two states: good (loss probability `loss_good`) and bad (`loss_bad`); after each
+    /// request the chain moves good -> bad with `p_good_bad` and bad -> good with
+    /// `p_bad_good`. Losses come in bursts of mean length ~1 / p_bad_good.
+    GilbertElliott {
+        p_good_bad: f64,
+        p_bad_good: f64,
+        #[serde(default)]
+        loss_good: f64,
+        #[serde(default = "one")]
+        loss_bad: f64,
+    },
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn probability(name: &str, p: f64) -> Result<(), String> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(format!("{name} must be a probability in [0, 1], got {p}"))
+    }
+}
+
+fn delay_ms(name: &str, ms: f64) -> Result<(), String> {
+    if (0.0..=MAX_DELAY_MS).contains(&ms) {
+        Ok(())
+    } else {
+        Err(format!("{name} must be in [0, {MAX_DELAY_MS}] ms, got {ms}"))
+    }
+}
+
+impl Delay {
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Delay::Fixed { ms } => delay_ms("delay.ms", ms),
+            Delay::Uniform { min_ms, max_ms } => {
+                delay_ms("delay.min_ms", min_ms)?;
+                delay_ms("delay.max_ms", max_ms)?;
+                if min_ms > max_ms {
+                    return Err(format!("delay.min_ms ({min_ms}) must be <= max_ms ({max_ms})"));
+                }
+                Ok(())
+            }
+            Delay::Lognormal { median_ms, spread } => {
+                delay_ms("delay.median_ms", median_ms)?;
+                if !(0.0..=3.0).contains(&spread) {
+                    return Err(format!("delay.spread must be in [0, 3], got {spread}"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// One delay, in ns (capped at MAX_DELAY_MS).
+    pub fn draw_ns(&self, rng: &mut Rng) -> u64 {
+        let ms = match *self {
+            Delay::Fixed { ms } => ms,
+            Delay::Uniform { min_ms, max_ms } => min_ms + (max_ms - min_ms) * rng.uniform(),
+            Delay::Lognormal { median_ms, spread } => median_ms * (spread * standard_normal(rng)).exp(),
+        };
+        (ms.min(MAX_DELAY_MS) * 1e6) as u64
+    }
+}
+
+/// Box-Muller: one standard normal draw.
+fn standard_normal(rng: &mut Rng) -> f64 {
+    let u1 = 1.0 - rng.uniform(); // (0, 1]: the log is finite
+    let u2 = rng.uniform();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+impl Loss {
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Loss::None => Ok(()),
+            Loss::Bernoulli { p } => probability("loss.p", p),
+            Loss::GilbertElliott {
+                p_good_bad,
+                p_bad_good,
+                loss_good,
+                loss_bad,
+            } => {
+                probability("loss.p_good_bad", p_good_bad)?;
+                probability("loss.p_bad_good", p_bad_good)?;
+                probability("loss.loss_good", loss_good)?;
+                probability("loss.loss_bad", loss_bad)?;
+                if p_bad_good == 0.0 && p_good_bad > 0.0 {
+                    return Err("loss.p_bad_good must be > 0 (else the bad state never ends)".into());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The long-run fraction of requests lost.
+    pub fn mean_rate(&self) -> f64 {
+        match *self {
+            Loss::None => 0.0,
+            Loss::Bernoulli { p } => p,
+            Loss::GilbertElliott {
+                p_good_bad,
+                p_bad_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let total = p_good_bad + p_bad_good;
+                let bad = if total > 0.0 { p_good_bad / total } else { 0.0 };
+                (1.0 - bad) * loss_good + bad * loss_bad
+            }
+        }
+    }
+}
+
+/// A loss process with its state (Gilbert-Elliott remembers good/bad).
+pub struct LossProcess {
+    loss: Loss,
+    bad: bool,
+}
+
+impl LossProcess {
+    pub fn new(loss: Loss) -> Self {
+        LossProcess { loss, bad: false }
+    }
+
+    /// Whether the next request is lost.
+    pub fn lose(&mut self, rng: &mut Rng) -> bool {
+        match self.loss {
+            Loss::None => false,
+            Loss::Bernoulli { p } => rng.uniform() < p,
+            Loss::GilbertElliott {
+                p_good_bad,
+                p_bad_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let lost = rng.uniform() < if self.bad { loss_bad } else { loss_good };
+                let flip = if self.bad { p_bad_good } else { p_good_bad };
+                if rng.uniform() < flip {
+                    self.bad = !self.bad;
+                }
+                lost
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loss_rate(loss: Loss, n: usize) -> f64 {
+        let (mut rng, mut process) = (Rng::new(9), LossProcess::new(loss));
+        (0..n).filter(|_| process.lose(&mut rng)).count() as f64 / n as f64
+    }
+
+    #[test]
+    fn loss_rates_match_their_means() {
+        assert!((loss_rate(Loss::Bernoulli { p: 0.05 }, 200_000) - 0.05).abs() < 0.003);
+        let ge = Loss::GilbertElliott {
+            p_good_bad: 0.01,
+            p_bad_good: 0.2,
+            loss_good: 0.0,
+            loss_bad: 1.0,
+        };
+        let mean = ge.mean_rate();
+        assert!((mean - 0.01 / 0.21).abs() < 1e-12);
+        assert!((loss_rate(ge, 400_000) - mean).abs() < 0.006);
+        assert_eq!(loss_rate(Loss::None, 1000), 0.0);
+    }
+
+    #[test]
+    fn gilbert_elliott_losses_come_in_bursts() {
+        let ge = Loss::GilbertElliott {
+            p_good_bad: 0.01,
+            p_bad_good: 0.1,
+            loss_good: 0.0,
+            loss_bad: 1.0,
+        };
+        let (mut rng, mut process) = (Rng::new(4), LossProcess::new(ge));
+        let lost: Vec<bool> = (0..200_000).map(|_| process.lose(&mut rng)).collect();
+        let runs = lost.windows(2).filter(|w| w[1] && !w[0]).count();
+        let mean_burst = lost.iter().filter(|&&l| l).count() as f64 / runs as f64;
+        assert!((mean_burst - 10.0).abs() < 1.5, "mean burst {mean_burst}");
+    }
+
+    #[test]
+    fn lognormal_median_and_checks() {
+        let d = Delay::Lognormal {
+            median_ms: 150.0,
+            spread: 0.3,
+        };
+        let mut rng = Rng::new(1);
+        let mut v: Vec<u64> = (0..20_001).map(|_| d.draw_ns(&mut rng)).collect();
+        v.sort_unstable();
+        let median_ms = v[10_000] as f64 / 1e6;
+        assert!((median_ms - 150.0).abs() < 3.0, "median {median_ms}");
+        assert!(Delay::Uniform {
+            min_ms: 5.0,
+            max_ms: 1.0
+        }
+        .check()
+        .is_err());
+        assert!(Loss::Bernoulli { p: 1.5 }.check().is_err());
+    }
+}

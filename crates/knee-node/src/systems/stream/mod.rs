@@ -1,0 +1,24 @@
+//! stream (report 000): block services that emulate lossy links, and the FrameAccessor
+//! client that fetches frames from one of them (serial) or several (parallel).
+//!
+//! UDP rather than the framed TCP of the other systems: a lost datagram is the point.
+//! `docs/stream.md` describes the design and what it guarantees.
+
+mod accessor;
+mod client;
+mod datagram;
+mod frames;
+mod link;
+mod rto;
+mod service;
+mod timer;
+
+/// `knee-node serve stream`: one block service.
+pub fn serve(config: &serde_json::Value) -> Result<(), String> {
+    service::run(config)
+}
+
+/// `knee-node load stream`: the FrameAccessor client, which records one sample per request.
+pub fn load(config: &serde_json::Value) -> Result<(), String> {
+    client::run(config)
+}

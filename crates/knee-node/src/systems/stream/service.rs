@@ -1,0 +1,300 @@
+//! The block service role (`knee-node serve stream`): one UDP socket on 127.0.0.1, one
+//! thread. It reads block requests, emulates its link (loss decided on arrival, the reply
+//! held in a bounded timer queue for the emulated delay) and sends replies when due.
+//! Malformed datagrams are counted and ignored; nothing a client sends can stop it.
+
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+
+use serde::Deserialize;
+
+use super::datagram::{self, BlockId, ReplyHeader, Request, BLOCK_SIDE_PX, REPLY_NO_SUCH_BLOCK, REPLY_OK};
+use super::link::{Delay, Loss, LossProcess};
+use super::timer::{Pending, TimerQueue};
+use crate::rng::Rng;
+use crate::{clock, report, signals};
+
+/// Largest frame side, in pixels; the catalog is checked against it.
+const MAX_SIDE_PX: u32 = 4096;
+const MAX_STREAMS: usize = 256;
+/// Datagrams read per pass before due replies are sent again, so a flood cannot starve them.
+const MAX_READS_PER_PASS: usize = 256;
+/// Longest wait for a datagram, so a stop request and the stats line are noticed.
+const IDLE_WAIT_NS: u64 = 20_000_000;
+/// Larger than any valid request: a longer datagram arrives truncated to this and is malformed.
+const RECV_BUFFER_BYTES: usize = 2048;
+/// Malformed datagrams logged with their reason; later ones are only counted.
+const MAX_LOGGED_MALFORMED: u64 = 10;
+
+fn default_listen() -> String {
+    "127.0.0.1:0".into()
+}
+fn default_streams() -> Vec<(u32, u32)> {
+    vec![(256, 192)]
+}
+fn default_delay() -> Delay {
+    Delay::Fixed { ms: 0.0 }
+}
+fn default_loss() -> Loss {
+    Loss::None
+}
+fn default_max_pending() -> usize {
+    100_000
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeOptions {
+    #[serde(default = "default_listen")]
+    listen: String,
+    #[serde(default)]
+    server: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// `[width_px, height_px]` of each stream's frames, multiples of 16.
+    #[serde(default = "default_streams")]
+    pub streams: Vec<(u32, u32)>,
+    #[serde(default = "default_delay")]
+    pub delay: Delay,
+    #[serde(default = "default_loss")]
+    pub loss: Loss,
+    #[serde(default)]
+    pub seed: u64,
+    /// Replies waiting for their delay beyond this are dropped (and counted).
+    #[serde(default = "default_max_pending")]
+    pub max_pending: usize,
+}
+
+impl ServiceConfig {
+    pub fn check(&self) -> Result<(), String> {
+        if self.streams.is_empty() || self.streams.len() > MAX_STREAMS {
+            return Err(format!(
+                "streams: give 1..={MAX_STREAMS} [width_px, height_px] pairs"
+            ));
+        }
+        for (i, &(w, h)) in self.streams.iter().enumerate() {
+            let ok = |side: u32| {
+                (BLOCK_SIDE_PX..=MAX_SIDE_PX).contains(&side) && side.is_multiple_of(BLOCK_SIDE_PX)
+            };
+            if !ok(w) || !ok(h) {
+                return Err(format!(
+                    "streams[{i}]: {w} x {h} px; each side must be a multiple of 16 in 16..={MAX_SIDE_PX}"
+                ));
+            }
+        }
+        if !(1..=10_000_000).contains(&self.max_pending) {
+            return Err("max_pending must be 1..=10000000".into());
+        }
+        self.delay.check()?;
+        self.loss.check()
+    }
+
+    fn blocks_of(&self, stream: u16) -> Option<u32> {
+        let &(w, h) = self.streams.get(stream as usize)?;
+        Some((w / BLOCK_SIDE_PX) * (h / BLOCK_SIDE_PX))
+    }
+}
+
+/// Cumulative counts, printed in each `stats` line.
+#[derive(Default)]
+struct Counts {
+    received: u64,
+    replied: u64,
+    /// Lost by the emulated link (never answered).
+    dropped: u64,
+    /// Refused by the full timer queue (never answered).
+    overflow: u64,
+    malformed: u64,
+    /// Well formed, but no such stream or block (answered with an error status).
+    bad_requests: u64,
+    send_errors: u64,
+    bytes_rx: u64,
+    bytes_tx: u64,
+}
+
+pub fn run(config: &serde_json::Value) -> Result<(), String> {
+    let opts: ServeOptions =
+        serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
+    let server = if opts.server.is_null() {
+        serde_json::json!({})
+    } else {
+        opts.server
+    };
+    let cfg: ServiceConfig = serde_json::from_value(server).map_err(|e| format!("server parameters: {e}"))?;
+    cfg.check().map_err(|e| format!("server parameters: {e}"))?;
+    let socket = UdpSocket::bind(&opts.listen).map_err(|e| format!("binding {}: {e}", opts.listen))?;
+    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let addr = socket.local_addr().map_err(|e| e.to_string())?;
+    clock::tighten_timer_slack();
+    report::emit(&serde_json::json!({
+        "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
+    }));
+    Service {
+        rng: Rng::new(cfg.seed),
+        loss: LossProcess::new(cfg.loss.clone()),
+        queue: TimerQueue::new(cfg.max_pending),
+        cfg,
+        socket,
+        counts: Counts::default(),
+    }
+    .serve();
+    Ok(())
+}
+
+struct Service {
+    cfg: ServiceConfig,
+    socket: UdpSocket,
+    rng: Rng,
+    loss: LossProcess,
+    queue: TimerQueue,
+    counts: Counts,
+}
+
+impl Service {
+    /// Serves until SIGTERM/SIGINT, then prints a last `stats` line.
+    fn serve(&mut self) {
+        let (mut buf, mut out) = (
+            vec![0u8; RECV_BUFFER_BYTES],
+            Vec::with_capacity(datagram::REPLY_BYTES),
+        );
+        let mut next_stats_ns = clock::now_ns() + 1_000_000_000;
+        while !signals::stop_requested() {
+            let now = clock::now_ns();
+            self.send_due(now, &mut out);
+            if now >= next_stats_ns {
+                self.emit_stats(false);
+                next_stats_ns += 1_000_000_000;
+            }
+            let until_due = self
+                .queue
+                .next_due_ns()
+                .map_or(IDLE_WAIT_NS, |t| t.saturating_sub(now));
+            if self.wait_readable(until_due.min(IDLE_WAIT_NS)) {
+                self.read_all(&mut buf, &mut out);
+            }
+        }
+        self.emit_stats(true);
+    }
+
+    /// ppoll on the socket for up to `wait_ns`; true if a datagram is waiting.
+    fn wait_readable(&self, wait_ns: u64) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: one live pollfd, a valid timespec and a null signal mask.
+        unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) > 0 }
+    }
+
+    fn read_all(&mut self, buf: &mut [u8], out: &mut Vec<u8>) {
+        for _ in 0..MAX_READS_PER_PASS {
+            match self.socket.recv_from(buf) {
+                Ok((n, from)) => {
+                    self.counts.received += 1;
+                    self.counts.bytes_rx += n as u64;
+                    self.handle(&buf[..n], from, out);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                // A UDP read error concerns one datagram (e.g. an ICMP report): go on.
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn handle(&mut self, datagram: &[u8], from: std::net::SocketAddr, out: &mut Vec<u8>) {
+        let arrived_ns = clock::now_ns();
+        let req = match Request::decode(datagram) {
+            Ok(r) => r,
+            Err(why) => {
+                self.counts.malformed += 1;
+                if self.counts.malformed <= MAX_LOGGED_MALFORMED {
+                    report::log(&format!("malformed datagram from {from} ignored: {why}"));
+                }
+                return;
+            }
+        };
+        let mut header = ReplyHeader {
+            status: REPLY_OK,
+            id: req.id,
+            request_id: req.request_id,
+            server_ns: 0,
+            delay_ns: 0,
+        };
+        if !self.exists(&req.id) {
+            // An error reply goes back at once: the link emulates data, not refusals.
+            self.counts.bad_requests += 1;
+            header.status = REPLY_NO_SUCH_BLOCK;
+            self.send(header, arrived_ns, from, out);
+            return;
+        }
+        if self.loss.lose(&mut self.rng) {
+            self.counts.dropped += 1;
+            return;
+        }
+        header.delay_ns = self.cfg.delay.draw_ns(&mut self.rng);
+        let pending = Pending {
+            due_ns: arrived_ns + header.delay_ns,
+            arrived_ns,
+            header,
+            to: from,
+        };
+        if !self.queue.push(pending) {
+            self.counts.overflow += 1;
+        }
+    }
+
+    fn exists(&self, id: &BlockId) -> bool {
+        self.cfg
+            .blocks_of(id.stream)
+            .is_some_and(|blocks| id.block < blocks)
+    }
+
+    fn send_due(&mut self, now_ns: u64, out: &mut Vec<u8>) {
+        while let Some(p) = self.queue.pop_due(now_ns) {
+            self.send(p.header, p.arrived_ns, p.to, out);
+        }
+    }
+
+    /// Sends a reply; its server_ns is the time here minus the emulated delay.
+    fn send(
+        &mut self,
+        mut header: ReplyHeader,
+        arrived_ns: u64,
+        to: std::net::SocketAddr,
+        out: &mut Vec<u8>,
+    ) {
+        header.server_ns = (clock::now_ns() - arrived_ns).saturating_sub(header.delay_ns);
+        header.encode(out);
+        match self.socket.send_to(out, to) {
+            Ok(n) => {
+                self.counts.replied += 1;
+                self.counts.bytes_tx += n as u64;
+            }
+            // A full socket buffer or an unreachable client loses this reply, like a link.
+            Err(_) => self.counts.send_errors += 1,
+        }
+    }
+
+    fn emit_stats(&self, last: bool) {
+        let c = &self.counts;
+        report::emit(&serde_json::json!({
+            "event": "stats", "t_ns": clock::now_ns(), "final": last,
+            "received": c.received, "replied": c.replied, "dropped": c.dropped,
+            "overflow": c.overflow, "malformed": c.malformed, "bad_requests": c.bad_requests,
+            "send_errors": c.send_errors, "bytes_rx": c.bytes_rx, "bytes_tx": c.bytes_tx,
+            "loss_rate": self.cfg.loss.mean_rate(),
+            // The runner's generic time-series columns.
+            "requests": c.received, "errors": c.malformed + c.bad_requests,
+            "queue_len": self.queue.len(),
+        }));
+    }
+}

@@ -1,0 +1,243 @@
+"""The data of the stream system's figures and tables (report 000), from a run directory.
+
+Every function takes a `knee.results.Run` of `experiments/stream.toml` or
+`experiments/stream-loss.toml` and returns a pandas DataFrame, computed with arrays (no
+per-sample Python loops). Conventions of the stream samples (docs/stream.md): one sample per
+block request; `client` = frame, `arg` = block, `service` = the service's index; statuses
+ok / timeout / late / error; flags bit 0 = redundant copy (hedging), bit 1 = retransmission;
+`detail_ns` = the emulated delay of a reply, or the timeout of a request that got none in time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from knee.results import Run
+from knee.systems.stream import BLOCK_BYTES, DEFAULT_SERVICES
+
+FLAG_REDUNDANT = 1
+FLAG_RETRANSMISSION = 2
+#: Time-to-buffer levels of the first frames, and how many frames they count.
+BUFFER_LEVELS = (0.5, 0.8, 0.95, 0.99, 1.0)
+BUFFER_FRAMES = 100
+#: z of the confidence intervals of drop rates (95 %).
+Z_95 = 1.959964
+
+
+def _setting(run: Run, point: dict[str, Any], section: str, key: str, default: Any) -> Any:
+    """A point's value of section.key: swept, else its series' override, else the spec's."""
+    swept = point.get("swept", {})
+    if f"{section}.{key}" in swept:
+        return swept[f"{section}.{key}"]
+    series = run.spec.get("series", {}).get(point.get("series", ""), {})
+    if key in series.get(section, {}):
+        return series[section][key]
+    return run.spec.get(section, {}).get(key, default)
+
+
+def _service_names(run: Run, point: dict[str, Any]) -> list[str]:
+    services = _setting(run, point, "server", "services", DEFAULT_SERVICES)
+    return [s.get("name") or f"service-{i}" for i, s in enumerate(services)]
+
+
+def _blocks(run: Run) -> pd.DataFrame:
+    """Block requests, with the time each was resolved (reply, or timeout) in ns."""
+    df = run.samples
+    df = df[(df["op"] == 0) & ~df["warmup"]].copy()
+    status = df["status"].astype(str).to_numpy()
+    answered = np.isin(status, ("ok", "error"))
+    df["resolved_ns"] = np.where(answered, df["received_ns"], df["sent_ns"] + df["detail_ns"])
+    df["status"] = status
+    df["useful"] = (status == "ok") & ((df["flags"].to_numpy() & FLAG_REDUNDANT) == 0)
+    return df
+
+
+def _points(run: Run) -> pd.DataFrame:
+    rows = []
+    for p in run.points:
+        names = _service_names(run, p)
+        mode = _setting(run, p, "driver", "mode", "serial")
+        service = int(_setting(run, p, "driver", "service", 0))
+        rows.append(
+            {
+                "point": p["point"],
+                "series": p["series"],
+                "label": p["label"],
+                "mode": mode,
+                "column": names[service] if mode == "serial" else "parallel - all services",
+                "timeout_ms": float(_setting(run, p, "load", "timeout_ms", 5000.0)),
+                "loss_p": _setting(run, p, "server", "loss_p", None),
+                "names": names,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _tukey(latency_ms: pd.Series) -> pd.Series:
+    v = latency_ms.to_numpy()
+    q1, median, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+    iqr = q3 - q1
+    inside = v[(v >= q1 - 1.5 * iqr) & (v <= q3 + 1.5 * iqr)]
+    return pd.Series(
+        {
+            "n": len(v),
+            "q1_ms": q1,
+            "median_ms": median,
+            "q3_ms": q3,
+            "whisker_low_ms": inside.min(),
+            "whisker_high_ms": inside.max(),
+            "outliers_ms": np.sort(v[(v < inside.min()) | (v > inside.max())]),
+        }
+    )
+
+
+def block_latency_boxplot(run: Run) -> pd.DataFrame:
+    """Figures 1 and 2 of report 000: Tukey box plots of block latency per service, serially
+    accessed (left) and during parallel access (right). One row per (point, service): n,
+    quartiles, whiskers (most extreme value within 1.5 IQR of the box) and the outliers, in
+    ms, of every block received in time (dropped and late blocks are not latencies, as in
+    the report)."""
+    blocks = _blocks(run)
+    ok = blocks[blocks["status"] == "ok"]
+    points = _points(run).set_index("point")
+    stats = (
+        (ok["latency_ns"] / 1e6)
+        .groupby([ok["point"], ok["service"]])
+        .apply(_tukey)
+        .unstack()
+        .reset_index()
+    )
+    stats["mode"] = stats["point"].map(points["mode"])
+    stats["series"] = stats["point"].map(points["series"])
+    stats["service_name"] = [
+        points.at[p, "names"][s] for p, s in zip(stats["point"], stats["service"], strict=True)
+    ]
+    cols = ["point", "series", "mode", "service", "service_name"]
+    return stats[cols + [c for c in stats.columns if c not in cols]]
+
+
+def _per_point(run: Run) -> pd.DataFrame:
+    """Per point: elapsed time, frames, blocks and bytes (the base of the tables)."""
+    b = _blocks(run)
+    b["wire_bytes"] = b["bytes_out"] + b["bytes_in"]
+    g = b.groupby("point")
+    frames = b.groupby(["point", "client"])["useful"].agg(["sum", "size"])
+    out = pd.DataFrame(
+        {
+            "start_ns": g["sent_ns"].min(),
+            "end_ns": g["resolved_ns"].max(),
+            "requests": g.size(),
+            "useful_blocks": g["useful"].sum(),
+            "wire_bytes": g["wire_bytes"].sum(),
+            "frames": frames.groupby("point").size(),
+        }
+    )
+    out["elapsed_s"] = (out["end_ns"] - out["start_ns"]) / 1e9
+    return out
+
+
+def frames_and_bits_table(run: Run) -> pd.DataFrame:
+    """Table 1 of report 000: frames per second and bits per second of each serial client
+    (one column per service) and of the parallel client. Goodput counts the 768-byte blocks
+    received in time once (6,144 bits each, as the report); on the wire counts every request
+    and reply datagram's UDP payload, redundant and late ones included."""
+    base = _per_point(run)
+    points = _points(run).set_index("point")
+    table = pd.DataFrame(
+        {
+            "series": points["series"],
+            "column": points["column"],
+            "frames": base["frames"],
+            "elapsed_s": base["elapsed_s"],
+            "frames_per_s": base["frames"] / base["elapsed_s"],
+            "goodput_bits_per_s": base["useful_blocks"] * BLOCK_BYTES * 8 / base["elapsed_s"],
+            "wire_bits_per_s": base["wire_bytes"] * 8 / base["elapsed_s"],
+        }
+    )
+    return table.reset_index()
+
+
+def drop_rate_table(run: Run) -> pd.DataFrame:
+    """Table 2 of report 000: drop rate in % per service, serial vs parallel. A drop is a
+    request without a reply within its timeout (status timeout); late replies are counted
+    apart (late %), not as drops. With a 95 % Wilson interval of each rate."""
+    b = _blocks(run)
+    points = _points(run).set_index("point")
+    b["mode"] = b["point"].map(points["mode"])
+    b["dropped"] = b["status"] == "timeout"
+    b["late"] = b["status"] == "late"
+    g = b.groupby(["service", "mode"])
+    t = pd.DataFrame({"requests": g.size(), "dropped": g["dropped"].sum(), "late": g["late"].sum()})
+    n, p = t["requests"], t["dropped"] / t["requests"]
+    centre = (p + Z_95**2 / (2 * n)) / (1 + Z_95**2 / n)
+    half = Z_95 * np.sqrt(p * (1 - p) / n + Z_95**2 / (4 * n * n)) / (1 + Z_95**2 / n)
+    t["drop_rate_pct"] = 100 * p
+    t["ci_low_pct"], t["ci_high_pct"] = 100 * (centre - half), 100 * (centre + half)
+    t["late_pct"] = 100 * t["late"] / n
+    t = t.reset_index()
+    names = _service_names(run, run.points[0]) if run.points else []
+    t["service_name"] = [names[s] if s < len(names) else str(s) for s in t["service"]]
+    return t
+
+
+def time_to_buffer(run: Run) -> pd.DataFrame:
+    """Time to buffer 50, 80, 95, 99 and 100 % of the first 100 frames of each point (s from
+    the first request): a frame is buffered once every block arrived or was given up."""
+    b = _blocks(run)
+    b = b[b["client"] < b.groupby("point")["client"].transform("min") + BUFFER_FRAMES]
+    done = b.groupby(["point", "client"])["resolved_ns"].max()
+    start = b.groupby("point")["sent_ns"].min()
+    rows = []
+    for point, frame_done in done.groupby(level="point"):
+        t = np.sort(frame_done.to_numpy() - start[point]) / 1e9
+        row: dict[str, Any] = {"point": point, "frames": len(t)}
+        for level in BUFFER_LEVELS:
+            k = int(np.ceil(level * len(t)))
+            row[f"t_{round(level * 100)}pct_s"] = t[k - 1] if k >= 1 else np.nan
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    return out.merge(_points(run)[["point", "series", "label"]], on="point")
+
+
+def throughput_vs_loss(run: Run) -> pd.DataFrame:
+    """The loss experiment's figure: time per delivered block and goodput against the loss
+    rate p, with and without retransmission, next to the expected time per block
+    L + p/(1-p) T (L: the mean latency of the blocks received in time at that point, T: the
+    timeout). Retransmitting until a block arrives takes L + p/(1-p) T per block; without
+    retransmission a block takes (1-p) L + p T and only a fraction 1-p arrive, which is the
+    same time per *delivered* block: retransmission changes the delivered fraction, not the
+    goodput (with a fixed timeout). `measured_loss_p` is the fraction of requests that timed
+    out: a short run's realized loss differs from the nominal p by chance."""
+    b = _blocks(run)
+    base = _per_point(run)
+    points = _points(run).set_index("point")
+    latency_s = b[b["status"] == "ok"].groupby("point")["latency_ns"].mean() / 1e9
+    blocks = b.drop_duplicates(["point", "client", "arg"]).groupby("point").size()
+    lost = (b["status"] == "timeout").groupby(b["point"]).mean()
+    retransmissions = b.groupby("point")["flags"].apply(
+        lambda f: int(np.count_nonzero(f.to_numpy() & FLAG_RETRANSMISSION))
+    )
+    p = points["loss_p"].astype(float)
+    t_s = points["timeout_ms"] / 1e3
+    measured_s = base["elapsed_s"] / base["useful_blocks"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected_s = latency_s + p / (1 - p) * t_s
+    out = pd.DataFrame(
+        {
+            "series": points["series"],
+            "loss_p": p,
+            "measured_loss_p": lost,
+            "timeout_s": t_s,
+            "latency_s": latency_s,
+            "retransmissions": retransmissions,
+            "delivered_fraction": base["useful_blocks"] / blocks,
+            "time_per_block_s": measured_s,
+            "expected_time_per_block_s": expected_s,
+            "goodput_bits_per_s": BLOCK_BYTES * 8 / measured_s,
+            "expected_goodput_bits_per_s": BLOCK_BYTES * 8 / expected_s,
+        }
+    )
+    return out.reset_index()

@@ -1,0 +1,287 @@
+"""stream (report 000): block services on UDP that emulate lossy links, and a FrameAccessor
+client that fetches frames from one of them (serial) or from several at once (parallel).
+
+A point starts the services its client uses (``service-<i>``, i = the service's index in
+``server.services``) and then the client (``client``), which records one sample per block
+request. See docs/stream.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from knee.params import Param, RuleError, Sections
+from knee.systems.base import NodePlan, System
+
+if TYPE_CHECKING:
+    from knee.spec import Point
+
+BLOCK_SIDE_PX = 16
+BLOCK_BYTES = BLOCK_SIDE_PX * BLOCK_SIDE_PX * 3
+MAX_SERVICES = 64
+MAX_SIDE_PX = 4096
+
+#: The report's streams differ in frame size; stream 7 is the smallest (192 blocks, which
+#: matches the report's ~1,900 samples for 10 frames).
+DEFAULT_STREAMS = [
+    [1280, 720],
+    [1024, 768],
+    [960, 544],
+    [800, 608],
+    [640, 480],
+    [640, 352],
+    [320, 240],
+    [256, 192],
+]
+
+#: Four services like the report's (draco, dobby, harry, bellatrix): median ~150 ms, ~5 %
+#: drops; they differ in their tails, as the report's box plots do.
+DEFAULT_SERVICES = [
+    {"name": "draco", "delay": "lognormal", "median_ms": 151.0, "spread": 0.35, "loss_p": 0.05},
+    {"name": "dobby", "delay": "lognormal", "median_ms": 153.0, "spread": 0.25, "loss_p": 0.05},
+    {"name": "harry", "delay": "lognormal", "median_ms": 155.0, "spread": 0.30, "loss_p": 0.05},
+    {"name": "bellatrix", "delay": "lognormal", "median_ms": 158.0, "spread": 0.40, "loss_p": 0.05},
+]
+
+#: Keys of one service table: type, default, and what it means.
+SERVICE_KEYS: dict[str, Param] = {
+    "name": Param("str", "", "a label for tables and figures"),
+    "delay": Param("str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")),
+    "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=60_000),
+    "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=60_000),
+    "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=60_000),
+    "median_ms": Param("float", 0.0, "lognormal: median delay", min=0, max=60_000),
+    "spread": Param("float", 0.0, "lognormal: sigma of the log of the delay", min=0, max=3),
+    "loss": Param(
+        "str",
+        "bernoulli",
+        "loss process",
+        choices=("none", "bernoulli", "gilbert-elliott"),
+    ),
+    "loss_p": Param("float", 0.0, "bernoulli: probability a request is lost", min=0, max=1),
+    "p_good_bad": Param("float", 0.0, "gilbert-elliott: good -> bad per request", min=0, max=1),
+    "p_bad_good": Param("float", 0.0, "gilbert-elliott: bad -> good per request", min=0, max=1),
+    "loss_good": Param("float", 0.0, "gilbert-elliott: loss probability when good", min=0, max=1),
+    "loss_bad": Param("float", 1.0, "gilbert-elliott: loss probability when bad", min=0, max=1),
+}
+
+
+def _check_value(key: str, param: Param, value: Any) -> Any:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if param.type == "float" and number:
+        value = float(value)
+    elif param.type == "str" and isinstance(value, str):
+        pass
+    else:
+        raise RuleError(key, f"expected {param.expected()}, got {value!r}")
+    ok = param.choices is None or value in param.choices
+    if number:
+        ok = ok and (param.min is None or value >= param.min)
+        ok = ok and (param.max is None or value <= param.max)
+    if not ok:
+        raise RuleError(key, f"expected {param.expected()}, got {value!r}")
+    return value
+
+
+def service_table(index: int, table: Any) -> dict[str, Any]:
+    """One entry of server.services checked and defaulted (raises RuleError)."""
+    key = f"server.services[{index}]"
+    if not isinstance(table, dict):
+        raise RuleError(key, f"expected a table of {', '.join(SERVICE_KEYS)}, got {table!r}")
+    out = {name: p.default for name, p in SERVICE_KEYS.items()}
+    for name, value in table.items():
+        if name not in SERVICE_KEYS:
+            raise RuleError(f"{key}.{name}", f"unknown key; expected one of: {', '.join(out)}")
+        out[name] = _check_value(f"{key}.{name}", SERVICE_KEYS[name], value)
+    if not out["name"]:
+        out["name"] = f"service-{index}"
+    if out["delay"] == "uniform" and out["min_ms"] > out["max_ms"]:
+        raise RuleError(f"{key}.min_ms", f"min_ms ({out['min_ms']:g}) must be <= max_ms")
+    if out["loss"] == "gilbert-elliott" and out["p_good_bad"] > 0 and out["p_bad_good"] == 0:
+        raise RuleError(f"{key}.p_bad_good", "must be > 0, else the bad state never ends")
+    return out
+
+
+def _check_streams(streams: list[Any]) -> None:
+    if not streams:
+        raise RuleError("server.streams", "expected a non-empty list of [width_px, height_px]")
+    for i, stream in enumerate(streams):
+        ok = isinstance(stream, list) and len(stream) == 2
+        ok = ok and all(
+            isinstance(side, int)
+            and not isinstance(side, bool)
+            and BLOCK_SIDE_PX <= side <= MAX_SIDE_PX
+            and side % BLOCK_SIDE_PX == 0
+            for side in stream
+        )
+        if not ok:
+            raise RuleError(
+                f"server.streams[{i}]",
+                f"expected [width_px, height_px], multiples of 16 in 16..{MAX_SIDE_PX}; "
+                f"got {stream!r}",
+            )
+
+
+def _stream_rule(s: Sections) -> None:
+    server, driver, load = s["server"], s["driver"], s["load"]
+    _check_streams(server["streams"])
+    services = server["services"]
+    if not 1 <= len(services) <= MAX_SERVICES:
+        raise RuleError("server.services", f"expected 1..{MAX_SERVICES} service tables")
+    server["services"] = [service_table(i, t) for i, t in enumerate(services)]
+    names = [t["name"] for t in server["services"]]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise RuleError(f"server.services[{i}].name", f"{name!r} is used twice")
+    if driver["stream"] >= len(server["streams"]):
+        raise RuleError(
+            "driver.stream",
+            f"no stream {driver['stream']}: server.streams has {len(server['streams'])}",
+        )
+    if driver["mode"] == "serial":
+        if driver["service"] >= len(services):
+            raise RuleError(
+                "driver.service", f"no service {driver['service']}: there are {len(services)}"
+            )
+        if driver["outstanding"] != 1 or driver["hedge"]:
+            raise RuleError(
+                "driver.mode",
+                "serial means one service and one request outstanding: "
+                "outstanding = 1 and no hedge (or use mode = 'parallel')",
+            )
+    elif driver["hedge"] and len(services) < 2:
+        raise RuleError("driver.hedge", "hedging needs at least two services")
+    if load["schedule"] != "closed" or load["clients"] != 1 or load["think_ms"] != 0:
+        raise RuleError(
+            "load.schedule",
+            "the FrameAccessor is one closed-loop client: "
+            "schedule = 'closed', clients = 1, think_ms = 0",
+        )
+    if load["requests"] is not None or load["duration_s"] is None:
+        raise RuleError(
+            "load.requests",
+            "stream is bounded by driver.frames and load.duration_s (give duration_s, "
+            "not requests)",
+        )
+    if driver["min_rto_ms"] > load["timeout_ms"]:
+        raise RuleError("driver.min_rto_ms", "must be <= load.timeout_ms (the largest RTO)")
+
+
+def service_config(table: dict[str, Any], streams: list[list[int]], seed: int) -> dict[str, Any]:
+    """The JSON server parameters of one block service (knee-node serve stream)."""
+    delay: dict[str, Any] = {
+        "fixed": lambda: {"kind": "fixed", "ms": table["delay_ms"]},
+        "uniform": lambda: {
+            "kind": "uniform",
+            "min_ms": table["min_ms"],
+            "max_ms": table["max_ms"],
+        },
+        "lognormal": lambda: {
+            "kind": "lognormal",
+            "median_ms": table["median_ms"],
+            "spread": table["spread"],
+        },
+    }[table["delay"]]()
+    loss: dict[str, Any] = {"kind": table["loss"]}
+    if table["loss"] == "bernoulli":
+        loss["p"] = table["loss_p"]
+    elif table["loss"] == "gilbert-elliott":
+        for key in ("p_good_bad", "p_bad_good", "loss_good", "loss_bad"):
+            loss[key] = table[key]
+    return {"streams": streams, "delay": delay, "loss": loss, "seed": seed}
+
+
+def used_services(point: Point) -> list[int]:
+    """Indices of the services a point's client fetches from."""
+    if point.driver["mode"] == "serial":
+        return [point.driver["service"]]
+    return list(range(len(point.server["services"])))
+
+
+def blocks_per_frame(width_px: int, height_px: int) -> int:
+    return (width_px // BLOCK_SIDE_PX) * (height_px // BLOCK_SIDE_PX)
+
+
+def _topology(point: Point) -> list[NodePlan]:
+    server, driver, load = point.server, point.driver, point.load
+    seed = int(point.experiment["seed"])
+    used = used_services(point)
+    plans = []
+    for i in used:
+        table = dict(server["services"][i])
+        if server["loss_p"] is not None:  # the loss experiment's sweep
+            table.update(loss="bernoulli", loss_p=server["loss_p"])
+        cfg = service_config(table, server["streams"], seed * 1000 + i)
+        cfg["max_pending"] = server["max_pending"]
+        plans.append(NodePlan(f"service-{i}", "serve", {"server": cfg}))
+    client = {
+        "services": [f"{{addr:service-{i}}}" for i in used],
+        "service_ids": used,
+        "stream": driver["stream"],
+        "blocks_per_frame": blocks_per_frame(*server["streams"][driver["stream"]]),
+        "frames": driver["frames"],
+        "outstanding": driver["outstanding"],
+        "timeout_ms": load["timeout_ms"],
+        "retransmit": driver["retransmit"],
+        "adaptive_timeout": driver["adaptive_timeout"],
+        "min_rto_ms": driver["min_rto_ms"],
+        "hedge": driver["hedge"],
+        "duration_s": load["duration_s"],
+        "warmup_s": load["warmup_s"],
+    }
+    plans.append(NodePlan("client", "load", client, records=True))
+    return plans
+
+
+STREAM = System(
+    name="stream",
+    summary="lossy UDP block services and a serial/parallel frame client (report 000)",
+    server={
+        "services": Param(
+            "list",
+            DEFAULT_SERVICES,
+            "one table per service: name, delay (fixed delay_ms | uniform min_ms max_ms | "
+            "lognormal median_ms spread), loss (none | bernoulli loss_p | gilbert-elliott "
+            "p_good_bad p_bad_good loss_good loss_bad)",
+        ),
+        "streams": Param("list", DEFAULT_STREAMS, "[width_px, height_px] of each stream"),
+        "loss_p": Param(
+            "float",
+            None,
+            "if given, every service loses requests with this Bernoulli p (for sweeps)",
+            min=0,
+            max=1,
+        ),
+        "max_pending": Param(
+            "int", 100_000, "replies waiting for their delay beyond this are dropped", min=1
+        ),
+    },
+    driver={
+        "mode": Param(
+            "str",
+            "serial",
+            "serial: one service, one request at a time; parallel: every service",
+            choices=("serial", "parallel"),
+        ),
+        "service": Param("int", 0, "serial: which service (index in server.services)", min=0),
+        "stream": Param("int", 7, "which stream (index in server.streams)", min=0, max=255),
+        "frames": Param("int", 10, "frames to fetch, in order", min=1, max=10_000_000),
+        "outstanding": Param("int", 1, "requests in flight per service", min=1, max=1024),
+        "retransmit": Param(
+            "int",
+            0,
+            "retransmissions per block after a timeout (0: none, as in the report)",
+            min=0,
+            max=100,
+        ),
+        "adaptive_timeout": Param(
+            "bool", False, "per-service RFC 6298 timeout (starting at, and at most, timeout_ms)"
+        ),
+        "min_rto_ms": Param(
+            "float", 1.0, "adaptive timeout: lowest RTO", min=0, min_exclusive=True
+        ),
+        "hedge": Param("bool", False, "parallel: send each block to two services, first wins"),
+    },
+    rules=(_stream_rule,),
+    topology=_topology,
+)
