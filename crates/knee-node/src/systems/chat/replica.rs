@@ -49,7 +49,7 @@ impl Detector {
             tx.exec(
                 "INSERT INTO replicas(id, beat) VALUES($1, 1) \
                  ON CONFLICT(id) DO UPDATE SET beat = replicas.beat + 1",
-                &[me.clone()],
+                std::slice::from_ref(&me),
             )?;
             tx.rows("SELECT id, beat FROM replicas", &[])
         })?;

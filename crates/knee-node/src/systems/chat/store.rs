@@ -92,7 +92,7 @@ const PG_RETRIES: usize = 3;
 pub enum Store {
     Sqlite(rusqlite::Connection),
     Postgres {
-        client: postgres::Client,
+        client: Box<postgres::Client>,
         statements: HashMap<&'static str, postgres::Statement>,
     },
 }
@@ -125,7 +125,7 @@ impl Store {
                     .batch_execute(&setup)
                     .map_err(|e| format!("PostgreSQL setup: {e}"))?;
                 Ok(Store::Postgres {
-                    client,
+                    client: Box::new(client),
                     statements: HashMap::new(),
                 })
             }

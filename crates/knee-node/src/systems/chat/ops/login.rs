@@ -7,7 +7,10 @@ use crate::systems::chat::store::{Tx, Value};
 
 pub fn login(tx: &mut dyn Tx, user: &str, password: &str) -> Result {
     let name = Value::Text(user.to_string());
-    let rows = tx.rows("SELECT password FROM users WHERE name = $1", &[name.clone()])?;
+    let rows = tx.rows(
+        "SELECT password FROM users WHERE name = $1",
+        std::slice::from_ref(&name),
+    )?;
     match rows.into_iter().next().and_then(|r| r.into_iter().next()) {
         None => {
             tx.exec(

@@ -9,7 +9,7 @@ pub fn logout(tx: &mut dyn Tx, user: &str, room: u32) -> Result {
     let room = Value::Int(room as i64);
     let changed = tx.exec(
         "UPDATE users SET logged_in = 0 WHERE name = $1 AND logged_in = 1",
-        &[name.clone()],
+        std::slice::from_ref(&name),
     )?;
     if changed == 0 {
         return Ok(ack(false)); // unknown or not logged in
@@ -18,7 +18,10 @@ pub fn logout(tx: &mut dyn Tx, user: &str, room: u32) -> Result {
         "DELETE FROM members WHERE room = $1 AND name = $2",
         &[room.clone(), name],
     )?;
-    let left = tx.rows("SELECT COUNT(*) FROM members WHERE room = $1", &[room.clone()])?;
+    let left = tx.rows(
+        "SELECT COUNT(*) FROM members WHERE room = $1",
+        std::slice::from_ref(&room),
+    )?;
     if left
         .first()
         .and_then(|r| r.first())
