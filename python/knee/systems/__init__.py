@@ -12,10 +12,11 @@ from knee.systems.base import (
     server_config,
     target_rate_per_s,
 )
+from knee.systems.chat import CHAT
 from knee.systems.echo import ECHO
 from knee.systems.matrix import MATRIX
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX)}
+SYSTEMS: dict[str, System] = {s.name: s for s in (CHAT, ECHO, MATRIX)}
 
 __all__ = [
     "SYSTEMS",

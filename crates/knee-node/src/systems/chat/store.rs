@@ -130,6 +130,10 @@ impl Store {
                 })
             }
             (None, Some(path)) => {
+                // The runner names a file in the point's scratch folder, made on demand.
+                if let Some(dir) = std::path::Path::new(path).parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                }
                 let conn = rusqlite::Connection::open(path).map_err(|e| format!("opening {path}: {e}"))?;
                 conn.busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .map_err(|e| e.to_string())?;
