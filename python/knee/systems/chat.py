@@ -108,15 +108,18 @@ CHAT = System(
         "mix": Param(
             "str",
             "login_logout",
-            "login_logout (the report's measurement) or session (login, join, post, fetch, "
-            "logout)",
+            "login_logout (the report's measurement) or session (login, join, post, fetch, logout)",
             choices=("login_logout", "session"),
         ),
-        "reply_bytes": Param("int", 4, "each reply is padded to this many bytes", min=4, max=1 << 20),
+        "reply_bytes": Param(
+            "int", 4, "each reply is padded to this many bytes", min=4, max=1 << 20
+        ),
         "rooms": Param("int", 1, "client i chats in room i % rooms", min=1, max=1_000_000),
         "message_bytes": Param("int", 64, "posted message size", min=0, max=4096),
         "retries": Param("int", 50, "attempts after the first, on failure", min=0, max=1000),
-        "backoff_ms": Param("float", 10.0, "first retry backoff (doubles, at most 200 ms)", min=0.1),
+        "backoff_ms": Param(
+            "float", 10.0, "first retry backoff (doubles, at most 200 ms)", min=0.1
+        ),
     },
     rules=(_chat_rule,),
     topology=chat_topology,
