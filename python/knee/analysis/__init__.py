@@ -1,0 +1,1 @@
+"""Per-system analyses: the data behind each system's figures and tables."""
