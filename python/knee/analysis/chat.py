@@ -138,8 +138,8 @@ def magic_one_percent(run: Run) -> pd.DataFrame:
 
 
 def failover_timeline(run: Run, point: int = 0) -> dict[str, Any]:
-    """Figure: latency over time with the kill marked. ``samples`` has each request's reply
-    time (s since the run's start), latency (ms), status and the replica that answered;
+    """Figure: latency over time with the kill marked. ``samples`` has each request's intended
+    send time (s since the run's start), latency (ms), status and the replica that answered;
     ``events`` the kill/stop/start times (s)."""
     s = run.samples[run.samples["point"] == point]
     frame = pd.DataFrame(
