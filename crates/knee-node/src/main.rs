@@ -145,6 +145,9 @@ fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     if system == "stream" {
         return systems::stream::load(config); // its own client loop (FrameAccessor)
     }
+    if system == "chat" {
+        return systems::chat::client::run(config); // its own client loop, with failover
+    }
     let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     let factory = systems::driver(system, &cfg.driver)?;
     knee_node::load::run(cfg, Arc::clone(&factory))

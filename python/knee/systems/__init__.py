@@ -12,12 +12,13 @@ from knee.systems.base import (
     server_config,
     target_rate_per_s,
 )
+from knee.systems.chat import CHAT
 from knee.systems.echo import ECHO
 from knee.systems.matrix import MATRIX
 from knee.systems.share import SHARE
 from knee.systems.stream import STREAM
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (ECHO, MATRIX, SHARE, STREAM)}
+SYSTEMS: dict[str, System] = {s.name: s for s in (CHAT, ECHO, MATRIX, SHARE, STREAM)}
 
 __all__ = [
     "SYSTEMS",

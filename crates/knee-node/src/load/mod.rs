@@ -158,7 +158,12 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     Ok(())
 }
 
-fn progress_loop(recorder: &Recorder, done: &AtomicBool, start: &AtomicU64, rates: Option<Schedule>) {
+pub(crate) fn progress_loop(
+    recorder: &Recorder,
+    done: &AtomicBool,
+    start: &AtomicU64,
+    rates: Option<Schedule>,
+) {
     while start.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(1));
     }

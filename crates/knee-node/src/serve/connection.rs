@@ -72,7 +72,7 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
         match &ctx.pool {
             None => {
                 reply.clear();
-                let outcome = ctx.service.handle(header.op, body, &mut reply);
+                let outcome = ctx.service.handle_request(&header, body, &mut reply);
                 let done_ns = clock::now_ns();
                 let service_ns = done_ns - arrived_ns;
                 finish(

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::report;
-use crate::wire::WireStatus;
+use crate::wire::{RequestHeader, WireStatus};
 
 pub use stats::ServerStats;
 
@@ -64,6 +64,12 @@ impl Outcome {
 pub trait Service: Send + Sync + 'static {
     /// Serves one request: writes the reply body into `reply` (empty on entry).
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome;
+
+    /// Serves one request knowing its header; systems that need the request id (chat's
+    /// deduplication) override this, the others keep `handle`.
+    fn handle_request(&self, header: &RequestHeader, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
+        self.handle(header.op, body, reply)
+    }
 }
 
 /// Limits and execution mode of a server.

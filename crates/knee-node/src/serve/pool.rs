@@ -73,7 +73,7 @@ impl Pool {
             };
             let started_ns = clock::now_ns();
             reply.clear();
-            let outcome = service.handle(job.header.op, &job.body, &mut reply);
+            let outcome = service.handle_request(&job.header, &job.body, &mut reply);
             let done_ns = clock::now_ns();
             finish(
                 &job.replier,

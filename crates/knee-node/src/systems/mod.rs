@@ -1,6 +1,7 @@
 //! The systems knee-node can serve and drive. Each lives in its own folder with its server
 //! side and its client driver; this file only maps names to them.
 
+pub mod chat;
 pub mod echo;
 pub mod matrix;
 pub mod share;
@@ -20,10 +21,11 @@ pub struct ServerParts {
     pub max_queue: usize,
 }
 
-pub const NAMES: &[&str] = &["echo", "matrix", "share", "stream"];
+pub const NAMES: &[&str] = &["chat", "echo", "matrix", "share", "stream"];
 
 pub fn server(system: &str, params: &serde_json::Value) -> Result<ServerParts, String> {
     match system {
+        "chat" => chat::server::build(parse(params, "server")?),
         "echo" => echo::server(parse(params, "server")?),
         "matrix" => matrix::server::build(parse(params, "server")?),
         _ => Err(unknown(system)),

@@ -1,0 +1,268 @@
+//! Request and reply bodies of chat, with their limits.
+//!
+//! ```text
+//! request = client str16 | reply_bytes u32 | op fields
+//!   login  : user str16 | password str16
+//!   logout : user str16 | room u32
+//!   join   : user str16 | room u32
+//!   post   : user str16 | room u32 | text bytes32
+//!   fetch  : room u32 | since_id u64 | max u32
+//!   audit  : (nothing: the client's own writes)
+//! reply   = ack u32 | op data | zero padding up to reply_bytes
+//!   post   : message_id u64
+//!   fetch  : n u32 | n x (id u64 | user str16 | text bytes32)
+//!   audit  : n u32 | n x (request_id u64 | op u16 | applied u32)
+//! str16 = len u16 | UTF-8 bytes (1..=64, no NUL); bytes32 = len u32 | bytes (<= 4096, any)
+//! ```
+//! Names are refused rather than altered when they break a rule; message text is stored
+//! exactly, NUL bytes and SQL metacharacters included (every query is parameterized).
+
+use super::{OP_AUDIT, OP_FETCH, OP_JOIN, OP_LOGIN, OP_LOGOUT, OP_POST};
+
+pub const MAX_NAME_BYTES: usize = 64;
+pub const MAX_TEXT_BYTES: usize = 4096;
+pub const MAX_REPLY_BYTES: u32 = 1 << 20;
+/// Messages one fetch returns at most.
+pub const MAX_FETCH: u32 = 1000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Login { user: String, password: String },
+    Logout { user: String, room: u32 },
+    Join { user: String, room: u32 },
+    Post { user: String, room: u32, text: Vec<u8> },
+    Fetch { room: u32, since_id: u64, max: u32 },
+    Audit,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub client: String,
+    pub reply_bytes: u32,
+    pub op: Op,
+}
+
+impl Request {
+    pub fn code(&self) -> u16 {
+        match self.op {
+            Op::Login { .. } => OP_LOGIN,
+            Op::Logout { .. } => OP_LOGOUT,
+            Op::Join { .. } => OP_JOIN,
+            Op::Post { .. } => OP_POST,
+            Op::Fetch { .. } => OP_FETCH,
+            Op::Audit => OP_AUDIT,
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_str(out, &self.client);
+        out.extend_from_slice(&self.reply_bytes.to_le_bytes());
+        match &self.op {
+            Op::Login { user, password } => {
+                put_str(out, user);
+                put_str(out, password);
+            }
+            Op::Logout { user, room } | Op::Join { user, room } => {
+                put_str(out, user);
+                out.extend_from_slice(&room.to_le_bytes());
+            }
+            Op::Post { user, room, text } => {
+                put_str(out, user);
+                out.extend_from_slice(&room.to_le_bytes());
+                put_bytes(out, text);
+            }
+            Op::Fetch { room, since_id, max } => {
+                out.extend_from_slice(&room.to_le_bytes());
+                out.extend_from_slice(&since_id.to_le_bytes());
+                out.extend_from_slice(&max.to_le_bytes());
+            }
+            Op::Audit => {}
+        }
+    }
+
+    /// Parses and checks a request body; the error is the reason sent back to the client.
+    pub fn decode(op: u16, body: &[u8]) -> Result<Request, String> {
+        let mut r = Reader { b: body };
+        let client = r.name("client")?;
+        let reply_bytes = r.u32("reply_bytes")?;
+        if reply_bytes > MAX_REPLY_BYTES {
+            return Err(format!("reply_bytes {reply_bytes} exceeds {MAX_REPLY_BYTES}"));
+        }
+        let op = match op {
+            OP_LOGIN => Op::Login {
+                user: r.name("user")?,
+                password: r.name("password")?,
+            },
+            OP_LOGOUT => Op::Logout {
+                user: r.name("user")?,
+                room: r.u32("room")?,
+            },
+            OP_JOIN => Op::Join {
+                user: r.name("user")?,
+                room: r.u32("room")?,
+            },
+            OP_POST => Op::Post {
+                user: r.name("user")?,
+                room: r.u32("room")?,
+                text: r.text()?,
+            },
+            OP_FETCH => Op::Fetch {
+                room: r.u32("room")?,
+                since_id: r.u64("since_id")?,
+                max: r.u32("max")?.min(MAX_FETCH),
+            },
+            OP_AUDIT => Op::Audit,
+            other => return Err(format!("chat has no operation {other}")),
+        };
+        if !r.b.is_empty() {
+            return Err(format!("{} unexpected bytes after the request", r.b.len()));
+        }
+        Ok(Request {
+            client,
+            reply_bytes,
+            op,
+        })
+    }
+}
+
+/// Checks a name (client, user, password): what the database stores as TEXT.
+pub fn check_name(what: &str, s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} must be 1..={MAX_NAME_BYTES} bytes, got {}",
+            s.len()
+        ));
+    }
+    if s.contains('\0') {
+        return Err(format!("{what} contains a NUL byte"));
+    }
+    Ok(())
+}
+
+pub fn put_str(out: &mut Vec<u8>, s: &str) {
+    // Names are checked to be short; a longer one is cut here and refused by the server.
+    let len = s.len().min(u16::MAX as usize);
+    out.extend_from_slice(&(len as u16).to_le_bytes());
+    out.extend_from_slice(&s.as_bytes()[..len]);
+}
+
+pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// A bounds-checked cursor over a body: no read past its end, no length trusted.
+pub struct Reader<'a> {
+    pub b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        if self.b.len() < n {
+            return Err(format!("{what}: body ends {} bytes short", n - self.b.len()));
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+
+    pub fn u16(&mut self, what: &str) -> Result<u16, String> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    pub fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(self.take(8, what)?);
+        Ok(u64::from_le_bytes(x))
+    }
+
+    pub fn name(&mut self, what: &str) -> Result<String, String> {
+        let len = self.u16(what)? as usize;
+        if len > MAX_NAME_BYTES {
+            return Err(format!("{what} must be 1..={MAX_NAME_BYTES} bytes, got {len}"));
+        }
+        let s =
+            std::str::from_utf8(self.take(len, what)?).map_err(|_| format!("{what} is not valid UTF-8"))?;
+        check_name(what, s)?;
+        Ok(s.to_string())
+    }
+
+    pub fn text(&mut self) -> Result<Vec<u8>, String> {
+        let len = self.u32("text")? as usize;
+        if len > MAX_TEXT_BYTES {
+            return Err(format!("text must be <= {MAX_TEXT_BYTES} bytes, got {len}"));
+        }
+        Ok(self.take(len, "text")?.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(op: Op) {
+        let req = Request {
+            client: "load/1".into(),
+            reply_bytes: 256,
+            op,
+        };
+        let mut body = Vec::new();
+        req.encode(&mut body);
+        assert_eq!(Request::decode(req.code(), &body), Ok(req));
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        round_trip(Op::Login {
+            user: "ann'; DROP TABLE users;--".into(),
+            password: "p".into(),
+        });
+        round_trip(Op::Logout {
+            user: "a".into(),
+            room: 3,
+        });
+        round_trip(Op::Join {
+            user: "a".into(),
+            room: 3,
+        });
+        round_trip(Op::Post {
+            user: "a".into(),
+            room: 3,
+            text: b"x\0y".to_vec(),
+        });
+        round_trip(Op::Fetch {
+            room: 1,
+            since_id: 9,
+            max: 10,
+        });
+        round_trip(Op::Audit);
+    }
+
+    #[test]
+    fn bad_names_and_lengths_are_refused() {
+        let mut body = Vec::new();
+        put_str(&mut body, "c");
+        body.extend_from_slice(&4u32.to_le_bytes());
+        let mut bad_user = body.clone();
+        put_str(&mut bad_user, "a\0b");
+        put_str(&mut bad_user, "pw");
+        assert!(Request::decode(OP_LOGIN, &bad_user).unwrap_err().contains("NUL"));
+        let mut long = body.clone();
+        put_str(&mut long, &"x".repeat(65));
+        assert!(Request::decode(OP_LOGIN, &long).unwrap_err().contains("1..=64"));
+        let mut lying = body.clone();
+        lying.extend_from_slice(&60u16.to_le_bytes());
+        assert!(Request::decode(OP_LOGIN, &lying).unwrap_err().contains("short"));
+        let mut huge = body;
+        put_str(&mut huge, "u");
+        huge.extend_from_slice(&1u32.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Request::decode(OP_POST, &huge).unwrap_err().contains("4096"));
+    }
+}

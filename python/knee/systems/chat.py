@@ -1,0 +1,126 @@
+"""chat (report 001): a replicated login/logout/chat service over a database.
+
+The nodes of a point: ``replica-0`` .. ``replica-{N-1}`` (``knee-node serve chat``, replica 0
+the first primary) sharing one database (an SQLite file in the point's scratch folder, or a
+fresh schema in the PostgreSQL server the spec names), then one ``load`` node
+(``knee-node load chat``): closed-loop clients with their own failover. ``load.requests``
+counts requests *per client*, as in the report (10,000 each).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from knee.params import Param, RuleError, Sections
+from knee.systems.base import NodePlan, System
+
+if TYPE_CHECKING:
+    from knee.spec import Point
+
+#: How an experiment's events name the nodes.
+LOAD_NODE = "load"
+
+
+def replica_name(i: int) -> str:
+    return f"replica-{i}"
+
+
+def _chat_rule(s: Sections) -> None:
+    load, server = s["load"], s["server"]
+    if load["schedule"] != "closed":
+        raise RuleError("load.schedule", "chat clients run a closed loop: use 'closed'")
+    if load["think"] != "fixed":
+        raise RuleError("load.think", "chat clients pause a fixed think_ms between requests")
+    if server["database"] == "postgres" and not server["postgres_url"]:
+        raise RuleError("server.postgres_url", "missing (database 'postgres' needs a URL)")
+    if server["failure_timeout_ms"] <= server["heartbeat_ms"]:
+        raise RuleError("server.failure_timeout_ms", "must be above heartbeat_ms")
+
+
+def chat_topology(point: Point) -> list[NodePlan]:
+    server, load, driver = point.server, point.load, point.driver
+    db: dict[str, Any]
+    if server["database"] == "postgres":
+        # A fresh schema per point, so points (and runs) never see each other's rows.
+        db = {
+            "postgres_url": server["postgres_url"],
+            "postgres_schema": f"knee_chat_{uuid.uuid4().hex[:16]}",
+        }
+    else:
+        db = {"sqlite_path": "{scratch}/chat.db"}
+    replicas = [
+        NodePlan(
+            replica_name(i),
+            "serve",
+            {
+                "server": {
+                    "replica": i,
+                    "heartbeat_ms": server["heartbeat_ms"],
+                    "failure_timeout_ms": server["failure_timeout_ms"],
+                    "threads": server["threads"],
+                    **db,
+                }
+            },
+        )
+        for i in range(server["replicas"])
+    ]
+    client: dict[str, Any] = {
+        "replicas": [f"{{addr:{p.name}}}" for p in replicas],
+        "clients": load["clients"],
+        "think_ms": load["think_ms"],
+        "timeout_ms": load["timeout_ms"],
+        "retries": driver["retries"],
+        "backoff_ms": driver["backoff_ms"],
+        "warmup_s": load["warmup_s"],
+        "seed": point.experiment["seed"],
+        "driver": {
+            "mix": driver["mix"],
+            "reply_bytes": driver["reply_bytes"],
+            "rooms": driver["rooms"],
+            "message_bytes": driver["message_bytes"],
+            "client_prefix": LOAD_NODE,
+        },
+    }
+    if load["requests"] is not None:
+        client["requests_per_client"] = load["requests"]
+    if load["duration_s"] is not None:
+        client["duration_s"] = load["duration_s"]
+    return [*replicas, NodePlan(LOAD_NODE, "load", client, records=True)]
+
+
+CHAT = System(
+    name="chat",
+    summary="replicated login/logout/chat service over SQLite or PostgreSQL (report 001)",
+    server={
+        "replicas": Param("int", 3, "replicas; replica-0 is the first primary", min=1, max=16),
+        "heartbeat_ms": Param("int", 100, "fault detector heartbeat period", min=5, max=60_000),
+        "failure_timeout_ms": Param(
+            "int", 500, "a replica silent this long is suspected dead", min=10, max=600_000
+        ),
+        "threads": Param(
+            "int", 0, "0 = serve on each connection's thread; N = a pool", min=0, max=256
+        ),
+        "database": Param("str", "sqlite", "where the state lives", choices=("sqlite", "postgres")),
+        "postgres_url": Param("str", None, "PostgreSQL URL (database = 'postgres')"),
+    },
+    driver={
+        "mix": Param(
+            "str",
+            "login_logout",
+            "login_logout (the report's measurement) or session (login, join, post, fetch, logout)",
+            choices=("login_logout", "session"),
+        ),
+        "reply_bytes": Param(
+            "int", 4, "each reply is padded to this many bytes", min=4, max=1 << 20
+        ),
+        "rooms": Param("int", 1, "client i chats in room i % rooms", min=1, max=1_000_000),
+        "message_bytes": Param("int", 64, "posted message size", min=0, max=4096),
+        "retries": Param("int", 50, "attempts after the first, on failure", min=0, max=1000),
+        "backoff_ms": Param(
+            "float", 10.0, "first retry backoff (doubles, at most 200 ms)", min=0.1
+        ),
+    },
+    rules=(_chat_rule,),
+    topology=chat_topology,
+)
