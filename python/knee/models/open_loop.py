@@ -60,7 +60,7 @@ class OpenModel:
     def knee_x(self) -> float:
         """The rate maximizing Kleinrock's power, rate / mean latency."""
         rates = self.capacity_per_s * np.arange(1, KNEE_GRID) / KNEE_GRID
-        power = [r / (self.sojourn_mean_s(float(r)) or np.inf) for r in rates]
+        power = [r / (self.latency_ns(float(r)) or np.inf) for r in rates]
         return float(rates[int(np.argmax(power))])
 
     def curve(self, x_max: float) -> list[dict[str, Any]]:
