@@ -138,7 +138,7 @@ def _x_values(xs: list[Any], scale: Scale) -> list[Any]:
 
 
 def _plotly_axis(axis: Axis) -> dict[str, Any]:
-    out: dict[str, Any] = {"title": {"text": axis.title}, "zeroline": False}
+    out: dict[str, Any] = {"title": {"text": axis.title}, "zeroline": False, "automargin": True}
     if axis.scale == "log":
         out["type"] = "log"
     elif axis.scale == "category":

@@ -114,8 +114,10 @@ def plotly_js() -> str:
 
 
 def _script_json(data: Any) -> str:
-    # "</" inside a <script> would end it early; JSON allows "<\/".
-    return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # No "<" at all inside a <script> ("</script>" or "<!--" from data would break out of
+    # it); "\u003c" is the same character to JSON.
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _figure_html(fig: Figure) -> str:

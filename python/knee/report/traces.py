@@ -64,51 +64,49 @@ def latency_traces(
     return out
 
 
+#: Model curves are drawn up to this multiple of the largest measured x (a capacity far
+#: beyond the measurements would squash them), markers only within that range.
+X_SPAN = 1.25
+
+
+def model_label(m: dict[str, Any], groups: int) -> str:
+    """A model's legend name: its label (e.g. "M/M/2 (2 threads)") and, when a series has
+    several groups, the settings of its group."""
+    label = str(m.get("label") or m.get("kind"))
+    group = m.get("group") or {}
+    if groups > 1 and group:
+        label += " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
+    return label
+
+
 def model_traces(
-    entry: dict[str, Any], cap_ms: float | None = None, color: int = 3
+    entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
 ) -> tuple[list[Trace], list[Marker]]:
-    """Each model's predicted mean (the primary one shown, the others one click away), the
-    primary model's p99 where it has one, points flagged as off the model, and the primary
-    model's knee and capacity as vertical markers. Predictions above `cap_ms` are left out
-    (near capacity they tend to infinity and would flatten the measured curve)."""
-
-    def capped(values: list[float | None]) -> list[float | None]:
-        if cap_ms is None:
-            return values
-        return [v if v is None or v <= cap_ms else None for v in values]
-
+    """Each model's predicted mean (the primary ones shown, the others one click away), the
+    primary models' p99 where they have one, points flagged as off the model, and the
+    primary models' knee and capacity as vertical markers. Curves stop at X_SPAN * x_max and
+    predictions above `cap_ms` are left out (near capacity they tend to infinity and would
+    flatten the measured curve)."""
+    models = entry.get("models") or []
+    primary = entry.get("primary")
+    primaries = [m for m in models if m.get("kind") == primary]
+    groups = len({str(m.get("group")) for m in models})
+    x_limit = X_SPAN * x_max
     traces: list[Trace] = []
     markers: list[Marker] = []
-    primary = entry.get("primary")
-    for i, m in enumerate(entry.get("models") or []):
-        curve = m.get("curve") or []
-        kind = str(m.get("kind"))
-        servers = m.get("servers")
-        label = f"{kind} model" + (f" (c={servers})" if kind == "M/M/c" and servers else "")
-        is_primary = kind == primary
+    for i, m in enumerate(models):
+        is_primary = m.get("kind") == primary
+        label = model_label(m, groups)
+        curve = [c for c in m.get("curve") or [] if (c.get("x") or 0) <= x_limit]
         xs = [c.get("x") for c in curve]
-        traces.append(
-            Trace(
-                "line",
-                label,
-                xs,
-                capped([to_ms(c.get("mean_ns")) for c in curve]),
-                color=color + i,
-                dash=True,
-                hidden=not is_primary,
-            )
-        )
-        if is_primary and any(c.get("p99_ns") is not None for c in curve):
+        for key, suffix, hidden in (("mean_ns", "", not is_primary), ("p99_ns", " p99", True)):
+            values = [to_ms(c.get(key)) for c in curve]
+            if key == "p99_ns" and (not is_primary or all(v is None for v in values)):
+                continue
+            if cap_ms is not None:
+                values = [v if v is None or v <= cap_ms else None for v in values]
             traces.append(
-                Trace(
-                    "line",
-                    f"{label} p99",
-                    xs,
-                    capped([to_ms(c.get("p99_ns")) for c in curve]),
-                    color=color + i,
-                    dash=True,
-                    hidden=True,
-                )
+                Trace("line", label + suffix, xs, values, color=color + i, dash=True, hidden=hidden)
             )
         if not is_primary:
             continue
@@ -117,7 +115,7 @@ def model_traces(
             traces.append(
                 Trace(
                     "points",
-                    "differs from model beyond the 95% interval",
+                    f"off {label} beyond the 95% interval",
                     [p.get("x") for p in flagged],
                     [to_ms(p.get("measured_mean_ns")) for p in flagged],
                     color=3,
@@ -125,12 +123,12 @@ def model_traces(
                     hover=[str(p.get("detail", "")) for p in flagged],
                 )
             )
-        if isinstance(m.get("knee_x"), int | float):
-            markers.append(Marker(float(m["knee_x"]), f"knee {m['knee_x']:.3g}", "#d62728"))
-        if isinstance(m.get("capacity_per_s"), int | float) and axis_is_rate(entry):
-            markers.append(
-                Marker(float(m["capacity_per_s"]), f"capacity {m['capacity_per_s']:.3g}/s")
-            )
+        tag = f" ({label})" if len(primaries) > 1 else ""
+        knee, capacity = m.get("knee_x"), m.get("capacity_per_s")
+        if isinstance(knee, int | float) and knee <= x_limit:
+            markers.append(Marker(float(knee), f"knee {knee:.3g}{tag}", "#d62728"))
+        if isinstance(capacity, int | float) and capacity <= x_limit and axis_is_rate(entry):
+            markers.append(Marker(float(capacity), f"capacity {capacity:.3g}/s{tag}"))
     return traces, markers
 
 

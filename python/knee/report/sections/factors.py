@@ -24,7 +24,11 @@ def section(rr: ReportRun) -> Section:
             blocks.append(
                 f"<p>{series}: {len(keys)} factors; the heatmaps show the last three.</p>"
             )
-        outer, (rows_key, cols_key) = keys[:-2][-1:], keys[-2:]
+        # The two factors with the most values span the heatmap; a third splits it.
+        counts = {k: len({str((p.get("swept") or {}).get(k)) for p in points}) for k in keys}
+        ranked = sorted(keys, key=lambda k: -counts[k])
+        rows_key, cols_key = sorted(ranked[:2], key=keys.index)
+        outer = [k for k in keys if k not in (rows_key, cols_key)][-1:]
         for value, members in _split(points, outer).items():
             for key, label in (("mean", "mean"), ("p99", "p99")):
                 blocks.append(_heatmap(series, members, rows_key, cols_key, key, label, value))

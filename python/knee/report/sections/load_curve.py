@@ -9,7 +9,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
-from knee.report.traces import by_x, latency_traces, model_traces, stat
+from knee.report.traces import by_x, latency_traces, model_label, model_traces, stat
 
 #: Model predictions are drawn up to this multiple of the largest measured p99.
 MODEL_CAP = 3.0
@@ -22,11 +22,13 @@ def section(rr: ReportRun) -> Section:
     for series in rr.series():
         points = rr.points_of(series)
         axis = rr.axes[series]
-        if not by_x(points, axis):
-            continue
-        blocks.extend(series_blocks(series, points, axis, rr.model_for(series)))
+        model = rr.model_for(series)
+        if len({axis.x(p) for p in by_x(points, axis)}) >= 2:
+            blocks.extend(series_blocks(series, points, axis, model))
+        elif model is not None:  # one offered load: no curve, but the fit still tells
+            blocks.extend([f"<h3>{esc(series)}</h3>", _model_text(model)])
     if not blocks:
-        blocks.append('<p class="note">No series has points to plot against load.</p>')
+        blocks.append('<p class="note">No series has two or more loads to plot against.</p>')
     return Section("load", "Latency vs offered load", blocks)
 
 
@@ -45,7 +47,8 @@ def series_blocks(
     markers = []
     if model is not None:
         worst = max((stat(p, "latency_ns", "p99") or 0.0) for p in points)
-        extra, markers = model_traces(model, cap_ms=MODEL_CAP * worst if worst else None)
+        x_max = max(axis.x(p) for p in by_x(points, axis))
+        extra, markers = model_traces(model, x_max, MODEL_CAP * worst if worst else None)
         traces.extend(extra)
     fig = Figure(
         f"load-{series}",
@@ -86,9 +89,11 @@ def _caption(axis: SeriesAxis, model: dict[str, Any] | None) -> str:
 
 def _model_text(model: dict[str, Any]) -> str:
     rows = []
-    for m in model.get("models") or []:
+    models = model.get("models") or []
+    groups = len({str(m.get("group")) for m in models})
+    for m in models:
         rows.append(
-            f'<tr><td class="l">{esc(m.get("kind"))}</td><td>{esc(m.get("servers"))}</td>'
+            f'<tr><td class="l">{esc(model_label(m, groups))}</td><td>{esc(m.get("servers"))}</td>'
             f"<td>{fmt.ms(m.get('service_mean_ns'))}</td><td>{fmt.num(m.get('service_cs2'))}"
             f"</td><td>{fmt.num(m.get('capacity_per_s'))}</td><td>{fmt.num(m.get('knee_x'))}"
             f"</td><td>{sum(bool(p.get('flag')) for p in m.get('points') or [])} of "

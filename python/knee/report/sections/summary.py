@@ -12,6 +12,7 @@ from knee.results import STATUS_NAMES
 
 PERCENTILES = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"))
 CHECKS = ("rate", "poisson", "autocorrelation", "percentile_support")
+CHECK_TITLES = ("rate", "Poisson", "autocorr.", "support")
 
 
 def section(rr: ReportRun) -> Section:
@@ -21,7 +22,9 @@ def section(rr: ReportRun) -> Section:
         "<p>Latency in ms from the intended send time, successful requests after warm-up. "
         "Grey brackets: 95% distribution-free confidence interval (order statistics for "
         "percentiles); a percentile marked * has fewer than ~100 samples beyond it, so it is "
-        "not supported by the data. Status rates are over all post-warm-up requests.</p>",
+        "not supported by the data. Status rates are over all post-warm-up requests (statuses "
+        "other than ok are listed when they happened); server and network mean in one cell, "
+        "network below. Hover a check's verdict for its detail.</p>",
         _main_table(rr.points),
         _checks_table(rr.points),
         _breakdown(rr.points, "by_op", "operation"),
@@ -40,6 +43,16 @@ def _dist_cell(dist: dict[str, Any] | None, key: str) -> str:
     return f'<td{title}>{fmt.ms(dist[key])}{star}<span class="ci">{esc(ci)}</span></td>'
 
 
+def _statuses(rates: dict[str, Any]) -> str:
+    """ok's rate, and each other status that happened (every name in STATUS_NAMES)."""
+    others = "".join(
+        f'<span class="ci">{esc(s)} {fmt.pct(rates.get(s))}</span>'
+        for s in STATUS_NAMES
+        if s != "ok" and rates.get(s)
+    )
+    return f"ok {fmt.pct(rates.get('ok'))}{others}"
+
+
 def _verdict_cell(check: dict[str, Any] | None) -> str:
     if check is None:
         return '<td class="v-na">-</td>'
@@ -53,14 +66,12 @@ def _checks_by_name(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _main_table(points: list[dict[str, Any]]) -> str:
-    others = [s for s in STATUS_NAMES if s != "ok"]
     head = (
         '<tr><th class="l">point</th><th>n</th><th>target/s</th><th>achieved/s</th>'
-        "<th>ok</th>"
-        + "".join(f"<th>{esc(s)}</th>" for s in others)
+        f'<th title="{esc(", ".join(STATUS_NAMES))}">statuses</th>'
         + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
-        + "<th>max</th><th>server mean</th><th>network mean</th><th>throughput</th>"
-        + "".join(f"<th>{esc(c)}</th>" for c in CHECKS)
+        + "<th>max</th><th>server / network mean</th><th>throughput</th>"
+        + "".join(f"<th>{esc(c)}</th>" for c in CHECK_TITLES)
         + "</tr>"
     )
     rows = []
@@ -78,12 +89,11 @@ def _main_table(points: list[dict[str, Any]]) -> str:
             f"<td>{fmt.num(p.get('target_rate_per_s'))}</td>"
             f"<td>{fmt.num(p.get('achieved_rate_per_s'))}"
             f'<span class="ci">{esc(achieved_ci)}</span></td>'
-            f"<td>{fmt.pct(rates.get('ok'))}</td>"
-            + "".join(f"<td>{fmt.pct(rates.get(s))}</td>" for s in others)
+            f"<td>{_statuses(rates)}</td>"
             + "".join(_dist_cell(lat, key) for key, _ in PERCENTILES)
             + f"<td>{fmt.ms(lat.get('max'))}</td>"
-            f"<td>{fmt.ms((p.get('server_ns') or {}).get('mean'))}</td>"
-            f"<td>{fmt.ms((p.get('network_ns') or {}).get('mean'))}</td>"
+            f"<td>{fmt.ms((p.get('server_ns') or {}).get('mean'))}"
+            f'<span class="ci">{fmt.ms((p.get("network_ns") or {}).get("mean"))}</span></td>'
             f'<td>{fmt.num(p.get("throughput_per_s"))}/s<span class="ci">'
             f"{fmt.bytes_rate(bytes_per_s)}</span></td>"
             + "".join(_verdict_cell(checks.get(c)) for c in CHECKS)

@@ -38,7 +38,7 @@ def section(rr: ReportRun) -> Section:
         "top1-breakdown",
         "mean latency of the top 1% vs the rest, split into server and network time",
         Axis("point", "category"),
-        Axis("mean latency (ms)", "log"),
+        Axis("mean latency (ms)"),
         [
             Trace("bar", "server", cats, server, color=0),
             Trace("bar", "network + middleware", cats, network, color=1),

@@ -31,6 +31,7 @@ def section(rr: ReportRun) -> Section:
         ("knee / knee-node", f"{env.get('knee_version')} / {env.get('knee_node_version')}"),
         ("git revision", env.get("git_revision")),
         ("packages", ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())),
+        ("report built with", _report_tools()),
     ]
     blocks = [_table(rows), _warmup(rr), _series(spec), _failures(rr)]
     spec_text = (rr.path / "spec.toml").read_text() if (rr.path / "spec.toml").exists() else ""
@@ -49,6 +50,12 @@ def _planned(rr: ReportRun) -> str:
         return str(len(load_spec(rr.path / "spec.toml").points))
     except (SpecError, OSError):
         return "?"
+
+
+def _report_tools() -> str:
+    from importlib import metadata
+
+    return ", ".join(f"{pkg} {metadata.version(pkg)}" for pkg in ("plotly", "matplotlib"))
 
 
 def _gib(n: Any) -> str:

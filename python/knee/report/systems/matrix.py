@@ -170,7 +170,8 @@ def _load(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure
     markers = []
     worst = max((stat(p, "latency_ns", "mean") or 0.0) for p in pts)
     if model is not None:
-        extra, markers = model_traces(model, cap_ms=MODEL_CAP * worst or None)
+        x_max = max(axis.x(p) for p in pts)
+        extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
     fig = Figure(
         "matrix-load",
@@ -221,7 +222,8 @@ def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
     cap = m.get("capacity_per_s")
     flagged = sum(bool(p.get("flag")) for p in m.get("points") or [])
     text = (
-        f" The {esc(m.get('kind'))} model, with the service time measured at the lowest load "
+        f" The {esc(m.get('label') or m.get('kind'))} model, with the service time measured "
+        "at the lowest load "
         f"({fmt.ms(m.get('service_mean_ns'))} ms), puts the capacity at {fmt.num(cap)} "
         f"req/s and the knee at {fmt.num(m.get('knee_x'))} req/s; "
         f"{flagged} of {len(m.get('points') or [])} points differ from it beyond their 95% "
@@ -241,18 +243,24 @@ def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
 def _contention_sentence(
     rr: ReportRun, pts: list[dict[str, Any]], facts: dict[Any, PointFacts]
 ) -> str:
-    """Service time that stretches with load on one thread means the CPU was shared."""
-    low, high = facts.get(pts[0].get("point")), facts.get(pts[-1].get("point"))
-    if low is None or high is None or not low.service_mean_ns or not high.service_mean_ns:
+    """The same work taking very different compute times on one thread means the CPU was
+    shared with other processes: the fitted service time, and the model, are then only as
+    good as the quietest moment."""
+    times = [
+        (facts[p["point"]].service_mean_ns, p.get("target_rate_per_s"))
+        for p in pts
+        if p.get("point") in facts and facts[p["point"]].service_mean_ns
+    ]
+    if len(times) < 2:
         return ""
-    ratio = high.service_mean_ns / low.service_mean_ns
-    if ratio < 1.2:
+    (low, low_rate), (high, high_rate) = min(times), max(times)
+    if high < 1.3 * low:
         return ""
     return (
-        f" Mean compute time per request rose from {fmt.ms(low.service_mean_ns)} ms at the "
-        f"lowest rate to {fmt.ms(high.service_mean_ns)} ms at the highest ({ratio:.2g}x): "
-        f"the server shared this machine's {rr.cores or '?'} cores with other processes, "
-        "which lowers the capacity below what the low-load service time predicts."
+        f" The same work took {fmt.ms(low)} ms of compute per request at {low_rate:g} req/s "
+        f"but {fmt.ms(high)} ms at {high_rate:g} req/s ({high / low:.2g}x): the server "
+        f"shared this machine's {rr.cores or '?'} cores with other processes, so capacity "
+        "and model fit vary with what else ran."
     )
 
 
@@ -340,7 +348,8 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
         markers = []
         if model is not None:
             worst = max((stat(p, "latency_ns", "mean") or 0.0) for p in pts)
-            extra, markers = model_traces(model, cap_ms=MODEL_CAP * worst or None)
+            x_max = max(axis.x(p) for p in by_x(pts, axis))
+            extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
             traces += extra
         figs.append(
             Figure(
@@ -392,15 +401,32 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
                     color=1,
                 ),
                 Trace(
+                    "bar",
+                    "M/M/c capacity (service time at low load)",
+                    cats,
+                    [_model_capacity(rr.model_for(series), r["threads"]) for r in rows],
+                    color=2,
+                ),
+                Trace(
                     "line", "server CPU % (100 = one core)", cats, [r["cpu"] for r in rows], color=3
                 ),
             ],
             caption="At each thread count's highest offered rate: capacity estimated from the "
             "mean compute time the threads got, the measured completion rate (ok replies from "
-            "the first intended send to the last reply) and the server's CPU.",
+            "the first intended send to the last reply), the M/M/c model's capacity (threads / "
+            "the service time fitted at the lowest load: what the pool would give with a core "
+            "per thread) and the server's CPU.",
         )
     )
     return _threads_text(rr, rows), figs
+
+
+def _model_capacity(model: dict[str, Any] | None, threads: int) -> float | None:
+    """The capacity of the model fitted for this thread count (M/M/c or M/M/1)."""
+    for m in (model or {}).get("models") or []:
+        if m.get("servers") == threads and m.get("kind") in ("M/M/c", "M/M/1"):
+            return m.get("capacity_per_s")
+    return None
 
 
 def _threads_word(n: int) -> str:
@@ -429,7 +455,10 @@ def _threads_text(rr: ReportRun, rows: list[dict[str, Any]]) -> str:
         f"{at_stop['threads']}"
     )
     if stop == len(rows) - 1:
-        return text + ", and still grows at the largest pool measured."
+        return text + (
+            f", and still grows at the largest pool measured (this machine has "
+            f"{cores or '?'} cores)."
+        )
     text += (
         f", and stops helping beyond {at_stop['threads']} threads: {last['threads']} threads "
         f"give {last['capacity']:.3g} req/s. Why: each request's compute time grows from "
