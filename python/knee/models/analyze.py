@@ -186,20 +186,14 @@ def _group_note(
     """What the fit found for one group, in words."""
     unit = "clients" if closed else "req/s"
     head = ", ".join(f"{k.partition('.')[2]}={v}" for k, v in where.items())
-    services_ms = [
-        p["service_ns"]["mean"] / 1e6 for p in group if (p.get("service_ns") or {}).get("mean")
-    ]
+    services = [f"{p['service_ns']['mean'] / 1e6:.3g}" for p in group if p["point"] != fit.point]
+    seen = f" ({', '.join(services)} ms at this group's other points)" if services else ""
     first = entries[0]
     capacity = first["capacity_per_s"]
     lines = [
         f"[{head or 'all points'}] service time {fit.service_s * 1e3:.3g} ms "
-        f"(cs2 {fit.cs2:.2f}) at {fit.x:g} {unit}"
-        + (
-            f" ({min(services_ms):.3g}-{max(services_ms):.3g} ms measured at these points)"
-            if services_ms and (len(services_ms) > 1 or group[0]["point"] != fit.point)
-            else ""
-        )
-        + f", plus {fit.delay_s * 1e3:.2g} ms outside the server:",
+        f"(cs2 {fit.cs2:.2f}) at {fit.x:g} {unit}{seen}, plus {fit.delay_s * 1e3:.2g} ms "
+        "outside the server:",
         f"{threads} thread{'s' if threads > 1 else ''} can serve {capacity:.3g} req/s, "
         f"knee (max power) at {first['knee_x']:.3g} {unit}.",
     ]
