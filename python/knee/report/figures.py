@@ -62,6 +62,7 @@ class Trace:
     color: int = 0
     dash: bool = False
     symbol: str = "circle"
+    markers: bool = True  # line: draw a marker at each point
     legend: bool = True
     hidden: bool = False
     hover: list[str] | None = None
@@ -163,7 +164,7 @@ def _plotly_traces(t: Trace, scale: Scale) -> list[dict[str, Any]]:
     if t.kind in ("line", "points"):
         tr: dict[str, Any] = {
             "type": "scatter",
-            "mode": "lines+markers" if t.kind == "line" else "markers",
+            "mode": "markers" if t.kind == "points" else "lines+markers" if t.markers else "lines",
             "x": x,
             "y": clean(t.y),
             "line": {"color": c, "dash": "dash" if t.dash else "solid"},

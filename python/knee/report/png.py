@@ -93,7 +93,7 @@ def _draw(
             x,
             y,
             linestyle=style if t.kind == "line" else "none",
-            marker=_SYMBOLS.get(t.symbol, "o"),
+            marker=_SYMBOLS.get(t.symbol, "o") if t.markers or t.kind == "points" else None,
             ms=3,
             color=c,
             label=label,

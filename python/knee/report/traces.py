@@ -106,7 +106,16 @@ def model_traces(
             if cap_ms is not None:
                 values = [v if v is None or v <= cap_ms else None for v in values]
             traces.append(
-                Trace("line", label + suffix, xs, values, color=color + i, dash=True, hidden=hidden)
+                Trace(
+                    "line",
+                    label + suffix,
+                    xs,
+                    values,
+                    color=color + i,
+                    dash=True,
+                    hidden=hidden,
+                    markers=False,
+                )
             )
         if not is_primary:
             continue

@@ -26,7 +26,7 @@ def section(rr: ReportRun) -> Section:
         if len({axis.x(p) for p in by_x(points, axis)}) >= 2:
             blocks.extend(series_blocks(series, points, axis, model))
         elif model is not None:  # one offered load: no curve, but the fit still tells
-            blocks.extend([f"<h3>{esc(series)}</h3>", _model_text(model)])
+            blocks.extend([f"<h3>{esc(series)}</h3>", _model_text(model, _labels(points))])
     if not blocks:
         blocks.append('<p class="note">No series has two or more loads to plot against.</p>')
     return Section("load", "Latency vs offered load", blocks)
@@ -61,7 +61,7 @@ def series_blocks(
     )
     blocks: list[str | Figure] = [fig]
     if model is not None:
-        blocks.append(_model_text(model))
+        blocks.append(_model_text(model, _labels(points)))
     if axis.key == "target_rate_per_s":
         blocks.append(_rate_figure(series, groups, axis))
     return blocks
@@ -87,7 +87,11 @@ def _caption(axis: SeriesAxis, model: dict[str, Any] | None) -> str:
     return text
 
 
-def _model_text(model: dict[str, Any]) -> str:
+def _labels(points: list[dict[str, Any]]) -> dict[Any, str]:
+    return {p.get("point"): str(p.get("label")) for p in points}
+
+
+def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     rows = []
     models = model.get("models") or []
     groups = len({str(m.get("group")) for m in models})
@@ -100,7 +104,7 @@ def _model_text(model: dict[str, Any]) -> str:
             f"{len(m.get('points') or [])}</td></tr>"
         )
     flagged = [
-        f"<li>{esc(p.get('point'))}: {esc(p.get('detail', ''))}</li>"
+        f"<li>{esc(labels.get(p.get('point'), p.get('point')))}: {esc(p.get('detail', ''))}</li>"
         for m in model.get("models") or []
         if m.get("kind") == model.get("primary")
         for p in m.get("points") or []

@@ -25,37 +25,34 @@ def section(rr: ReportRun) -> Section:
             ],
         )
     cats: list[str] = []
-    server: list[float | None] = []
-    network: list[float | None] = []
+    shares: dict[str, list[float | None]] = {"server_share": [], "network_share": []}
+    hover: list[str] = []
     for p in points:
         for part, label in (("rest", "rest 99%"), ("top", "top 1%")):
             entry = p["top1"].get(part) or {}
-            mean = entry.get("mean_ns")
             cats.append(f"{p.get('label')} · {label}")
-            server.append(_share_ms(mean, entry.get("server_share")))
-            network.append(_share_ms(mean, entry.get("network_share")))
+            hover.append(f"{label}: mean {fmt.ms(entry.get('mean_ns'))} ms")
+            for key, values in shares.items():
+                share = entry.get(key)
+                values.append(100 * share if isinstance(share, int | float) else None)
     fig = Figure(
         "top1-breakdown",
-        "mean latency of the top 1% vs the rest, split into server and network time",
+        "what the top 1% is made of: server vs network share of latency",
         Axis("point", "category"),
-        Axis("mean latency (ms)"),
+        Axis("share of mean latency (%)"),
         [
-            Trace("bar", "server", cats, server, color=0),
-            Trace("bar", "network + middleware", cats, network, color=1),
+            Trace("bar", "server", cats, shares["server_share"], color=0, hover=hover),
+            Trace(
+                "bar", "network + middleware", cats, shares["network_share"], color=1, hover=hover
+            ),
         ],
         caption="Each point has two bars: the 99% of requests below the 99th percentile and "
-        "the 1% above it; each bar's mean is split by the mean shares of server and network "
-        "time.",
+        "the 1% above it, each split into the shares of server and network time (hover for "
+        "the mean). The table gives the means with and without the top 1%.",
         stacked=True,
         height_px=480,
     )
     return Section("top1", TITLE, [fig, _table(points)])
-
-
-def _share_ms(mean_ns: Any, share: Any) -> float | None:
-    if not isinstance(mean_ns, int | float) or not isinstance(share, int | float):
-        return None
-    return mean_ns * share / 1e6
 
 
 def _table(points: list[dict[str, Any]]) -> str:

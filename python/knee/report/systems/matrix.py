@@ -235,8 +235,6 @@ def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
             "for the whole point, which has no steady state, so its latency depends on how "
             "long the point ran."
         )
-    if model and model.get("note"):
-        text += f" {esc(model['note'])}"
     return text
 
 
@@ -318,11 +316,16 @@ def _cache_comparison(rr: ReportRun, base: str, cached: str, facts: dict[Any, Po
     sb = [facts[p["point"]].service_mean_ns for p in b.values() if p["point"] in facts]
     sc = [facts[p["point"]].service_mean_ns for p in c.values() if p["point"] in facts]
     if sb and sc and all(sb) and all(sc):
-        gain = np.mean(sb) / np.mean(sc)
+        gain = float(np.mean(sb) / np.mean(sc))
         text += (
-            f" Mean compute time per request drops from {fmt.ms(np.mean(sb))} to "
-            f"{fmt.ms(np.mean(sc))} ms, so one thread's capacity grows about {gain:.2g}x: "
-            "the cache moves the knee to higher rates, as in the report."
+            f" Mean compute time per request is {fmt.ms(np.mean(sb))} ms without the cache and "
+            f"{fmt.ms(np.mean(sc))} ms with it"
+        )
+        text += (
+            f", so one thread's capacity grows about {gain:.2g}x: the cache moves the knee to "
+            "higher rates, as in the report."
+            if gain > 1 + HELPS
+            else ": no capacity gain measurable in this run."
         )
     return text
 
@@ -434,54 +437,52 @@ def _threads_word(n: int) -> str:
 
 
 def _threads_text(rr: ReportRun, rows: list[dict[str, Any]]) -> str:
+    """Measured capacity per pool size, where it stops growing, and the bound the cores set
+    (the 1-thread compute time times the cores): threads beyond the cores only share them."""
     caps = [r["capacity"] for r in rows]
     if len(rows) < 2 or any(c is None for c in caps):
         return ""
+    first, last = rows[0], rows[-1]
+    cores = rr.cores
+    measured = ", ".join(
+        f"{r['capacity']:.3g} req/s with {_threads_word(r['threads'])}" for r in rows
+    )
+    text = f"<b>Threads.</b> Capacity (threads / mean compute time): {measured}."
     stop = next(
         (i for i in range(len(rows)) if all(c <= caps[i] * (1 + HELPS) for c in caps[i + 1 :])),
         len(rows) - 1,
     )
-    first, at_stop, last = rows[0], rows[stop], rows[-1]
-    cores = rr.cores
-    if stop == 0:
-        return (
-            f"<b>Threads.</b> No pool beats {_threads_word(first['threads'])} by more than "
-            f"{HELPS:.0%}: {first['capacity']:.3g} req/s vs {last['capacity']:.3g} req/s with "
-            f"{last['threads']} threads (this machine has {cores or '?'} cores)."
-        )
-    text = (
-        f"<b>Threads.</b> Capacity grows from {first['capacity']:.3g} req/s with "
-        f"{_threads_word(first['threads'])} to {at_stop['capacity']:.3g} req/s with "
-        f"{at_stop['threads']}"
-    )
-    if stop == len(rows) - 1:
-        return text + (
-            f", and still grows at the largest pool measured (this machine has "
-            f"{cores or '?'} cores)."
-        )
-    text += (
-        f", and stops helping beyond {at_stop['threads']} threads: {last['threads']} threads "
-        f"give {last['capacity']:.3g} req/s. Why: each request's compute time grows from "
-        f"{first['service_ms']:.3g} ms ({first['threads']} thread) to "
-        f"{last['service_ms']:.3g} ms ({last['threads']} threads), because the threads share "
-        f"the CPU cores; this machine has {cores or '?'} cores"
-    )
-    cpu = at_stop.get("cpu")
-    if isinstance(cpu, int | float):
+    if stop < len(rows) - 1:
         text += (
-            f", and the server already used {cpu:.0f}% CPU (100% = one core) at "
-            f"{at_stop['threads']} threads"
+            f" Adding threads stops helping beyond {_threads_word(rows[stop]['threads'])} "
+            f"(no larger pool gains more than {HELPS:.0%})."
         )
-        if cores and cpu < CONTENDED * 100 * min(cores, at_stop["threads"]):
-            text += (
-                f", short of the {100 * min(cores, at_stop['threads'])}% its threads could use:"
-                " other processes took part of the cores"
-            )
-    text += (
-        ". In the source report the limit was the server's uplink (the network); here, on "
+    else:
+        text += " Capacity still grew at the largest pool measured."
+    if cores and first["threads"] == 1 and first["service_ms"]:
+        bound = cores / (first["service_ms"] / 1e3)
+        text += (
+            f" Why it must stop: this machine has {cores} cores, so at most {cores} requests "
+            f"compute at once; with the 1-thread compute time of {first['service_ms']:.3g} ms "
+            f"no pool can exceed {bound:.3g} req/s, and threads beyond {cores} only share the "
+            f"cores: each request's compute time grows ({first['service_ms']:.3g} ms with 1 "
+            f"thread, {last['service_ms']:.3g} ms with {last['threads']})."
+        )
+    else:
+        text += f" This machine has {cores or '?'} cores."
+    cpu = last.get("cpu")
+    if cores and isinstance(cpu, int | float):
+        usable = 100 * min(cores, last["threads"])
+        text += f" With {last['threads']} threads the server used {cpu:.0f}% CPU of {usable}%"
+        text += (
+            ": other processes took part of the cores, which is why measured capacities vary."
+            if cpu < CONTENDED * usable
+            else "."
+        )
+    return text + (
+        " In the source report the limit was the server's uplink (the network); here, on "
         "loopback, it is the cores."
     )
-    return text
 
 
 # ------------------------------------------------------------------ CPU and network
