@@ -344,6 +344,26 @@ def test_point_stats_by_hand() -> None:
     json.dumps(s)
 
 
+def test_a_point_of_warm_up_only_has_every_key() -> None:
+    recs = _records(5, 10_000_000, [0] * 5)
+    frame = results.samples_frame(
+        recs, point=0, series="main", node="load", run_start_ns=0, warmup_end_ns=1 << 62
+    )
+    s = point_stats(frame, schedule="poisson", target_rate_per_s=100.0)
+    assert s["count"] == 0 and s["warmup_count"] == 5
+    assert s["latency_ns"]["n"] == 0 and s["achieved_rate_ci_per_s"] is None
+    verdicts = {c["name"]: c["verdict"] for c in s["checks"]}
+    assert verdicts == {
+        "rate": "fail",  # nothing was achieved
+        "poisson": "n/a",
+        "autocorrelation": "n/a",
+        "percentile_support": "fail",
+    }
+    assert s["by_op"] == {} and s["top1"]["count"] == 0
+    assert s["top1"]["clustering"]["index_of_dispersion"] == 0.0
+    json.dumps(s)
+
+
 def test_point_of_a_million_samples_is_vectorized() -> None:
     """Not a speed assertion (see bench/stats_speed.py): a large point goes through."""
     n = 1_000_000

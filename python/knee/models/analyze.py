@@ -9,6 +9,7 @@ unchanged (the thread count does not), at its lowest-load point.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -60,10 +61,13 @@ def _series(
         and _x_of(p, spec, closed) is not None
     ]
     # Fit groups: the same work per request (threads excluded); model groups add threads.
-    fit_groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    fit_groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    settings: dict[str, dict[str, Any]] = {}
     for p in usable:
-        others = sorted((k, v) for k, v in p["swept"].items() if k not in (x_key, SERVERS_KEY))
-        fit_groups[tuple(others)].append(p)
+        others = {k: v for k, v in p["swept"].items() if k not in (x_key, SERVERS_KEY)}
+        key = json.dumps(others, sort_keys=True)  # swept values may be lists
+        fit_groups[key].append(p)
+        settings[key] = others
     pool_series = any(servers(p, spec) > 1 for p in usable)
     models: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -80,7 +84,7 @@ def _series(
             xs = [_x_of(p, spec, closed) or 0.0 for p in group]
             if closed and len(set(xs)) < 2:
                 continue  # one population: the fit point predicts only itself
-            where = dict(key) | ({SERVERS_KEY: threads} if pool_series else {})
+            where = settings[key] | ({SERVERS_KEY: threads} if pool_series else {})
             if closed:
                 think_s = float(setting(group[0], spec, "load.think_ms") or 0) / 1e3
                 built: list[Model] = [ClosedModel(threads, fit, think_s, int(max(xs)))]

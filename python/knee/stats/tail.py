@@ -76,8 +76,8 @@ def clustering(top_in_time_order: np.ndarray, intended_ns: np.ndarray) -> dict[s
     k = int(top_in_time_order.sum())
     longest = _longest_run(top_in_time_order)
     reasons: list[str] = []
-    dispersion = 1.0
-    if k >= CLUSTER_MIN_TOP:
+    dispersion = 0.0  # no top requests: nothing dispersed
+    if k:
         edges = np.linspace(float(intended_ns.min()), float(intended_ns.max()), CLUSTER_BINS + 1)
         bins = np.clip(np.searchsorted(edges, intended_ns, side="right") - 1, 0, CLUSTER_BINS - 1)
         all_counts = np.bincount(bins, minlength=CLUSTER_BINS)
@@ -86,10 +86,10 @@ def clustering(top_in_time_order: np.ndarray, intended_ns: np.ndarray) -> dict[s
         expected = k * all_counts[used] / n
         chi2 = float((((top_counts[used] - expected) ** 2) / expected).sum())
         dof = int(used.sum()) - 1
-        if dof > 0:
-            dispersion = chi2 / dof
-            if chi2 > chi2_quantile(dof, _Z_99):
-                reasons.append(f"uneven over time (chi-square {chi2:.1f}, {dof} dof)")
+        dispersion = chi2 / dof if dof > 0 else 0.0
+        # Tested only with enough top requests; below that the value is descriptive.
+        if k >= CLUSTER_MIN_TOP and dof > 0 and chi2 > chi2_quantile(dof, _Z_99):
+            reasons.append(f"uneven over time (chi-square {chi2:.1f}, {dof} dof)")
     chance = n * (k / n) ** longest if n and longest else 1.0
     if longest >= 2 and chance < _P_CLUSTER:
         reasons.append(f"{longest} in a row (expected by chance {chance:.2g} times)")
