@@ -138,6 +138,8 @@ def _report(run_dir: Path, out: Path | None, console: Console) -> int:
         print(f"knee: the report failed: {type(e).__name__}: {e}", file=sys.stderr)
         print(f"knee: the run directory {run_dir} is intact", file=sys.stderr)
         return EXIT_REPORT_FAILED
+    for warning in written.warnings:
+        print(f"knee: report warning: {warning}", file=sys.stderr)
     console.print(
         f"report:        {written.html} ({len(written.figures)} figures, {written.seconds:.1f} s)"
     )

@@ -5,9 +5,9 @@ run_dir/figures/*.png. Sections are in `knee.report.sections`; a system adds its
 `knee.report.systems.<system>` (docs/report.md).
 """
 
-from knee.report.build import build
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
+from knee.report.writer import build
 
 __all__ = ["Axis", "Figure", "Marker", "ReportRun", "Section", "Trace", "build"]

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from knee.report import data, fmt
-from knee.report.build import Written, write
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.spectrum import spectrum
 from knee.report.traces import by_x, latency_traces
+from knee.report.writer import Written, write
 
 COMPARE = "compare.html"
 #: Each run's percentile interval level, so that both hold together with 95%.

@@ -4,7 +4,6 @@ axis and the factors that split it into lines)."""
 
 from __future__ import annotations
 
-import importlib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from knee.models import analyze
 from knee.results import Run, open_run
 
 #: Columns the report's figures read from samples.parquet.
@@ -114,7 +114,7 @@ def load(run_dir: Path) -> ReportRun:
     cores = run.env.get("cores")
     models, error = _models(points, run.spec, cores if isinstance(cores, int) else None)
     rr = ReportRun(run, points, ok, samples, models, error, cores)
-    rr.axes = {s: series_axis(s, rr.points_of(s), rr.model_for(s)) for s in rr.series()}
+    rr.axes = {s: series_axis(s, rr.points_of(s)) for s in rr.series()}
     return rr
 
 
@@ -122,27 +122,20 @@ def _models(
     points: list[dict[str, Any]], spec: dict[str, Any], cores: int | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """knee.models.analyze's fit, or no models and why (the report still renders)."""
-    try:
-        models = importlib.import_module("knee.models")
-    except ModuleNotFoundError:
-        return [], "knee.models is not available in this installation"
     if not points:
         return [], None
     try:
-        return list(models.analyze(points, spec, cores)), None
+        return list(analyze(points, spec, cores)), None
     except Exception as e:  # a model bug must not cost the whole report
         last = traceback.format_exception_only(e)[-1].strip()
         return [], f"knee.models.analyze failed: {last}"
 
 
-def series_axis(
-    series: str, points: list[dict[str, Any]], model: dict[str, Any] | None
-) -> SeriesAxis:
-    """The x axis of a series: the offered load when it varies, else the swept key."""
+def series_axis(series: str, points: list[dict[str, Any]]) -> SeriesAxis:
+    """The x axis of a series: the offered load (rate, else clients) when it is swept or
+    fixed, else the last swept key; the other swept keys split it into lines."""
     swept_keys = list(dict.fromkeys(k for p in points for k in (p.get("swept") or {})))
-    if model is not None and model.get("x") == "clients" and "load.clients" in swept_keys:
-        key = "load.clients"
-    elif "load.rate_per_s" in swept_keys or (
+    if "load.rate_per_s" in swept_keys or (
         not swept_keys and all(p.get("target_rate_per_s") is not None for p in points)
     ):
         key = "target_rate_per_s"

@@ -5,35 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 
-def ms(ns: float | None, digits: int = 3) -> str:
-    """Nanoseconds as milliseconds with a fixed number of significant digits."""
-    if ns is None:
-        return "-"
-    value = ns / 1e6
-    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
-
-
 def num(value: float | None, digits: int = 3) -> str:
+    """`digits` significant digits; large values in full ("-" for none)."""
     if value is None:
         return "-"
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+
+
+def ms(ns: float | None, digits: int = 3) -> str:
+    """Nanoseconds as milliseconds."""
+    return num(None if ns is None else ns / 1e6, digits)
 
 
 def pct(fraction: float | None) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f}%"
 
 
+def _pair(ci: Any) -> bool:
+    return isinstance(ci, list | tuple) and len(ci) == 2 and None not in ci
+
+
+def interval(ci: Any) -> str:
+    """`[lo, hi]` as text; "" when absent or not computable (null in summary.json)."""
+    return f"[{num(ci[0])}, {num(ci[1])}]" if _pair(ci) else ""
+
+
 def ms_interval(ci: Any) -> str:
-    """`[lo, hi]` in ns as "lo-hi ms"; "-" when absent or not computable."""
-    if not isinstance(ci, list | tuple) or len(ci) != 2 or ci[0] is None or ci[1] is None:
-        return ""
-    return f"[{ms(ci[0])}, {ms(ci[1])}]"
-
-
-def interval(ci: Any, digits: int = 3) -> str:
-    if not isinstance(ci, list | tuple) or len(ci) != 2 or ci[0] is None or ci[1] is None:
-        return ""
-    return f"[{num(ci[0], digits)}, {num(ci[1], digits)}]"
+    """An interval in ns, shown in ms."""
+    return f"[{ms(ci[0])}, {ms(ci[1])}]" if _pair(ci) else ""
 
 
 def bytes_rate(per_s: float | None) -> str:

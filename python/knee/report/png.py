@@ -22,7 +22,9 @@ WIDTH_IN = 8.0
 def write_png(fig: Figure, path: Path) -> None:
     """One PNG of `fig` (its hidden traces left out). Uses matplotlib's object API, not
     pyplot: no global state, nothing opens a window."""
-    mfig = MplFigure(figsize=(WIDTH_IN, max(3.0, fig.height_px / 100)), dpi=DPI)
+    # Constrained layout: one draw per PNG (bbox_inches="tight" would draw twice).
+    size_in = (WIDTH_IN, max(3.0, fig.height_px / 100))
+    mfig = MplFigure(figsize=size_in, dpi=DPI, layout="constrained")
     FigureCanvasAgg(mfig)
     ax = mfig.add_subplot()
     traces = [t for t in fig.traces if not t.hidden]
@@ -53,7 +55,7 @@ def write_png(fig: Figure, path: Path) -> None:
     ax.grid(True, alpha=0.3)
     if any(t.legend and t.kind not in ("heatmap", "band") for t in traces):
         ax.legend(fontsize=7, loc="best")
-    mfig.savefig(path, bbox_inches="tight")
+    mfig.savefig(path, pil_kwargs={"compress_level": 3})
 
 
 def _categories(traces: list[Trace]) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from knee.report import data
@@ -22,6 +22,7 @@ class Written:
     html: Path
     figures: list[Path]
     seconds: float
+    warnings: list[str] = field(default_factory=list)  # shown in the page too
 
 
 def system_sections(rr: data.ReportRun) -> list[Section]:
@@ -70,6 +71,8 @@ def build(run_dir: Path, out_dir: Path | None = None) -> Written:
     target.parent.mkdir(parents=True, exist_ok=True)
     written = write(target, title, subtitle, sections)
     written.seconds = time.monotonic() - t0
+    if rr.models_error:
+        written.warnings.append(rr.models_error)
     return written
 
 
