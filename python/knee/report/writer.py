@@ -50,6 +50,8 @@ def write(path: Path, title: str, subtitle: str, sections: list[Section]) -> Wri
         png = fig_dir / f"{fig.id}.png"
         write_png(fig, png)
         pngs.append(png)
+    for old in set(fig_dir.glob("*.png")) - set(pngs):
+        old.unlink()  # a figure an earlier report had and this one has not
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(page(title, subtitle, sections), encoding="utf-8")
     tmp.replace(path)
