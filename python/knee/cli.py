@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
 
 from knee import __version__
+from knee.runner.display import Display
 
 EXIT_SPEC_ERROR = 2
 EXIT_NODE_FAILED = 3
+EXIT_REPORT_FAILED = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -49,6 +52,22 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the files systems generate (run_dir/scratch) after each point",
     )
+    run.add_argument("--no-report", action="store_true", help="do not write report.html at the end")
+    report = sub.add_parser(
+        "report", help="write RUN/report.html (self-contained) and RUN/figures/*.png"
+    )
+    report.add_argument("run_dir", type=Path, metavar="RUN", help="a run directory")
+    report.add_argument(
+        "--out", type=Path, help="write the report here instead of into the run directory"
+    )
+    compare = sub.add_parser(
+        "compare", help="compare two runs point by point (compare.html + figures/*.png)"
+    )
+    compare.add_argument("run_a", type=Path, metavar="RUN_A")
+    compare.add_argument("run_b", type=Path, metavar="RUN_B")
+    compare.add_argument(
+        "--out", type=Path, help="output directory (default: ./compare-<A>-vs-<B>)"
+    )
     return p
 
 
@@ -59,7 +78,7 @@ def _on_sigterm(signum: int, frame: object) -> NoReturn:
 def _run(args: argparse.Namespace, console: Console) -> int:
     from knee.results import SUMMARY
     from knee.runner import NodeFailed, run_experiment
-    from knee.runner.display import Display, summary_table
+    from knee.runner.display import summary_table
     from knee.spec import SpecError, load_spec
 
     try:
@@ -68,7 +87,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
     signal.signal(signal.SIGTERM, _on_sigterm)
-    display = Display(console, enabled=not args.no_progress)
+    display = _RunDirDisplay(console, enabled=not args.no_progress)
     try:
         run_dir = run_experiment(spec, args.out, display, keep_scratch=args.keep_scratch)
     except NodeFailed as e:
@@ -77,6 +96,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             "knee: every node was stopped; what was measured is in the run directory",
             file=sys.stderr,
         )
+        if display.run_dir is not None and not args.no_report:
+            _report(display.run_dir, None, console)  # what was measured, failure noted
         return EXIT_NODE_FAILED
     except KeyboardInterrupt:
         print(
@@ -90,6 +111,56 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     console.print(summary_table(points))
     console.print(f"run directory: {run_dir}")
     console.print(f"summary:       {run_dir / SUMMARY}")
+    if args.no_report:
+        return 0
+    return _report(run_dir, None, console)
+
+
+class _RunDirDisplay(Display):
+    """The runner's display, remembering the run directory (to report a failed run)."""
+
+    run_dir: Path | None = None
+
+    def run_started(self, run_dir: Path, n_points: int) -> None:
+        self.run_dir = run_dir
+        super().run_started(run_dir, n_points)
+
+
+def _report(run_dir: Path, out: Path | None, console: Console) -> int:
+    """Writes the report; a failure is printed and gives a non-zero exit code, and the run
+    directory stays as it is."""
+    from knee.report import build
+
+    try:
+        written = build(run_dir, out)
+    except Exception as e:  # any bug in a section must not look like a lost run
+        traceback.print_exc()
+        print(f"knee: the report failed: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"knee: the run directory {run_dir} is intact", file=sys.stderr)
+        return EXIT_REPORT_FAILED
+    for warning in written.warnings:
+        print(f"knee: report warning: {warning}", file=sys.stderr)
+    console.print(
+        f"report:        {written.html} ({len(written.figures)} figures, {written.seconds:.1f} s)"
+    )
+    return 0
+
+
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    from knee.report.compare import build
+
+    for run in (args.run_a, args.run_b):
+        if not run.is_dir():
+            print(f"knee: {run}: not a run directory", file=sys.stderr)
+            return EXIT_SPEC_ERROR
+    out = args.out or Path(f"compare-{args.run_a.resolve().name}-vs-{args.run_b.resolve().name}")
+    try:
+        written = build(args.run_a, args.run_b, out)
+    except Exception as e:
+        traceback.print_exc()
+        print(f"knee: the comparison failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_REPORT_FAILED
+    console.print(f"comparison:    {written.html} ({len(written.figures)} figures)")
     return 0
 
 
@@ -102,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args, console)
+    if args.command == "report":
+        if not args.run_dir.is_dir():
+            print(f"knee: {args.run_dir}: not a run directory", file=sys.stderr)
+            return EXIT_SPEC_ERROR
+        return _report(args.run_dir, args.out, console)
+    if args.command == "compare":
+        return _compare(args, console)
     _parser().print_help()
     return EXIT_SPEC_ERROR
 

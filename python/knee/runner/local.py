@@ -161,7 +161,11 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     frames = [raw.frame(state.run_dir) for raw in raws.values()]
-    stats = point_stats(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    stats = point_stats(
+        pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0],
+        schedule=point.load["schedule"],
+        target_rate_per_s=systems.target_rate_per_s(point.load),
+    )
     stats.update(
         point=point.index,
         series=point.series,

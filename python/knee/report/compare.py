@@ -1,0 +1,299 @@
+"""`knee compare RUN_A RUN_B`: both runs overlaid, point by point (points match by label),
+with the differences B - A and their 95% intervals.
+
+Intervals of a difference (the runs are independent samples):
+- percentiles: each run's order-statistic interval at level sqrt(0.95) (exact binomial
+  ranks, distribution-free); when both cover, [lo_B - hi_A, hi_B - lo_A] covers the true
+  difference, so it does with probability >= 0.95.
+- mean: the two runs' 95% batch-means intervals (summary.json) combined as independent
+  normal estimates: difference +- sqrt(h_A^2 + h_B^2), h the half-widths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knee.report import data, fmt
+from knee.report.figures import Axis, Figure, Trace
+from knee.report.html import Section, esc
+from knee.report.sections.spectrum import spectrum
+from knee.report.traces import by_x, latency_traces
+from knee.report.writer import Written, write
+
+COMPARE = "compare.html"
+#: Each run's percentile interval level, so that both hold together with 95%.
+PER_RUN_LEVEL = math.sqrt(0.95)
+QUANTILES = (("p50", 0.5), ("p99", 0.99))
+
+
+def order_ranks(n: int, q: float, level: float) -> tuple[int, int] | None:
+    """1-based ranks (l, u) with P(x_(l) <= q-quantile <= x_(u)) >= level for any
+    continuous distribution (B ~ Binomial(n, q): F(l-1) <= a/2, F(u-1) >= 1 - a/2), or None
+    when n is too small. The binomial CDF is summed exactly in log space."""
+    if n < 1 or not 0 < q < 1:
+        return None
+    a = 1 - level
+    k = np.arange(n + 1, dtype=np.float64)
+    log_choose = np.concatenate(([0.0], np.cumsum(np.log((n - k[:-1]) / (k[:-1] + 1)))))
+    cdf = np.cumsum(np.exp(log_choose + k * math.log(q) + (n - k) * math.log1p(-q)))
+    below = np.flatnonzero(cdf <= a / 2)
+    above = np.flatnonzero(cdf >= 1 - a / 2)
+    if len(below) == 0 or len(above) == 0 or above[0] + 1 > n:
+        return None
+    return int(below[-1]) + 1, int(above[0]) + 1
+
+
+@dataclass
+class Diff:
+    """B - A for one statistic, in ns."""
+
+    a: float | None
+    b: float | None
+    lo: float | None
+    hi: float | None
+
+    @property
+    def value(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def verdict(self) -> str:
+        if self.lo is None or self.hi is None:
+            return "n/a"
+        if self.lo > 0:
+            return "B higher"
+        if self.hi < 0:
+            return "B lower"
+        return "not significant"
+
+
+def quantile_diff(a_sorted: np.ndarray, b_sorted: np.ndarray, q: float) -> Diff:
+    """Difference of the q-quantiles with its >= 95% distribution-free interval."""
+    if not len(a_sorted) or not len(b_sorted):
+        return Diff(None, None, None, None)
+    qa = float(np.quantile(a_sorted, q, method="inverted_cdf"))
+    qb = float(np.quantile(b_sorted, q, method="inverted_cdf"))
+    ra = order_ranks(len(a_sorted), q, PER_RUN_LEVEL)
+    rb = order_ranks(len(b_sorted), q, PER_RUN_LEVEL)
+    if ra is None or rb is None:
+        return Diff(qa, qb, None, None)
+    lo = float(b_sorted[rb[0] - 1] - a_sorted[ra[1] - 1])
+    hi = float(b_sorted[rb[1] - 1] - a_sorted[ra[0] - 1])
+    return Diff(qa, qb, lo, hi)
+
+
+def mean_diff(pa: dict[str, Any], pb: dict[str, Any]) -> Diff:
+    la, lb = pa.get("latency_ns") or {}, pb.get("latency_ns") or {}
+    a, b = la.get("mean"), lb.get("mean")
+    ca, cb = (la.get("ci") or {}).get("mean"), (lb.get("ci") or {}).get("mean")
+    if a is None or b is None or not ca or not cb or None in ca or None in cb:
+        return Diff(a, b, None, None)
+    half = math.hypot((ca[1] - ca[0]) / 2, (cb[1] - cb[0]) / 2)
+    return Diff(a, b, b - a - half, b - a + half)
+
+
+def build(run_a: Path, run_b: Path, out_dir: Path) -> Written:
+    a, b = data.load(run_a), data.load(run_b)
+    sections = [_what(a, b), *_differences(a, b), *_overlays(a, b)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write(
+        out_dir / COMPARE,
+        f"knee compare: {run_a.name} (A) vs {run_b.name} (B)",
+        "Points are matched by label; differences are B - A.",
+        sections,
+    )
+
+
+def _matched(a: data.ReportRun, b: data.ReportRun) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    bl = {p.get("label"): p for p in b.points}
+    return [(p, bl[p.get("label")]) for p in a.points if p.get("label") in bl]
+
+
+def _what(a: data.ReportRun, b: data.ReportRun) -> Section:
+    def facts(rr: data.ReportRun) -> list[Any]:
+        env, s = rr.run.env, rr.run.summary
+        return [
+            rr.path.name,
+            s.get("experiment"),
+            rr.system,
+            s.get("preset"),
+            s.get("status"),
+            len(rr.points),
+            env.get("started_utc"),
+            env.get("host"),
+            env.get("cores"),
+            env.get("git_revision"),
+        ]
+
+    names = [
+        "run",
+        "experiment",
+        "system",
+        "preset",
+        "status",
+        "points",
+        "started (UTC)",
+        "host",
+        "cores",
+        "git revision",
+    ]
+    rows = "".join(
+        f'<tr><th class="l">{esc(n)}</th><td class="l">{esc(x)}</td><td class="l">{esc(y)}'
+        "</td></tr>"
+        for n, x, y in zip(names, facts(a), facts(b), strict=True)
+    )
+    matched = {p.get("label") for p, _ in _matched(a, b)}
+    only = [
+        f"<li>only in {tag}: {esc(p.get('label'))}</li>"
+        for tag, rr in (("A", a), ("B", b))
+        for p in rr.points
+        if p.get("label") not in matched
+    ]
+    blocks = [
+        f'<table><tr><th></th><th class="l">A</th><th class="l">B</th></tr>{rows}</table>',
+        f"<p>{len(matched)} points in both runs.</p>",
+    ]
+    if only:
+        blocks.append(f"<ul>{''.join(only)}</ul>")
+    return Section("compared", "What was compared", blocks)
+
+
+def _differences(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
+    pairs = _matched(a, b)
+    if not pairs:
+        return [
+            Section(
+                "differences",
+                "Differences",
+                ['<p class="note">The runs have no point with the same label.</p>'],
+            )
+        ]
+    ga = a.ok.groupby("point")["latency_ns"] if len(a.ok) else None
+    gb = b.ok.groupby("point")["latency_ns"] if len(b.ok) else None
+    rows, labels = [], []
+    diffs: dict[str, list[Diff]] = {"mean": [], **{k: [] for k, _ in QUANTILES}}
+    for pa, pb in pairs:
+        va, vb = _sorted(ga, pa.get("point")), _sorted(gb, pb.get("point"))
+        row = {"mean": mean_diff(pa, pb)}
+        row.update({k: quantile_diff(va, vb, q) for k, q in QUANTILES})
+        for k, d in row.items():
+            diffs[k].append(d)
+        labels.append(str(pa.get("label")))
+        rows.append(
+            f'<tr><td class="l">{esc(pa.get("label"))}</td><td>{len(va)}</td><td>{len(vb)}'
+            f"</td><td>{fmt.num(pa.get('achieved_rate_per_s'))}</td>"
+            f"<td>{fmt.num(pb.get('achieved_rate_per_s'))}</td>"
+            + "".join(_diff_cells(row[k]) for k in diffs)
+            + "</tr>"
+        )
+    head = (
+        '<tr><th class="l">point</th><th>n A</th><th>n B</th><th>rate A/s</th><th>rate B/s</th>'
+        + "".join(
+            f"<th>{k} A</th><th>{k} B</th><th>B - A [95%]</th><th>verdict</th>" for k in diffs
+        )
+        + "</tr>"
+    )
+    fig = Figure(
+        "diff-latency",
+        "latency difference B - A per point, with 95% intervals",
+        Axis("point", "category"),
+        Axis("B - A (ms)"),
+        [
+            Trace(
+                "points",
+                f"{k} difference",
+                labels,
+                [_ms(d.value) for d in ds],
+                lo=[_ms(d.lo) for d in ds],
+                hi=[_ms(d.hi) for d in ds],
+                color=i,
+            )
+            for i, (k, ds) in enumerate(diffs.items())
+        ],
+        caption="Above zero: B is slower. Percentile intervals: order statistics at level "
+        "sqrt(0.95) in each run; mean: the two batch-means intervals combined.",
+        height_px=460,
+    )
+    text = (
+        "<p>Latency in ms (successful requests after warm-up). A difference is called only "
+        "when its 95% interval excludes zero. Percentiles: distribution-free intervals from "
+        "order statistics (each run's at level &radic;0.95, combined as [lo<sub>B</sub> - "
+        "hi<sub>A</sub>, hi<sub>B</sub> - lo<sub>A</sub>]); mean: each run's batch-means "
+        "interval, combined as independent normal estimates.</p>"
+    )
+    table = f'<div style="overflow-x:auto"><table>{head}{"".join(rows)}</table></div>'
+    return [Section("differences", "Differences", [text, table, fig])]
+
+
+def _sorted(groups: Any, point: Any) -> np.ndarray:
+    if groups is None or point not in groups.groups:
+        return np.array([], dtype=np.int64)
+    return np.sort(groups.get_group(point).to_numpy())
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def _diff_cells(d: Diff) -> str:
+    css = {"B higher": "v-fail", "B lower": "v-pass", "not significant": ""}.get(d.verdict, "v-na")
+    ci = f"[{fmt.ms(d.lo)}, {fmt.ms(d.hi)}]" if d.lo is not None else ""
+    return (
+        f"<td>{fmt.ms(d.a)}</td><td>{fmt.ms(d.b)}</td><td>{fmt.ms(d.value)}"
+        f'<span class="ci">{esc(ci)}</span></td><td class="{css}">{esc(d.verdict)}</td>'
+    )
+
+
+def _overlays(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
+    blocks: list[str | Figure] = []
+    for series in [s for s in a.series() if s in b.series()]:
+        axis = a.axes[series]
+        pa, pb = a.points_of(series), b.points_of(series)
+        if len(by_x(pa, axis)) > 1:
+            traces = latency_traces(pa, axis, "A", 0, keys=("mean", "p99"), one_color=True)
+            traces += latency_traces(pb, axis, "B", 1, keys=("mean", "p99"), one_color=True)
+            blocks.append(
+                Figure(
+                    f"overlay-{series}",
+                    f"{series}: latency vs {axis.title}, A and B",
+                    Axis(axis.title),
+                    Axis("latency (ms)"),
+                    traces,
+                    caption="Solid: mean; dashed: p99; shaded: 95% intervals.",
+                )
+            )
+        blocks.append(_spectra(series, a, b))
+    if not blocks:
+        blocks.append('<p class="note">The runs have no series in common.</p>')
+    return [Section("overlays", "Overlays", blocks)]
+
+
+def _spectra(series: str, a: data.ReportRun, b: data.ReportRun) -> Figure:
+    traces: list[Trace] = []
+    for tag, rr, dash in (("A", a, False), ("B", b, True)):
+        groups = rr.ok.groupby("point")["latency_ns"] if len(rr.ok) else None
+        for i, p in enumerate(rr.points_of(series)):
+            grid, lat = spectrum(_sorted(groups, p.get("point")))
+            if len(grid):
+                traces.append(
+                    Trace(
+                        "line",
+                        f"{tag} {p.get('label')}",
+                        grid.tolist(),
+                        lat.tolist(),
+                        color=i,
+                        dash=dash,
+                    )
+                )
+    return Figure(
+        f"overlay-spectrum-{series}",
+        f"{series}: percentile spectra, A solid and B dashed",
+        Axis("percentile", "logit"),
+        Axis("latency (ms)", "log"),
+        traces,
+    )

@@ -1,0 +1,80 @@
+"""The percentile spectrum: latency at every percentile, on a logit axis so that the tail
+(99%, 99.9%, ...) gets as much room as the body."""
+
+from __future__ import annotations
+
+import numpy as np
+from pandas.api.typing import SeriesGroupBy
+
+from knee.report.data import ReportRun
+from knee.report.figures import Axis, Figure, Trace
+from knee.report.html import Section
+
+#: Percentiles drawn per point: evenly spaced in logit from 1% up to 1 - 1/n.
+GRID_POINTS = 60
+
+
+def percentile_grid(n: int) -> np.ndarray:
+    """Percentiles (fractions) worth drawing for n samples: none beyond 1 - 1/n, where
+    the sample says nothing more."""
+    if n < 2:
+        return np.array([0.5]) if n == 1 else np.array([])
+    top = 1.0 - 1.0 / n
+    lo, hi = np.log(0.01 / 0.99), np.log(top / (1.0 - top))
+    grid = 1.0 / (1.0 + np.exp(-np.linspace(lo, hi, GRID_POINTS)))
+    return np.unique(np.round(grid, 8))
+
+
+def spectrum(latency_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(percentiles, latency in ms at each)."""
+    grid = percentile_grid(len(latency_ns))
+    if not len(grid):
+        return grid, grid
+    return grid, np.quantile(latency_ns, grid, method="inverted_cdf") / 1e6
+
+
+def section(rr: ReportRun) -> Section:
+    blocks: list[str | Figure] = [
+        "<p>Latency at each percentile (successful requests after warm-up). The x axis is "
+        "logit-scaled: 50, 90, 99, 99.9 are equally spaced, so the tail is as readable as "
+        "the median. A curve stops at 1 - 1/n: beyond it the sample has nothing to say.</p>"
+    ]
+    latency = rr.ok.groupby("point")["latency_ns"] if len(rr.ok) else None
+    for series in rr.series():
+        traces: list[Trace] = []
+        for i, p in enumerate(rr.points_of(series)):
+            values = _values(latency, p.get("point"))
+            grid, lat_ms = spectrum(values)
+            if not len(grid):
+                continue
+            traces.append(
+                Trace(
+                    "line",
+                    str(p.get("label")),
+                    grid.tolist(),
+                    lat_ms.tolist(),
+                    color=i,
+                    hover=[
+                        f"p{100 * q:.4g}: {v:.4g} ms" for q, v in zip(grid, lat_ms, strict=True)
+                    ],
+                )
+            )
+        if traces:
+            blocks.append(
+                Figure(
+                    f"spectrum-{series}",
+                    f"{series}: percentile spectrum",
+                    Axis("percentile", "logit"),
+                    Axis("latency (ms)", "log"),
+                    traces,
+                )
+            )
+    if len(blocks) == 1:
+        blocks.append('<p class="note">No successful post-warm-up requests to plot.</p>')
+    return Section("spectrum", "Percentile spectrum", blocks)
+
+
+def _values(groups: SeriesGroupBy | None, point: object) -> np.ndarray:
+    if groups is None or point not in groups.groups:
+        return np.array([], dtype=np.int64)
+    return groups.get_group(point).to_numpy()

@@ -1,0 +1,151 @@
+"""The checks a point's statistics carry, each with a verdict (pass, warn, fail, n/a):
+
+- rate: the achieved rate is the target within its 95% Poisson interval, or within 5%;
+- poisson: gaps between sends are exponential (Anderson-Darling, mean estimated);
+- autocorrelation: lag-1 autocorrelation of latency, in send order;
+- percentile_support: enough samples beyond each percentile shown.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from knee.stats.distribution import QUANTILES, SUPPORT_SAMPLES, supported
+
+Check = dict[str, Any]
+
+#: The rate check's tolerance when the target is outside the interval.
+RATE_TOLERANCE = 0.05
+#: Stephens' critical values of the modified statistic A*2 = A2 (1 + 0.6/n), exponential
+#: with estimated mean (as in scipy.stats.anderson): significance level -> value.
+AD_CRITICAL = {0.15: 0.916, 0.10: 1.062, 0.05: 1.321, 0.025: 1.591, 0.01: 1.959}
+#: Fewest gaps the Anderson-Darling check is run on (Stephens' table holds from n = 5).
+AD_MIN_GAPS = 10
+#: Most gaps it is run on, taken evenly through the point: with a million gaps the test
+#: rejects nanosecond rounding and timer jitter, which no queue notices.
+AD_MAX_GAPS = 5000
+#: |lag-1 autocorrelation| limits: up to 0.2 the variance of a mean is inflated at most
+#: 1.5 times ((1 + r) / (1 - r) for an AR(1) sequence); beyond 0.8, more than 9 times.
+AUTOCORR_PASS = 0.2
+AUTOCORR_WARN = 0.8
+
+
+def check(name: str, verdict: str, value: float | None, detail: str) -> Check:
+    return {"name": name, "verdict": verdict, "value": value, "detail": detail}
+
+
+def rate_check(
+    target_per_s: float | None, achieved_per_s: float, ci_per_s: list[float] | None
+) -> Check:
+    """Passes when the target lies inside the achieved rate's 95% interval or within 5% of
+    the achieved rate; the value is the relative deviation (achieved / target - 1)."""
+    if target_per_s is None or target_per_s <= 0:
+        return check("rate", "n/a", None, "no target rate (closed loop or stepped schedule)")
+    deviation = achieved_per_s / target_per_s - 1
+    shown = f"achieved {achieved_per_s:.4g}/s vs target {target_per_s:.4g}/s ({deviation:+.1%})"
+    if ci_per_s is not None and ci_per_s[0] <= target_per_s <= ci_per_s[1]:
+        interval = f"[{ci_per_s[0]:.4g}, {ci_per_s[1]:.4g}]"
+        return check("rate", "pass", deviation, f"{shown}: target inside the 95% {interval}")
+    if abs(deviation) <= RATE_TOLERANCE:
+        return check("rate", "pass", deviation, f"{shown}: within {RATE_TOLERANCE:.0%}")
+    return check(
+        "rate",
+        "fail",
+        deviation,
+        f"{shown}: outside the 95% interval and off by more than {RATE_TOLERANCE:.0%}",
+    )
+
+
+def anderson_darling_expon(x: np.ndarray) -> float:
+    """Anderson-Darling A2 of x against an exponential with the sample mean (the statistic
+    scipy.stats.anderson(x, "expon") returns)."""
+    w = np.sort(np.asarray(x, dtype=np.float64)) / float(np.mean(x))
+    n = len(w)
+    i = np.arange(1, n + 1)
+    # A zero gap has F(0) = 0: clipping keeps the log finite and the statistic huge.
+    log_cdf = np.log(-np.expm1(-np.maximum(w, 1e-300)))
+    log_sf = -w
+    return float(-n - np.sum((2 * i - 1) * (log_cdf + log_sf[::-1])) / n)
+
+
+def poisson_check(schedule: str | None, sent_ns: np.ndarray) -> Check:
+    """For a Poisson schedule: are the gaps between actual sends (what the server saw, after
+    any lateness of the generator) exponential? At most AD_MAX_GAPS gaps are tested.
+    Verdict by the modified statistic A*2: pass below the 5% critical value, warn below the
+    1% one, fail above."""
+    if schedule != "poisson":
+        what = "unknown" if schedule is None else f"'{schedule}'"
+        return check("poisson", "n/a", None, f"schedule {what}: Poisson arrivals not expected")
+    # Whole-ns timestamps: a zero gap means under 1 ns, not an impossible exact 0.
+    gaps = np.maximum(np.diff(np.sort(sent_ns)), 0.5)
+    if len(gaps) > AD_MAX_GAPS:  # gaps of a Poisson process are independent: any subset is
+        gaps = gaps[np.linspace(0, len(gaps) - 1, AD_MAX_GAPS).astype(np.int64)]
+    n = len(gaps)
+    if n < AD_MIN_GAPS or float(gaps.mean()) <= 0:
+        return check("poisson", "n/a", None, f"{n} gaps between sends: too few to test")
+    a2 = anderson_darling_expon(gaps) * (1 + 0.6 / n)
+    at5, at1 = AD_CRITICAL[0.05], AD_CRITICAL[0.01]
+    shown = f"A*2 = {a2:.3f} over {n} gaps between sends"
+    if a2 < at5:
+        return check("poisson", "pass", a2, f"{shown}: exponential (5% critical value {at5})")
+    if a2 < at1:
+        return check("poisson", "warn", a2, f"{shown}: rejected at 5% ({at5}), not at 1% ({at1})")
+    return check(
+        "poisson",
+        "fail",
+        a2,
+        f"{shown}: not exponential (1% critical value {at1}); the generator may have "
+        "fallen behind its schedule (see late sends)",
+    )
+
+
+def lag1_autocorrelation(x: np.ndarray) -> float | None:
+    """Sample lag-1 autocorrelation; None for fewer than 3 values or no variance."""
+    if len(x) < 3:
+        return None
+    d = np.asarray(x, dtype=np.float64) - float(np.mean(x))
+    denom = float(np.dot(d, d))
+    if denom <= 0:
+        return None
+    return float(np.dot(d[:-1], d[1:]) / denom)
+
+
+def autocorrelation_check(latency_in_time_order: np.ndarray) -> Check:
+    """Lag-1 autocorrelation of latency in send order. Order-statistic intervals assume
+    independent samples; a queue carried from one request to the next breaks that."""
+    n = len(latency_in_time_order)
+    r = lag1_autocorrelation(latency_in_time_order) if n >= 10 else None
+    if r is None:
+        return check("autocorrelation", "n/a", None, f"{n} samples: too few or all equal")
+    r_eff = min(max(r, 0.0), 0.999)
+    n_eff = n * (1 - r_eff) / (1 + r_eff)
+    shown = f"lag-1 autocorrelation {r:.3f}"
+    if abs(r) <= AUTOCORR_PASS:
+        return check("autocorrelation", "pass", r, f"{shown}: samples nearly independent")
+    detail = (
+        f"{shown}: consecutive requests share queueing; about {n_eff:.0f} of {n} samples' "
+        f"worth of information (AR(1)), so percentile intervals are ~{math.sqrt(n / n_eff):.1f}x "
+        "too narrow"
+    )
+    verdict = "warn" if abs(r) <= AUTOCORR_WARN else "fail"
+    return check("autocorrelation", verdict, r, detail)
+
+
+def support_check(n: int) -> Check:
+    """Pass when every percentile shown has >= 100 samples beyond it; warn when only some
+    (p50 at least) have; fail when not even the median has. The value is the highest
+    supported quantile."""
+    ok = [name for name, q in QUANTILES.items() if supported(n, q)]
+    missing = [name for name in QUANTILES if name not in ok]
+    top = max((QUANTILES[name] for name in ok), default=None)
+    if not missing:
+        return check("percentile_support", "pass", top, f"{n} samples support p50-p99.9")
+    needs = ", ".join(
+        f"{name} needs {SUPPORT_SAMPLES / (1 - QUANTILES[name]):.0f}" for name in missing
+    )
+    verdict = "warn" if ok else "fail"
+    shown = f"{n} samples; supported: {', '.join(ok) or 'none'}; {needs}"
+    return check("percentile_support", verdict, top, shown)

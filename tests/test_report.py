@@ -1,0 +1,484 @@
+"""The HTML report and `knee compare`, on real runs: small matrix and echo experiments run
+with `knee run` into a temporary directory, their reports opened in headless Chromium
+(Debian's package, installed by scripts/chromium) with name resolution off."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from scipy import stats as sps
+
+import knee
+from knee.report.boxes import box_stats
+from knee.report.compare import PER_RUN_LEVEL, order_ranks, quantile_diff
+from knee.report.figures import LOGIT_TICKS, Axis, Figure, Trace, logit, plotly_spec
+from knee.report.html import Section, page
+from knee.report.sections.spectrum import percentile_grid
+
+MATRIX_SPEC = """
+[experiment]
+name = "matrix-report"
+system = "matrix"
+seed = 3
+
+[load]
+schedule = "poisson"
+rate_per_s = 50
+duration_s = 2.0
+warmup_s = 0.4
+timeout_ms = 30000
+
+[series.difficulty]
+load = { schedule = "closed", clients = 1, requests = 50, warmup_s = 0, warmup_requests = 5 }
+sweep = { "driver.p" = [200, 800] }
+
+[series.rate]
+driver = { p_min = 300, p_max = 400 }
+sweep = { "load.rate_per_s" = [40, 150, 300] }
+
+[series.cache]
+server = { cache = 200 }
+driver = { p_min = 300, p_max = 400 }
+sweep = { "load.rate_per_s" = [150] }
+
+[series.threads]
+driver = { p_min = 300, p_max = 400 }
+sweep = { "server.threads" = [1, 2], "load.rate_per_s" = [300] }
+"""
+
+# Every point kills its server 1 s in: the rest of the point fails (timeouts, errors).
+KILLED_SPEC = """
+[experiment]
+name = "echo-killed"
+system = "echo"
+
+[load]
+schedule = "poisson"
+rate_per_s = 300
+duration_s = 2.0
+warmup_s = 0.2
+timeout_ms = 200
+
+[[events]]
+at_s = 1.0
+action = "kill"
+node = "server"
+
+[sweep]
+"load.rate_per_s" = [200, 300, 400, 500, 600, 700]
+"""
+
+# One closed-loop point (run A); run B adds a constant-rate point no model applies to.
+SMALL_SPEC = """
+[experiment]
+name = "echo-{tag}"
+system = "echo"
+
+[server]
+threads = {threads}
+
+[load]
+schedule = "closed"
+clients = 2
+think_ms = 0.2
+requests = 400
+warmup_s = 0
+warmup_requests = 20
+
+[series.closed]
+{extra}
+"""
+STEADY = """
+[series.steady]
+load = { schedule = "constant", rate_per_s = 400, duration_s = 1.5, warmup_s = 0.2 }
+"""
+
+#: Chromium with no network: names do not resolve, nothing runs in the background.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--hide-scrollbars",
+    "--virtual-time-budget=15000",
+)
+CHROMIUM_TIMEOUT_S = 120.0
+
+
+def knee_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "knee.cli", *args]
+
+
+def run_knee(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(knee_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
+
+
+def only_dir(root: Path) -> Path:
+    dirs = [d for d in root.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+@dataclass
+class Runs:
+    matrix: Path
+    matrix_stdout: str
+    killed: Path
+    killed_code: int
+    small_a: Path
+    small_b: Path
+
+
+def _run(spec_text: str, root: Path, name: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    spec = root / f"{name}.toml"
+    spec.write_text(spec_text)
+    out = root / name
+    res = run_knee("run", str(spec), "--out", str(out), "--no-progress")
+    return only_dir(out), res
+
+
+def _interrupted(spec_text: str, root: Path, after_points: int) -> tuple[Path, int]:
+    """Runs a spec and interrupts it (SIGINT, by PID) once `after_points` are measured."""
+    spec = root / "killed.toml"
+    spec.write_text(spec_text)
+    out = root / "killed"
+    proc = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(out), "--no-progress"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            summaries = list(out.glob("*/summary.json"))
+            if summaries:
+                try:
+                    points = json.loads(summaries[0].read_text())["points"]
+                except (ValueError, KeyError):
+                    points = []  # being replaced right now
+                if len(points) >= after_points:
+                    break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return only_dir(out), code
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    root = tmp_path_factory.mktemp("report-runs")
+    matrix, res = _run(MATRIX_SPEC, root, "matrix")
+    assert res.returncode == 0, res.stderr
+    killed, code = _interrupted(KILLED_SPEC, root, after_points=2)
+    small_a, res_a = _run(SMALL_SPEC.format(tag="a", threads=0, extra=""), root, "a")
+    assert res_a.returncode == 0, res_a.stderr
+    small_b, res_b = _run(SMALL_SPEC.format(tag="b", threads=2, extra=STEADY), root, "b")
+    assert res_b.returncode == 0, res_b.stderr
+    return Runs(matrix, res.stdout, killed, code, small_a, small_b)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def figure_ids(html: str) -> list[str]:
+    return re.findall(r'<div class="chart" id="fig-[^"]+" data-figure="([^"]+)"', html)
+
+
+def figure_spec(html: str, fig_id: str) -> dict:
+    m = re.search(
+        rf'<script type="application/json" id="data-fig-{re.escape(fig_id)}">(.*?)</script>',
+        html,
+        re.S,
+    )
+    assert m, fig_id
+    return json.loads(m.group(1))
+
+
+def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[bytes]:
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.fail("chromium is not installed: ./scripts/chromium installs it")
+    proc = subprocess.Popen(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its helper processes share the group we end below
+    )
+    try:
+        out, err = proc.communicate(timeout=CHROMIUM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT_S:g} s")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # helpers left behind, if any
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def check_in_browser(html_path: Path, tmp_path: Path) -> str:
+    """Loads the page from a file:// URL, asserts no errors and every chart drawn; returns
+    the dumped DOM."""
+    res = chromium(["--dump-dom", html_path.resolve().as_uri()], tmp_path / "profile-dom")
+    dom = res.stdout.decode(errors="replace")
+    assert res.returncode == 0, res.stderr.decode(errors="replace")[-2000:]
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, dom[:500]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+    errors = re.search(r'<pre id="knee-errors" data-count="(\d+)">(.*?)</pre>', dom, re.S)
+    assert errors, "the error probe is missing"
+    assert errors.group(1) == "0", f"errors in the page: {errors.group(2)}"
+    assert attrs.get("data-report-done") == "1", "the page did not finish drawing"
+    n_figures = len(figure_ids(html_path.read_text()))
+    assert n_figures > 0
+    assert attrs.get("data-figures") == str(n_figures)
+    assert attrs.get("data-drawn") == str(n_figures), attrs
+    charts = re.findall(r"<div[^>]*data-figure=[^>]*>", dom)
+    assert len(charts) == n_figures
+    assert all('data-drawn="1"' in tag for tag in charts), charts
+    return dom
+
+
+def check_pngs(html_path: Path) -> None:
+    """A PNG per figure, and nothing else, in figures/."""
+    ids = figure_ids(html_path.read_text())
+    pngs = {p.stem: p for p in (html_path.parent / "figures").glob("*.png")}
+    assert set(ids) == set(pngs), (sorted(ids), sorted(pngs))
+    for png in pngs.values():
+        with Image.open(png) as im:
+            assert im.format == "PNG" and im.width >= 400 and im.height >= 200
+            pixels = np.asarray(im.convert("L"), dtype=float)
+        assert pixels.std() > 5, f"{png.name} is blank"
+
+
+# ------------------------------------------------------------------ the matrix report
+
+
+def test_knee_run_writes_a_self_contained_report(runs: Runs) -> None:
+    html_path = runs.matrix / "report.html"
+    assert f"report:        {html_path}" in runs.matrix_stdout
+    html = html_path.read_text()
+    # Self-contained: plotly.js inline, and outside the scripts no tag loads anything.
+    assert "plotly.js v" in html
+    markup = re.sub(r"<script>.*?</script>", "", html, flags=re.S)
+    assert not re.search(r"<(script|link|img|iframe|object)[^>]+(src|href|data)=", markup)
+    for section in (
+        "what-ran",
+        "summary",
+        "load",
+        "spectrum",
+        "boxes",
+        "timeseries",
+        "top1",
+        "factors",
+        "matrix",
+    ):
+        assert f'<section id="{section}">' in html, section
+    check_pngs(html_path)
+
+
+def test_matrix_report_shows_intervals_checks_models_and_findings(runs: Runs) -> None:
+    html = (runs.matrix / "report.html").read_text()
+    run = knee.open_run(runs.matrix)
+    # Summary table: every point, with intervals and the checks' verdicts.
+    for p in run.points:
+        assert f">{p['label']}</td>" in html
+    assert re.search(r'<span class="ci">\[[0-9.e+-]+, [0-9.e+-]+\]</span>', html)
+    verdicts = re.findall(r'<td class="v-(pass|warn|fail|na)"', html)
+    assert len(verdicts) >= 4 * len(run.points)
+    # The model on the rate series: M/M/1 with its knee, and M/M/c for the pool.
+    rate = figure_spec(html, "load-rate")
+    names = [t.get("name", "") for t in rate["data"]]
+    assert any(n.startswith("M/M/1") for n in names), names
+    assert any(a["text"].startswith("knee ") for a in rate["layout"]["annotations"])
+    assert "M/M/c" in html or "M/M/2" in html
+    # Percentile spectrum on a logit axis: percentiles mapped through logit.
+    spectrum = figure_spec(html, "spectrum-rate")
+    assert spectrum["layout"]["xaxis"]["tickvals"][0] == pytest.approx(logit(LOGIT_TICKS[0]))
+    # The matrix findings, each stated in words from this run's data.
+    findings = re.findall(r'<li class="finding">(.*?)</li>', html, re.S)
+    text = " ".join(findings)
+    for topic in ("Difficulty.", "Rate.", "Cache.", "Threads."):
+        assert topic in text, topic
+    threads = next(f for f in findings if "Threads." in f)
+    cores = json.loads((runs.matrix / "env.json").read_text())["cores"]
+    assert f"{cores} cores" in threads
+    hit = re.search(r"cache answered ([0-9.]+)% of requests", text)
+    assert hit and 0 < float(hit.group(1)) < 100
+    # A heatmap over the threads series' two factors... only one rate: one row per factor.
+    assert "factors-threads-mean" in figure_ids(html)
+
+
+def test_report_opens_in_chromium_with_every_figure_drawn(runs: Runs, tmp_path: Path) -> None:
+    html_path = runs.matrix / "report.html"
+    check_in_browser(html_path, tmp_path)
+    shot = tmp_path / "shot.png"
+    res = chromium(
+        [f"--screenshot={shot}", "--window-size=1400,3000", html_path.resolve().as_uri()],
+        tmp_path / "profile-shot",
+    )
+    assert res.returncode == 0 and shot.is_file(), res.stderr.decode(errors="replace")[-2000:]
+    with Image.open(shot) as im:
+        assert im.size == (1400, 3000)
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    assert pixels.std() > 20, "the screenshot is blank"
+    assert (pixels < 200).mean() > 0.02, "almost nothing is drawn"
+
+
+# ------------------------------------------------------------------ other runs
+
+
+def test_report_of_an_interrupted_run_with_a_killed_node(runs: Runs, tmp_path: Path) -> None:
+    assert runs.killed_code == 130
+    (runs.killed / "figures").mkdir(exist_ok=True)
+    (runs.killed / "figures" / "left-over.png").write_bytes(b"")  # check_pngs: removed
+    res = run_knee("report", str(runs.killed))
+    assert res.returncode == 0, res.stderr
+    html_path = runs.killed / "report.html"
+    html = html_path.read_text()
+    assert "This run did not complete" in html
+    run = knee.open_run(runs.killed)
+    assert run.summary["status"] == "interrupted" and len(run.points) >= 2
+    statuses = run.points[0]["status_rates"]
+    assert statuses["ok"] < 0.9  # the kill made the rest of the point fail
+    assert re.search(r"(timeout|error|drop) [0-9.]+%", html)
+    # The kill is marked on the time series.
+    ts = figure_spec(html, "ts-throughput")
+    labels = [a["text"] for a in ts["layout"]["annotations"]]
+    assert "kill server" in labels, labels
+    check_in_browser(html_path, tmp_path)
+    check_pngs(html_path)
+
+
+def test_one_point_closed_loop_and_no_model_runs(runs: Runs) -> None:
+    for run_dir in (runs.small_a, runs.small_b):
+        html = (run_dir / "report.html").read_text()
+        assert "<h1>knee report: echo-" in html
+        check_pngs(run_dir / "report.html")
+    run = knee.open_run(runs.small_a)
+    assert len(run.points) == 1 and run.points[0]["target_rate_per_s"] is None
+
+
+def test_compare_overlays_two_runs_with_intervals(runs: Runs, tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    res = run_knee("compare", str(runs.small_a), str(runs.small_b), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    html_path = out / "compare.html"
+    html = html_path.read_text()
+    assert "only in B: steady" in html
+    row = re.search(r'<tr><td class="l">closed</td>(.*?)</tr>', html, re.S)
+    assert row, "the matched point is missing"
+    cells = re.findall(r'<td class="(v-pass|v-fail|)">([^<]+)</td>', row.group(1))
+    assert {v for _, v in cells} <= {"B higher", "B lower", "not significant"} and cells
+    check_in_browser(html_path, tmp_path)
+    check_pngs(html_path)
+
+
+def test_a_run_compared_with_itself_differs_by_nothing(runs: Runs) -> None:
+    run = knee.open_run(runs.matrix)
+    ok = run.samples[(run.samples["status"] == "ok") & ~run.samples["warmup"]]
+    for _, group in ok.groupby("point"):
+        v = np.sort(group["latency_ns"].to_numpy())
+        for q in (0.5, 0.99):
+            d = quantile_diff(v, v, q)
+            assert d.value == 0
+            if d.lo is not None:
+                assert d.lo <= 0 <= d.hi and d.verdict == "not significant"
+
+
+def test_a_failed_report_keeps_the_run(runs: Runs, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(runs.small_a, broken)
+    (broken / "summary.json").write_text('{"points": [')  # cut short
+    before = sorted(p.name for p in broken.iterdir())
+    res = run_knee("report", str(broken))
+    assert res.returncode == 4
+    assert "the report failed" in res.stderr and "is intact" in res.stderr
+    assert sorted(p.name for p in broken.iterdir()) == before
+    res = run_knee("report", str(tmp_path / "no-such-run"))
+    assert res.returncode == 2 and "not a run directory" in res.stderr
+
+
+# ------------------------------------------------------------------ small fixed data
+
+
+def test_order_statistic_ranks_match_hand_computed_values() -> None:
+    # n = 10, the median at 95%: x(2)..x(9), coverage 1 - 2 * 11/1024 = 97.85%.
+    assert order_ranks(10, 0.5, 0.95) == (2, 9)
+    # Too few samples for the 99th percentile at 95%.
+    assert order_ranks(10, 0.99, 0.95) is None
+    for n, q in ((25, 0.5), (200, 0.9), (1000, 0.99), (5000, 0.999)):
+        lo, hi = order_ranks(n, q, PER_RUN_LEVEL)
+        coverage = sps.binom.cdf(hi - 1, n, q) - sps.binom.cdf(lo - 1, n, q)
+        assert coverage >= PER_RUN_LEVEL
+        # The narrowest such ranks: one step in on either side loses the guarantee.
+        assert sps.binom.cdf(lo, n, q) > (1 - PER_RUN_LEVEL) / 2
+        assert sps.binom.cdf(hi - 2, n, q) < 1 - (1 - PER_RUN_LEVEL) / 2
+
+
+def test_quantile_difference_on_fixed_data() -> None:
+    a = np.arange(1, 201, dtype=float)  # 1..200
+    b = a + 1000.0
+    d = quantile_diff(a, b, 0.5)
+    assert (d.a, d.b, d.value) == (100.0, 1100.0, 1000.0)
+    lo, hi = order_ranks(200, 0.5, PER_RUN_LEVEL)
+    assert (d.lo, d.hi) == (b[lo - 1] - a[hi - 1], b[hi - 1] - a[lo - 1])
+    assert d.verdict == "B higher"
+    assert quantile_diff(b, a, 0.5).verdict == "B lower"
+
+
+def test_box_statistics_on_fixed_data() -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({"g": [1] * 101 + [2] * 3, "v": [*range(0, 101), 5, 5, 5]})
+    df["v"] = df["v"] * 1e6  # ns -> the boxes are in ms
+    boxes = box_stats(df, ["g"], "v")
+    assert boxes[1] == {"lo": 1.0, "q1": 25.0, "median": 50.0, "q3": 75.0, "hi": 99.0, "mean": 50.0}
+    assert boxes[2]["median"] == boxes[2]["lo"] == boxes[2]["hi"] == 5.0
+
+
+def test_percentile_grid_stops_where_the_sample_does() -> None:
+    assert len(percentile_grid(0)) == 0
+    grid = percentile_grid(1000)
+    assert grid[0] == pytest.approx(0.01) and grid[-1] == pytest.approx(0.999)
+    assert np.all(np.diff(grid) > 0)
+
+
+def test_logit_axis_and_unsafe_titles() -> None:
+    fig = Figure(
+        "x",
+        "</script><script>alert(1)</script>",
+        Axis("percentile", "logit"),
+        Axis("ms"),
+        [Trace("line", "a", [0.5, 0.9, 0.99], [1.0, math.nan, 3.0])],
+    )
+    spec = plotly_spec(fig)
+    assert spec["data"][0]["x"] == pytest.approx([0.0, math.log(9), math.log(99)])
+    assert spec["data"][0]["y"] == [1.0, None, 3.0]  # NaN is a gap, not invalid JSON
+    html = page("t", "s", [Section("s", "s", [fig])])
+    assert "<script>alert(1)" not in html
