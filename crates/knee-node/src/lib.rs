@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod load;
+pub mod poll;
 pub mod report;
 pub mod rng;
 pub mod serve;

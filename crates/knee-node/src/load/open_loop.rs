@@ -223,20 +223,7 @@ impl Engine<'_> {
 
     /// Waits up to `wait_ns` for replies on any connection and handles all that arrived.
     fn poll_replies(&mut self, wait_ns: u64) {
-        let timeout = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: pollfds is a live slice of pollfd; the timeout and a null sigmask are valid.
-        let ready = unsafe {
-            libc::ppoll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                &timeout,
-                std::ptr::null(),
-            )
-        };
-        if ready <= 0 {
+        if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return; // timeout, or EINTR (a stop signal): the caller's loop looks again
         }
         for slot in 0..self.conns.len() {

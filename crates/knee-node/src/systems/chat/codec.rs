@@ -18,6 +18,8 @@
 //! exactly, NUL bytes and SQL metacharacters included (every query is parameterized).
 
 use super::{OP_AUDIT, OP_FETCH, OP_JOIN, OP_LOGIN, OP_LOGOUT, OP_POST};
+pub use crate::wire::body::{put_bytes32, put_str16};
+use crate::wire::BodyReader;
 
 pub const MAX_NAME_BYTES: usize = 64;
 pub const MAX_TEXT_BYTES: usize = 4096;
@@ -55,21 +57,21 @@ impl Request {
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
-        put_str(out, &self.client);
+        put_str16(out, &self.client);
         out.extend_from_slice(&self.reply_bytes.to_le_bytes());
         match &self.op {
             Op::Login { user, password } => {
-                put_str(out, user);
-                put_str(out, password);
+                put_str16(out, user);
+                put_str16(out, password);
             }
             Op::Logout { user, room } | Op::Join { user, room } => {
-                put_str(out, user);
+                put_str16(out, user);
                 out.extend_from_slice(&room.to_le_bytes());
             }
             Op::Post { user, room, text } => {
-                put_str(out, user);
+                put_str16(out, user);
                 out.extend_from_slice(&room.to_le_bytes());
-                put_bytes(out, text);
+                put_bytes32(out, text);
             }
             Op::Fetch { room, since_id, max } => {
                 out.extend_from_slice(&room.to_le_bytes());
@@ -82,29 +84,29 @@ impl Request {
 
     /// Parses and checks a request body; the error is the reason sent back to the client.
     pub fn decode(op: u16, body: &[u8]) -> Result<Request, String> {
-        let mut r = Reader { b: body };
-        let client = r.name("client")?;
+        let mut r = BodyReader::new(body);
+        let client = read_name(&mut r, "client")?;
         let reply_bytes = r.u32("reply_bytes")?;
         if reply_bytes > MAX_REPLY_BYTES {
             return Err(format!("reply_bytes {reply_bytes} exceeds {MAX_REPLY_BYTES}"));
         }
         let op = match op {
             OP_LOGIN => Op::Login {
-                user: r.name("user")?,
-                password: r.name("password")?,
+                user: read_name(&mut r, "user")?,
+                password: read_name(&mut r, "password")?,
             },
             OP_LOGOUT => Op::Logout {
-                user: r.name("user")?,
+                user: read_name(&mut r, "user")?,
                 room: r.u32("room")?,
             },
             OP_JOIN => Op::Join {
-                user: r.name("user")?,
+                user: read_name(&mut r, "user")?,
                 room: r.u32("room")?,
             },
             OP_POST => Op::Post {
-                user: r.name("user")?,
+                user: read_name(&mut r, "user")?,
                 room: r.u32("room")?,
-                text: r.text()?,
+                text: read_text(&mut r)?,
             },
             OP_FETCH => Op::Fetch {
                 room: r.u32("room")?,
@@ -114,9 +116,7 @@ impl Request {
             OP_AUDIT => Op::Audit,
             other => return Err(format!("chat has no operation {other}")),
         };
-        if !r.b.is_empty() {
-            return Err(format!("{} unexpected bytes after the request", r.b.len()));
-        }
+        r.end()?;
         Ok(Request {
             client,
             reply_bytes,
@@ -139,67 +139,23 @@ pub fn check_name(what: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn put_str(out: &mut Vec<u8>, s: &str) {
-    // Names are checked to be short; a longer one is cut here and refused by the server.
-    let len = s.len().min(u16::MAX as usize);
-    out.extend_from_slice(&(len as u16).to_le_bytes());
-    out.extend_from_slice(&s.as_bytes()[..len]);
+/// A name field: `str16`, checked by [`check_name`].
+pub fn read_name(r: &mut BodyReader, what: &str) -> Result<String, String> {
+    let raw = r.bytes16(what)?;
+    if raw.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} must be 1..={MAX_NAME_BYTES} bytes, got {}",
+            raw.len()
+        ));
+    }
+    let s = std::str::from_utf8(raw).map_err(|_| format!("{what} is not valid UTF-8"))?;
+    check_name(what, s)?;
+    Ok(s.to_string())
 }
 
-pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-/// A bounds-checked cursor over a body: no read past its end, no length trusted.
-pub struct Reader<'a> {
-    pub b: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        if self.b.len() < n {
-            return Err(format!("{what}: body ends {} bytes short", n - self.b.len()));
-        }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
-    }
-
-    pub fn u16(&mut self, what: &str) -> Result<u16, String> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    pub fn u32(&mut self, what: &str) -> Result<u32, String> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    pub fn u64(&mut self, what: &str) -> Result<u64, String> {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(self.take(8, what)?);
-        Ok(u64::from_le_bytes(x))
-    }
-
-    pub fn name(&mut self, what: &str) -> Result<String, String> {
-        let len = self.u16(what)? as usize;
-        if len > MAX_NAME_BYTES {
-            return Err(format!("{what} must be 1..={MAX_NAME_BYTES} bytes, got {len}"));
-        }
-        let s =
-            std::str::from_utf8(self.take(len, what)?).map_err(|_| format!("{what} is not valid UTF-8"))?;
-        check_name(what, s)?;
-        Ok(s.to_string())
-    }
-
-    pub fn text(&mut self) -> Result<Vec<u8>, String> {
-        let len = self.u32("text")? as usize;
-        if len > MAX_TEXT_BYTES {
-            return Err(format!("text must be <= {MAX_TEXT_BYTES} bytes, got {len}"));
-        }
-        Ok(self.take(len, "text")?.to_vec())
-    }
+/// Message text: `bytes32`, stored exactly.
+pub fn read_text(r: &mut BodyReader) -> Result<Vec<u8>, String> {
+    Ok(r.bytes32("text", MAX_TEXT_BYTES)?.to_vec())
 }
 
 #[cfg(test)]
@@ -247,20 +203,20 @@ mod tests {
     #[test]
     fn bad_names_and_lengths_are_refused() {
         let mut body = Vec::new();
-        put_str(&mut body, "c");
+        put_str16(&mut body, "c");
         body.extend_from_slice(&4u32.to_le_bytes());
         let mut bad_user = body.clone();
-        put_str(&mut bad_user, "a\0b");
-        put_str(&mut bad_user, "pw");
+        put_str16(&mut bad_user, "a\0b");
+        put_str16(&mut bad_user, "pw");
         assert!(Request::decode(OP_LOGIN, &bad_user).unwrap_err().contains("NUL"));
         let mut long = body.clone();
-        put_str(&mut long, &"x".repeat(65));
+        put_str16(&mut long, &"x".repeat(65));
         assert!(Request::decode(OP_LOGIN, &long).unwrap_err().contains("1..=64"));
         let mut lying = body.clone();
         lying.extend_from_slice(&60u16.to_le_bytes());
         assert!(Request::decode(OP_LOGIN, &lying).unwrap_err().contains("short"));
         let mut huge = body;
-        put_str(&mut huge, "u");
+        put_str16(&mut huge, "u");
         huge.extend_from_slice(&1u32.to_le_bytes());
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(Request::decode(OP_POST, &huge).unwrap_err().contains("4096"));

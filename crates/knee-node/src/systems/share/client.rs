@@ -20,13 +20,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::codec::{self, Cursor, Entry};
+use super::codec::{self, Entry};
 use super::conn::{Conns, OpError};
 use super::files::{file_name, SharedFile, CHUNK_BYTES};
 use super::route::{owner, replica};
 use super::*;
 use crate::load::recorder::{Recorder, Sample, Status};
 use crate::rng::Rng;
+use crate::wire::BodyReader;
 use crate::wire::{ReplyHeader, WireStatus};
 use crate::{clock, report, signals};
 
@@ -308,7 +309,7 @@ impl Client {
     fn wait_for(&mut self, name: &str, what: &str) -> Result<(), String> {
         loop {
             let mut body = Vec::new();
-            codec::put_str(&mut body, name);
+            codec::put_str16(&mut body, name);
             if let Ok(a) = self.index_read(name, &body) {
                 if a.header.status == WireStatus::Ok as u16 && a.body.get(..2) != Some(&[0, 0]) {
                     return Ok(());
@@ -340,7 +341,7 @@ impl Client {
     /// A measured search; the holders when it found some.
     fn search(&mut self, name: &str, flags: u16) -> Option<Vec<Entry>> {
         let mut body = Vec::new();
-        codec::put_str(&mut body, name);
+        codec::put_str16(&mut body, name);
         let mut holders = None;
         self.measured(OP_SEARCH, &body, 0, |c| {
             let mut a = c.index_read(name, &body)?;
@@ -503,7 +504,7 @@ impl Client {
             .position(|p| *p == holder.peer)
             .unwrap_or(254) as u8;
         let mut body = Vec::new();
-        codec::put_str(&mut body, name);
+        codec::put_str16(&mut body, name);
         let body_for_sample = body.clone();
         // arg: the file's size in KiB (saturating), since bytes_in is a u32.
         let size_kib = (holder.size_bytes / 1024).min(u32::MAX as u64) as u32;
@@ -521,7 +522,7 @@ impl Client {
             if header.status != WireStatus::Ok as u16 {
                 return Ok(a);
             }
-            let size_bytes = Cursor::new(&a.body).u64("size").map_err(OpError::Bad)?;
+            let size_bytes = BodyReader::new(&a.body).u64("size").map_err(OpError::Bad)?;
             if size_bytes > holder.size_bytes {
                 // Not drained: the connection is dropped instead of reading an unknown amount.
                 c.data.drop_conn(&holder.peer);
@@ -597,7 +598,7 @@ impl Client {
 }
 
 fn decode_list(body: &[u8]) -> Result<Option<Vec<SharedFile>>, String> {
-    let mut c = Cursor::new(body);
+    let mut c = BodyReader::new(body);
     if c.u8("ready")? == 0 {
         return Ok(None);
     }
@@ -605,7 +606,7 @@ fn decode_list(body: &[u8]) -> Result<Option<Vec<SharedFile>>, String> {
     let mut files = Vec::with_capacity(count.min(100_000));
     for _ in 0..count {
         files.push(SharedFile {
-            name: String::from_utf8_lossy(c.bytes("name")?).into_owned(),
+            name: String::from_utf8_lossy(c.bytes16("name")?).into_owned(),
             size_bytes: c.u64("size")?,
             checksum: c.u64("checksum")?,
         });

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::codec::{self, Cursor, Entry};
+use super::codec::{self, Entry};
 use super::files::{self, SharedFile};
 use super::index::{Index, ShardedIndex};
 use super::names::{check_name, open_shared};
@@ -18,6 +18,7 @@ use super::obtain::send_file;
 use super::sqlite_index::SqliteIndex;
 use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
 use crate::serve::ServerStats;
+use crate::wire::BodyReader;
 use crate::wire::{
     write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus, DEFAULT_MAX_FRAME_BYTES,
 };
@@ -309,11 +310,11 @@ fn refuse(reply: &mut Vec<u8>, status: WireStatus, reason: &str) -> (WireStatus,
 }
 
 fn index_op(index: &dyn Index, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
-    let mut c = Cursor::new(body);
+    let mut c = BodyReader::new(body);
     match op {
         OP_REGISTER => {
-            let peer = c.peer()?;
-            let name = check_name(c.bytes("name")?)?.to_string();
+            let peer = codec::read_peer(&mut c)?;
+            let name = check_name(c.bytes16("name")?)?.to_string();
             let (size_bytes, checksum) = (c.u64("size")?, c.u64("checksum")?);
             c.end()?;
             index.register(Entry {
@@ -324,14 +325,14 @@ fn index_op(index: &dyn Index, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Res
             })
         }
         OP_UNREGISTER => {
-            let peer = c.peer()?;
-            let name = check_name(c.bytes("name")?)?;
+            let peer = codec::read_peer(&mut c)?;
+            let name = check_name(c.bytes16("name")?)?;
             c.end()?;
             reply.push(u8::from(index.unregister(&peer, name)?));
             Ok(())
         }
         _ => {
-            let name = check_name(c.bytes("name")?)?;
+            let name = check_name(c.bytes16("name")?)?;
             c.end()?;
             codec::search_reply(reply, &index.search(name)?);
             Ok(())
@@ -340,8 +341,8 @@ fn index_op(index: &dyn Index, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Res
 }
 
 fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<(std::fs::File, u64), String> {
-    let mut c = Cursor::new(body);
-    let name = check_name(c.bytes("name")?)?;
+    let mut c = BodyReader::new(body);
+    let name = check_name(c.bytes16("name")?)?;
     c.end()?;
     let file = open_shared(&share.dir, name)?;
     let size_bytes = file.metadata().map_err(|e| format!("{name:?}: {e}"))?.len();
@@ -350,13 +351,13 @@ fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<(std::fs::F
 }
 
 fn list(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
-    Cursor::new(body).end()?;
+    BodyReader::new(body).end()?;
     let files = share.files.get();
     reply.push(u8::from(files.is_some()));
     let files = files.map(Vec::as_slice).unwrap_or_default();
     reply.extend_from_slice(&(files.len() as u32).to_le_bytes());
     for f in files {
-        codec::put_str(reply, &f.name);
+        codec::put_str16(reply, &f.name);
         codec::put_u64(reply, f.size_bytes);
         codec::put_u64(reply, f.checksum);
     }

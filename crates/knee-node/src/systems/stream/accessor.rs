@@ -372,20 +372,7 @@ impl<'a> Accessor<'a> {
     }
 
     fn poll(&mut self, wait_ns: u64) {
-        let timeout = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: pollfds is a live slice of pollfd; the timeout and a null sigmask are valid.
-        let ready = unsafe {
-            libc::ppoll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                &timeout,
-                std::ptr::null(),
-            )
-        };
-        if ready <= 0 {
+        if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return;
         }
         for slot in 0..self.services.len() {

@@ -187,12 +187,7 @@ impl Service {
             events: libc::POLLIN,
             revents: 0,
         };
-        let timeout = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: one live pollfd, a valid timespec and a null signal mask.
-        unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) > 0 }
+        crate::poll::ppoll_ns(std::slice::from_mut(&mut fd), wait_ns) > 0
     }
 
     fn read_all(&mut self, buf: &mut [u8], out: &mut Vec<u8>) {

@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use super::config::ChatLoadConfig;
 use super::link::Link;
 use super::session::Session;
-use crate::systems::chat::codec::{Op, Reader, Request};
+use crate::systems::chat::codec::{Op, Request};
 use crate::systems::chat::OP_AUDIT;
+use crate::wire::BodyReader;
 use crate::wire::WireStatus;
 
 /// Request ids of audits, far from the clients' own (1, 2, ...).
@@ -32,7 +33,7 @@ pub fn write(cfg: &ChatLoadConfig, mut link: Link) -> Result<usize, String> {
         if h.status != WireStatus::Ok as u16 {
             return Err(format!("{client}: status {}", h.status));
         }
-        let mut r = Reader { b: &reply };
+        let mut r = BodyReader::new(&reply);
         r.u32("ack")?;
         for _ in 0..r.u32("n")? {
             let (id, op, n) = (r.u64("id")?, r.u16("op")?, r.u32("applied")?);

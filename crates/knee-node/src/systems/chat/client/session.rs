@@ -1,8 +1,9 @@
 //! What one client asks, in order: the operation mix of a session.
 
 use super::config::{ChatDriver, Mix};
-use crate::systems::chat::codec::{Op, Reader, Request};
+use crate::systems::chat::codec::{read_name, read_text, Op, Request};
 use crate::systems::chat::{OP_FETCH, OP_POST};
+use crate::wire::BodyReader;
 
 pub struct Session {
     client: String,
@@ -55,7 +56,7 @@ impl Session {
     /// Learns the newest message id from a post or fetch reply (best effort: a reply that
     /// does not parse leaves it unchanged).
     pub fn observe(&mut self, op: u16, body: &[u8]) {
-        let mut r = Reader { b: body };
+        let mut r = BodyReader::new(body);
         let Ok(_ack) = r.u32("ack") else { return };
         if op == OP_POST {
             if let Ok(id) = r.u64("id") {
@@ -65,7 +66,7 @@ impl Session {
             let Ok(n) = r.u32("n") else { return };
             for _ in 0..n {
                 let Ok(id) = r.u64("id") else { return };
-                if r.name("user").is_err() || r.text().is_err() {
+                if read_name(&mut r, "user").is_err() || read_text(&mut r).is_err() {
                     return;
                 }
                 self.last_id = self.last_id.max(id);

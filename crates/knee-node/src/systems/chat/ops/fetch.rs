@@ -2,8 +2,8 @@
 //! first, at most `max` (itself at most `codec::MAX_FETCH`).
 
 use super::{ack, Result};
-use crate::systems::chat::codec::{put_bytes, put_str};
 use crate::systems::chat::store::{Tx, Value};
+use crate::wire::body::{put_bytes32, put_str16};
 
 pub fn fetch(tx: &mut dyn Tx, room: u32, since_id: u64, max: u32) -> Result {
     let rows = tx.rows(
@@ -22,8 +22,8 @@ pub fn fetch(tx: &mut dyn Tx, room: u32, since_id: u64, max: u32) -> Result {
             return Err("fetch: short row".into());
         };
         out.extend_from_slice(&(id.int()? as u64).to_le_bytes());
-        put_str(&mut out, &name.into_text()?);
-        put_bytes(&mut out, &body.into_bytes()?);
+        put_str16(&mut out, &name.into_text()?);
+        put_bytes32(&mut out, &body.into_bytes()?);
     }
     Ok(out)
 }

@@ -1,0 +1,21 @@
+//! Waiting for sockets with nanosecond timeouts (`ppoll(2)`): the load generator and the
+//! stream client and services wait this way instead of with a thread per socket.
+
+/// Waits up to `wait_ns` for an event on any of `fds`. Returns how many have one; 0 on a
+/// timeout, and also on an error such as EINTR (a stop signal): callers loop and look again.
+pub fn ppoll_ns(fds: &mut [libc::pollfd], wait_ns: u64) -> usize {
+    let timeout = libc::timespec {
+        tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: fds is a live slice of pollfd; the timeout and a null signal mask are valid.
+    let ready = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &timeout,
+            std::ptr::null(),
+        )
+    };
+    ready.max(0) as usize
+}
