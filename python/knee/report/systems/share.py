@@ -167,6 +167,11 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
             parts.append(
                 f"{esc(name)} {fmt.num(first['mean_ms'])} &rarr; {fmt.num(last['mean_ms'])} ms "
                 f"({ratio:.2g}x) from {first['peers']} to {last['peers']} peers"
+                + (
+                    f" (all {last['files']} files: {fmt.num(last['mean_ms'] * last['files'])} ms)"
+                    if op == "register"
+                    else ""
+                )
             )
             for _, r in g.iterrows():
                 rows.append(
@@ -402,9 +407,7 @@ def _ops(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figure]
     )
     text = (
         "<b>Operations per second</b> (measured; in brackets the report's way, 1000 / mean "
-        "ms x clients, which assumes the clients never wait for each other): "
-        + "; ".join(said)
-        + "."
+        "ms x clients, as if each client had the system to itself): " + "; ".join(said) + "."
     )
     table = _table(
         ["point", "operation", "clients", "n", "per client /s", "report's way /s", "measured /s"],
