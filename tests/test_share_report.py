@@ -1,0 +1,169 @@
+"""The share system's report sections (report 002) on real runs: a tiny sweep over nodes for
+both designs and over file sizes, and a distributed run whose peer-1 is killed mid-point,
+each run with `knee run` (which writes report.html) and opened in headless Chromium."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_report import check_in_browser, check_pngs, figure_ids, figure_spec, only_dir, run_knee
+
+import knee
+from knee.analysis import share as share_analysis
+
+# Nodes 1-2 for the central (SQLite) and the distributed index; 1 KiB and 1 MiB files.
+SWEEP_SPEC = """
+[experiment]
+name = "share-report"
+system = "share"
+
+[server]
+files = 4
+file_bytes = 1024
+
+[driver]
+ops = 40
+
+[load]
+schedule = "closed"
+duration_s = 60
+timeout_ms = 10000
+warmup_s = 0
+
+[series.central]
+server = { design = "central", index = "sqlite-global-lock" }
+sweep = { "server.peers" = [1, 2] }
+
+[series.distributed]
+server = { design = "distributed" }
+sweep = { "server.peers" = [1, 2] }
+
+[series.sizes]
+server = { design = "distributed", peers = 2 }
+sweep = { "server.file_bytes" = [1024, 1048576] }
+"""
+
+# peer-1 is killed while the clients run (3 clients x 3000 ops of each phase take well over
+# a second): searches for the names it owns go to its replica, obtains from it fail.
+KILLED_SPEC = """
+[experiment]
+name = "share-killed"
+system = "share"
+
+[server]
+design = "distributed"
+peers = 3
+files = 20
+file_bytes = 1024
+
+[driver]
+ops = 3000
+
+[load]
+schedule = "closed"
+duration_s = 60
+timeout_ms = 5000
+warmup_s = 0
+
+[[events]]
+at_s = 0.3
+action = "kill"
+node = "peer-1"
+"""
+
+NODES_FIGURES = [f"share-nodes-{op}" for op in ("register", "search", "obtain", "unregister")]
+
+
+@dataclass
+class Runs:
+    sweep: Path
+    killed: Path
+
+
+def _run(spec_text: str, root: Path, name: str) -> Path:
+    spec = root / f"{name}.toml"
+    spec.write_text(spec_text)
+    res = run_knee("run", str(spec), "--out", str(root / name), "--no-progress")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return only_dir(root / name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    root = tmp_path_factory.mktemp("share-report")
+    return Runs(_run(SWEEP_SPEC, root, "sweep"), _run(KILLED_SPEC, root, "killed"))
+
+
+def findings(page: str) -> dict[str, str]:
+    """The share section's findings as plain text, by their bold topic."""
+    section = page[page.index('<section id="share">') :]
+    items = re.findall(r'<li class="finding"><b>(.*?)</b>(.*?)</li>', section, re.S)
+    return {topic: html.unescape(re.sub(r"<[^>]+>", "", body)) for topic, body in items}
+
+
+def test_sweep_report_has_every_share_figure_from_the_analysis(runs: Runs, tmp_path: Path) -> None:
+    html_path = runs.sweep / "report.html"
+    page = html_path.read_text()
+    assert '<section id="share">' in page
+    ids = figure_ids(page)
+    for fig in [*NODES_FIGURES, "share-sizes-obtain", "share-sizes-throughput", "share-ops-per-s"]:
+        assert fig in ids, fig
+    assert "share-replicas" not in ids  # nothing fell back: a table and a sentence only
+    check_pngs(html_path)
+
+    run = knee.open_run(runs.sweep)
+    # Response time vs nodes: a line per design with the analysis' means at 1 and 2 peers.
+    times = share_analysis.response_time_vs_nodes(run)
+    search = figure_spec(page, "share-nodes-search")
+    lines = {t["name"]: t for t in search["data"]}
+    dist = times[(times["series"] == "distributed") & (times["operation"] == "search")]
+    assert lines["distributed mean"]["x"] == [1, 2]
+    assert lines["distributed mean"]["y"] == pytest.approx(list(dist["mean_ms"]))
+    assert "central (sqlite-global-lock) mean" in lines
+    # Obtain vs file size: only the sizes series has two sizes at one design and peer count.
+    sizes = share_analysis.obtain_vs_file_size(run)
+    sizes = sizes[sizes["series"] == "sizes"]
+    throughput = figure_spec(page, "share-sizes-throughput")
+    measured = next(t for t in throughput["data"] if t["name"] == "distributed measured")
+    assert measured["x"] == [1024, 1048576]
+    assert measured["y"] == pytest.approx(list(sizes["aggregate_mb_per_s"]))
+    assert any(t["name"].startswith("report 002") for t in throughput["data"])
+
+    text = findings(page)
+    assert set(text) >= {"Nodes.", "File size.", "Operations per second", "Replica fallbacks."}
+    assert "from 1 to 2 peers" in text["Nodes."]
+    first = sizes.iloc[0]
+    assert f"mean obtain time {first['mean_ms']:.3g} ms at 1 KiB" in text["File size."]
+    assert "No node was stopped or killed in this run" in text["Replica fallbacks."]
+    assert re.search(r" 0 of \d+ index operations", text["Replica fallbacks."])
+
+    check_in_browser(html_path, tmp_path)
+
+
+def test_killed_owner_shows_replica_fallbacks(runs: Runs, tmp_path: Path) -> None:
+    html_path = runs.killed / "report.html"
+    page = html_path.read_text()
+    ids = figure_ids(page)
+    assert "share-replicas" in ids and "share-ops-per-s" in ids
+    assert not any(i.startswith(("share-nodes-", "share-sizes-")) for i in ids)  # one point
+    check_pngs(html_path)
+
+    fb = share_analysis.replica_fallbacks(knee.open_run(runs.killed))
+    index_ops = fb[fb["operation"] != "obtain"]
+    replica = int(index_ops["replica"].sum())
+    assert replica > 0
+    obtain_drops = int(fb.loc[fb["operation"] == "obtain", "drop"].sum())
+    assert obtain_drops > 0  # obtains from the killed peer have no replica
+
+    text = findings(page)["Replica fallbacks."]
+    assert "kill peer-1 at 0.3 s" in text
+    assert f" {replica} of {int(index_ops['count'].sum())} index operations" in text
+    bars = figure_spec(page, "share-replicas")["data"]
+    assert sum(sum(t["y"]) for t in bars if t["name"].endswith("by the replica")) == replica
+    assert sum(sum(t["y"]) for t in bars if t["name"] == "obtain: node down") == obtain_drops
+
+    check_in_browser(html_path, tmp_path)
