@@ -317,7 +317,7 @@ def test_point_stats_by_hand() -> None:
     frame = frame.iloc[::-1].reset_index(drop=True)  # completion order differs from send order
     s = point_stats(frame, schedule="constant", target_rate_per_s=100.0)
     assert s["count"] == 10 and s["warmup_count"] == 2
-    assert s["statuses"] == {"ok": 8, "timeout": 1, "drop": 0, "error": 1}
+    assert s["statuses"] == {"ok": 8, "timeout": 1, "drop": 0, "error": 1, "late": 0}
     assert s["status_rates"]["ok"] == 0.8
     # 10 requests 10 ms apart: a span of 90 ms, stretched by 10/9 to cover 10 gaps = 0.1 s.
     assert s["window_s"] == pytest.approx(0.1)
