@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from report_helpers import (
+    check_in_browser,
+    check_pngs,
+    chromium,
+    figure_ids,
+    figure_spec,
+    knee_cmd,
+    only_dir,
+    run_knee,
+)
 from scipy import stats as sps
 
 import knee
@@ -106,36 +114,6 @@ STEADY = """
 load = { schedule = "constant", rate_per_s = 400, duration_s = 1.5, warmup_s = 0.2 }
 """
 
-#: Chromium with no network: names do not resolve, nothing runs in the background.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--no-first-run",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--hide-scrollbars",
-    "--virtual-time-budget=15000",
-)
-CHROMIUM_TIMEOUT_S = 120.0
-
-
-def knee_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "knee.cli", *args]
-
-
-def run_knee(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(knee_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
-
-
-def only_dir(root: Path) -> Path:
-    dirs = [d for d in root.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
 
 @dataclass
 class Runs:
@@ -198,82 +176,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     small_b, res_b = _run(SMALL_SPEC.format(tag="b", threads=2, extra=STEADY), root, "b")
     assert res_b.returncode == 0, res_b.stderr
     return Runs(matrix, res.stdout, killed, code, small_a, small_b)
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def figure_ids(html: str) -> list[str]:
-    return re.findall(r'<div class="chart" id="fig-[^"]+" data-figure="([^"]+)"', html)
-
-
-def figure_spec(html: str, fig_id: str) -> dict:
-    m = re.search(
-        rf'<script type="application/json" id="data-fig-{re.escape(fig_id)}">(.*?)</script>',
-        html,
-        re.S,
-    )
-    assert m, fig_id
-    return json.loads(m.group(1))
-
-
-def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[bytes]:
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.fail("chromium is not installed: ./scripts/chromium installs it")
-    proc = subprocess.Popen(
-        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its helper processes share the group we end below
-    )
-    try:
-        out, err = proc.communicate(timeout=CHROMIUM_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT_S:g} s")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # helpers left behind, if any
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def check_in_browser(html_path: Path, tmp_path: Path) -> str:
-    """Loads the page from a file:// URL, asserts no errors and every chart drawn; returns
-    the dumped DOM."""
-    res = chromium(["--dump-dom", html_path.resolve().as_uri()], tmp_path / "profile-dom")
-    dom = res.stdout.decode(errors="replace")
-    assert res.returncode == 0, res.stderr.decode(errors="replace")[-2000:]
-    body = re.search(r"<body([^>]*)>", dom)
-    assert body, dom[:500]
-    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
-    errors = re.search(r'<pre id="knee-errors" data-count="(\d+)">(.*?)</pre>', dom, re.S)
-    assert errors, "the error probe is missing"
-    assert errors.group(1) == "0", f"errors in the page: {errors.group(2)}"
-    assert attrs.get("data-report-done") == "1", "the page did not finish drawing"
-    n_figures = len(figure_ids(html_path.read_text()))
-    assert n_figures > 0
-    assert attrs.get("data-figures") == str(n_figures)
-    assert attrs.get("data-drawn") == str(n_figures), attrs
-    charts = re.findall(r"<div[^>]*data-figure=[^>]*>", dom)
-    assert len(charts) == n_figures
-    assert all('data-drawn="1"' in tag for tag in charts), charts
-    return dom
-
-
-def check_pngs(html_path: Path) -> None:
-    """A PNG per figure, and nothing else, in figures/."""
-    ids = figure_ids(html_path.read_text())
-    pngs = {p.stem: p for p in (html_path.parent / "figures").glob("*.png")}
-    assert set(ids) == set(pngs), (sorted(ids), sorted(pngs))
-    for png in pngs.values():
-        with Image.open(png) as im:
-            assert im.format == "PNG" and im.width >= 400 and im.height >= 200
-            pixels = np.asarray(im.convert("L"), dtype=float)
-        assert pixels.std() > 5, f"{png.name} is blank"
 
 
 # ------------------------------------------------------------------ the matrix report

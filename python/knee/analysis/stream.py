@@ -86,6 +86,7 @@ def _tukey(latency_ms: pd.Series) -> pd.Series:
             "n": len(v),
             "q1_ms": q1,
             "median_ms": median,
+            "mean_ms": v.mean(),
             "q3_ms": q3,
             "whisker_low_ms": inside.min(),
             "whisker_high_ms": inside.max(),
@@ -97,7 +98,7 @@ def _tukey(latency_ms: pd.Series) -> pd.Series:
 def block_latency_boxplot(run: Run) -> pd.DataFrame:
     """Figures 1 and 2 of report 000: Tukey box plots of block latency per service, serially
     accessed (left) and during parallel access (right). One row per (point, service): n,
-    quartiles, whiskers (most extreme value within 1.5 IQR of the box) and the outliers, in
+    quartiles, mean, whiskers (most extreme value within 1.5 IQR of the box) and the outliers, in
     ms, of every block received in time (dropped and late blocks are not latencies, as in
     the report)."""
     blocks = _blocks(run)

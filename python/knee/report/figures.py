@@ -49,7 +49,8 @@ class Trace:
     line/points: `x`, `y`, optional error bars `lo`/`hi` (absolute values). band: the area
     between `lo` and `hi` over `x` (a confidence band). bar: `y` per category `x`. box: one
     box per category `x` from precomputed `boxes` ({"q1", "median", "q3", "lo", "hi",
-    "mean"}). heatmap: `z[row][col]` over categories `x` (columns) and `y` (rows).
+    "mean"}, optionally "outliers": values beyond the whiskers, drawn as points). heatmap:
+    `z[row][col]` over categories `x` (columns) and `y` (rows).
     `hidden` traces start switched off in the HTML legend and are left out of the PNG.
     """
 
@@ -215,9 +216,17 @@ def _plotly_traces(t: Trace, scale: Scale) -> list[dict[str, Any]]:
         return [tr]
     if t.kind == "box":
         boxes = t.boxes or []
+        outliers: dict[str, Any] = {}
+        if any(b.get("outliers") for b in boxes):
+            # A 2D y (one list per box) only places sample points; the stats stay given.
+            outliers = {
+                "y": [list(b.get("outliers") or []) for b in boxes],
+                "boxpoints": "outliers",
+            }
         return [
             {
                 "type": "box",
+                **outliers,
                 "x": x,
                 "q1": [b["q1"] for b in boxes],
                 "median": [b["median"] for b in boxes],

@@ -124,7 +124,7 @@ def _draw(
                 "whislo": b["lo"],
                 "whishi": b["hi"],
                 "mean": b["mean"],
-                "fliers": [],
+                "fliers": list(b.get("outliers") or []),
             }
             for b in (t.boxes or [])
         ]
@@ -137,6 +137,7 @@ def _draw(
             boxprops={"facecolor": c, "alpha": 0.5},
             medianprops={"color": "black"},
             meanprops={"marker": "^", "markerfacecolor": "white", "markeredgecolor": c},
+            flierprops={"marker": "o", "markersize": 2, "markeredgecolor": c, "alpha": 0.6},
             manage_ticks=False,
         )
         ax.plot([], [], "s", color=c, label=label)  # a legend entry for the boxes
