@@ -6,13 +6,18 @@ page is opened in headless Chromium (helpers from test_report)."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 from test_report import check_in_browser, check_pngs, figure_ids, figure_spec, only_dir, run_knee
 
 import knee
 from knee.analysis import chat
+from knee.report.figures import Axis, Figure, Trace
+from knee.report.png import write_png
 
 SPEC = """
 [experiment]
@@ -137,3 +142,25 @@ def test_sweep_figures_carry_the_analysis_data(run_dir: Path) -> None:
     verdicts = re.findall(r'<td class="v-(?:pass|warn)">(yes|no)</td>', section)
     assert verdicts == ["yes" if h else "no" for h in magic["holds"]]
     assert f"it holds in {int(magic['holds'].sum())} of {len(magic)} configurations" in section
+
+
+def test_png_of_a_figure_with_many_lines_keeps_its_plot(tmp_path: Path) -> None:
+    """The 48-configuration sweep's load curve has ~100 named lines: a legend that size
+    collapsed the PNG's axes to nothing, so past LEGEND_MAX the PNG has no legend."""
+    xs = [1, 4, 7, 10]
+    fig = Figure(
+        "many",
+        "many lines",
+        Axis("clients"),
+        Axis("ms"),
+        [Trace("line", f"line {i}", xs, [i + x for x in xs], color=i) for i in range(100)],
+    )
+    path = tmp_path / "many.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied" is a warning
+        write_png(fig, path)
+    with Image.open(path) as im:
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    # The plot area is most of the image: many rows hold some drawing.
+    drawn_rows = (pixels < 200).any(axis=1).mean()
+    assert drawn_rows > 0.6, drawn_rows
