@@ -60,7 +60,7 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     cfg = chat.configurations(rr.run)
     cfg = cfg[cfg["count"].fillna(0) > 0]
     if len(cfg) >= 2:
-        out.append(_sweep(rr, cfg, labels))
+        out.append(_sweep(rr, cfg))
     out.append(_magic(rr, labels))
     return out
 
@@ -75,6 +75,11 @@ def _failover_points(rr: ReportRun) -> list[int]:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _amount(value: Any, unit: str) -> str:
+    """ "4 B", "1 client", "3 clients"."""
+    return f"{int(value)} {unit}" if unit == "B" else _count(int(value), unit)
 
 
 def _span(values: pd.Series, show: Any) -> str:
@@ -225,7 +230,7 @@ def _thin(frame: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------ the sweep's five graphs
 
 
-def _sweep(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> Section:
+def _sweep(rr: ReportRun, cfg: pd.DataFrame) -> Section:
     blocks: list[str | Figure] = [
         f"<p>{len(cfg)} configurations (inter-request time x reply size x clients), the "
         "source report's five graph types. Latency splits into database (the transaction, "
@@ -233,7 +238,7 @@ def _sweep(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> Section:
         "network and middleware (round trip minus residence).</p>"
     ]
     for part in (_by_clients, _area, _breakdown, _scatter, _throughput):
-        blocks.extend(part(rr, cfg, labels))
+        blocks.extend(part(rr, cfg))
     return Section("chat-sweep", "Chat: latency over the configurations (report 001)", blocks)
 
 
@@ -245,7 +250,7 @@ def _names(frame: pd.DataFrame) -> list[str]:
     ]
 
 
-def _by_clients(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]:
+def _by_clients(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     table = chat.latency_vs_clients(rr.run)
     if table.empty or len(table.index) < 2:
         return [
@@ -279,7 +284,7 @@ def _by_clients(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> lis
     return [fig]
 
 
-def _area(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]:
+def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     area = chat.latency_area(rr.run).dropna(subset=["mean_ms"])
     ranks = area["rank"].tolist()
     hover = _names(area)
@@ -315,19 +320,19 @@ def _area(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]
     return figs
 
 
-def _breakdown(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]:
+def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     out: list[Any] = []
     fixed = {
         "clients": f"no pause, {int(cfg['reply_bytes'].max())} B replies",
         "reply_bytes": f"no pause, {int(cfg['clients'].max())} clients",
     }
-    for by, unit in (("clients", "clients"), ("reply_bytes", "B")):
+    for by, unit in (("clients", "client"), ("reply_bytes", "B")):
         b = chat.breakdown(rr.run, by)
         if b[by].nunique() < 2:
-            out.append(f"<p>Fewer than two {unit} values with {fixed[by]}: no breakdown.</p>")
+            out.append(f"<p>Fewer than two {by} values with {fixed[by]}: no breakdown.</p>")
             continue
         cats = [
-            f"{int(v)} {unit} · {'top 1%' if k == 'outlier' else 'rest'}"
+            f"{_amount(v, unit)} · {'top 1%' if k == 'outlier' else 'rest'}"
             for v, k in zip(b[by], b["kind"], strict=True)
         ]
         traces = [
@@ -348,22 +353,23 @@ def _breakdown(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list
         out.append(
             Figure(
                 f"chat-breakdown-{'clients' if by == 'clients' else 'reply'}",
-                f"latency parts of the top 1% and the rest, by {unit} ({fixed[by]})",
+                f"latency parts of the top 1% and the rest, by {by.replace('_', ' ')} "
+                f"({fixed[by]})",
                 Axis(by.replace("_", " "), "category"),
                 Axis("mean time (ms)"),
                 traces,
                 stacked=True,
                 caption=f"{SOURCE_BREAKDOWN} This run: the network and middleware part of the "
                 f"other 99% goes from {fmt.num(net[0])} ms at "
-                f"{int(normal[by].iloc[0])} {unit} to {fmt.num(net[-1])} ms at "
-                f"{int(normal[by].iloc[-1])} {unit} ({trend}); in the top 1% the database is "
+                f"{_amount(normal[by].iloc[0], unit)} to {fmt.num(net[-1])} ms at "
+                f"{_amount(normal[by].iloc[-1], unit)} ({trend}); in the top 1% the database is "
                 f"{fmt.pct(db_share)} of the time.",
             )
         )
     return out
 
 
-def _scatter(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]:
+def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     sc = chat.reply_rate_scatter(rr.run).dropna(subset=["throughput_per_s"])
     names = dict(zip(cfg["point"], _names(cfg), strict=True))
     figs = []
@@ -401,7 +407,7 @@ def _rho(value: float) -> str:
     return "undefined (one value only)" if not np.isfinite(value) else f"{value:+.2f}"
 
 
-def _throughput(rr: ReportRun, cfg: pd.DataFrame, labels: dict[int, str]) -> list[Any]:
+def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     lt = chat.latency_vs_throughput(rr.run).dropna(subset=["throughput_per_s"])
     traces = []
     for i, (think, part) in enumerate(lt.groupby("think_ms")):
