@@ -150,9 +150,10 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
     retried = frame[frame["attempts"] > 1]
     failed = frame[frame["status"] != "ok"]
     served = sorted(int(r) for r in frame.loc[frame["status"] == "ok", "replica"].unique())
+    most = int(frame["attempts"].max()) if len(frame) else 0
     text = (
         f"<p>{len(frame)} requests in point {esc(labels.get(point, point))}: "
-        f"{len(retried)} needed more than one attempt (at most {int(frame['attempts'].max())}), "
+        f"{len(retried)} needed more than one attempt (at most {most}), "
         f"{len(failed)} did not succeed within the retry budget; replicas "
         f"{', '.join(map(str, served)) or 'none'} answered.</p>"
     )
