@@ -17,6 +17,9 @@ _SYMBOLS = {"circle": "o", "x": "x", "triangle-up": "^", "square": "s", "diamond
 #: PNG size: 8 inches wide at this resolution.
 DPI = 120
 WIDTH_IN = 8.0
+#: More legend entries than this do not fit beside the plot (the axes collapse): the PNG then
+#: has no legend, and the HTML's interactive legend names the lines.
+LEGEND_MAX = 16
 
 
 def write_png(fig: Figure, path: Path) -> None:
@@ -53,7 +56,8 @@ def write_png(fig: Figure, path: Path) -> None:
     _axis(ax, fig.y, "y", [])
     ax.set_title(fig.title, fontsize=11)
     ax.grid(True, alpha=0.3)
-    if any(t.legend and t.kind not in ("heatmap", "band") for t in traces):
+    named = sum(t.legend and t.kind not in ("heatmap", "band") for t in traces)
+    if 0 < named <= LEGEND_MAX:
         ax.legend(fontsize=7, loc="best")
     mfig.savefig(path, pil_kwargs={"compress_level": 3})
 

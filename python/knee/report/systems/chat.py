@@ -1,0 +1,497 @@
+"""The chat system's findings (report 001): the failover verdict (gap, operations lost and
+applied twice, checked against the database), the sweep's five graph types and the magic-1%
+table.
+
+The figures' data comes from `knee.analysis.chat`; this module only draws it and states, in
+words computed from the run, what it shows next to what the source report found.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from knee.analysis import chat
+from knee.report import fmt
+from knee.report.data import ReportRun
+from knee.report.figures import Axis, Figure, Marker, Trace
+from knee.report.html import Section, esc
+
+#: The timeline draws at most this many requests per point (every slow one is kept).
+MAX_DRAWN = 20_000
+#: Event kinds marked on the failover timeline, with their colours.
+PASS_FAIL_BG = {True: "#e3f5e1", False: "#fbdcdc"}
+EVENT_COLORS = {"kill": "#d62728", "stop": "#d62728", "start": "#2ca02c"}
+
+SOURCE_CLIENTS = (
+    "The source report found latency rising predictably with clients and reply size, "
+    "except at 4 B replies with no pause, where more clients lowered it; at 7 clients a call "
+    "took about 60 ms (16 calls/s)."
+)
+SOURCE_AREA = (
+    "The source report drew these two area plots over its 48 configurations (images only; "
+    "its text calls the behaviour generally predictable)."
+)
+SOURCE_BREAKDOWN = (
+    "The source report found the middleware part of latency growing with the number of "
+    "clients and with the reply size."
+)
+SOURCE_SCATTER = (
+    "The source report drew 3-D scatter plots of reply size and request rate against this "
+    "latency; here the reply size is the colour and the request rate the x axis."
+)
+SOURCE_THROUGHPUT = (
+    "The source report plotted latency against throughput; its discussion puts 7 clients at "
+    "about 60 ms per call, i.e. 16 calls/s."
+)
+SOURCE_MAGIC = (
+    "The source report concluded that its system did not appear to adhere to the magic-1% "
+    "rule, with the caveat of little data."
+)
+
+
+def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+    labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
+    out = [_failover(rr, point, labels) for point in _failover_points(rr)]
+    if rr.ok.empty:
+        return out
+    cfg = chat.configurations(rr.run)
+    cfg = cfg[cfg["count"].fillna(0) > 0]
+    if len(cfg) >= 2:
+        out.append(_sweep(rr, cfg))
+    out.append(_magic(rr, labels))
+    return out
+
+
+def _failover_points(rr: ReportRun) -> list[int]:
+    e = rr.run.events
+    if e.empty:
+        return []
+    kills = e[e["kind"].isin(["kill", "stop"])]
+    return sorted(int(p) for p in kills["point"].unique())
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _amount(value: Any, unit: str) -> str:
+    """ "4 B", "1 client", "3 clients"."""
+    return f"{int(value)} {unit}" if unit == "B" else _count(int(value), unit)
+
+
+def _span(values: pd.Series, show: Any) -> str:
+    """ "a to b" over the configurations, or the one value."""
+    lo, hi = show(values.min()), show(values.max())
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _verdict_row(name: str, value: str, good: bool | None) -> str:
+    cls = "v-na" if good is None else "v-pass" if good else "v-fail"
+    return f'<tr><td class="l">{esc(name)}</td><td class="{cls}">{esc(value)}</td></tr>'
+
+
+# ------------------------------------------------------------------ failover
+
+
+def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
+    run = rr.run
+    try:
+        integrity: dict[str, int] | None = chat.failover_integrity(run, point)
+        missing = ""
+    except FileNotFoundError as e:
+        integrity, missing = None, str(e)
+    gap_ms = chat.failover_gap_ms(run, point)
+    timeline = chat.failover_timeline(run, point)
+    frame, events = timeline["samples"], timeline["events"]
+    kill = events[events["kind"].isin(["kill", "stop"])].iloc[0]
+    passed = integrity is not None and integrity["lost"] == 0 and integrity["applied_twice"] == 0
+    verdict = (
+        f'<p class="finding" style="font-size:18px; background:{PASS_FAIL_BG[passed]}"><b>'
+        + ("PASS" if passed else "FAIL")
+        + "</b>: "
+        + (
+            f"of {integrity['acknowledged_writes']} writes acknowledged to the clients, "
+            f"{integrity['lost']} are missing from the database and "
+            f"{integrity['applied_twice']} were applied more than once (the database's "
+            f"operation log holds {integrity['applied_writes']} applications)."
+            if integrity is not None
+            else f"operations could not be checked against the database: {esc(missing)}."
+        )
+        + "</p>"
+    )
+    rows = [
+        _verdict_row(
+            "unavailability gap (longest time without a successful reply after the "
+            f"{kill['kind']} of {kill['node']} at {kill['t_s']:.2f} s)",
+            "-" if gap_ms is None else f"{gap_ms:.0f} ms",
+            None,
+        ),
+        _verdict_row(
+            "acknowledged writes",
+            "-" if integrity is None else str(integrity["acknowledged_writes"]),
+            None,
+        ),
+        _verdict_row(
+            "operations lost (acknowledged, not in the database)",
+            "-" if integrity is None else str(integrity["lost"]),
+            None if integrity is None else integrity["lost"] == 0,
+        ),
+        _verdict_row(
+            "operations applied twice (in the database more than once)",
+            "-" if integrity is None else str(integrity["applied_twice"]),
+            None if integrity is None else integrity["applied_twice"] == 0,
+        ),
+    ]
+    table = '<table><tr><th class="l">failover</th><th>value</th></tr>' + "".join(rows)
+    table += "</table>"
+    retried = frame[frame["attempts"] > 1]
+    failed = frame[frame["status"] != "ok"]
+    served = sorted(int(r) for r in frame.loc[frame["status"] == "ok", "replica"].unique())
+    most = int(frame["attempts"].max()) if len(frame) else 0
+    text = (
+        f"<p>{len(frame)} requests in point {esc(labels.get(point, point))}: "
+        f"{len(retried)} needed more than one attempt (at most {most}), "
+        f"{len(failed)} did not succeed within the retry budget; replicas "
+        f"{', '.join(map(str, served)) or 'none'} answered.</p>"
+    )
+    fig = _timeline_figure(point, frame, events, gap_ms)
+    title = "Chat: failover" + (
+        f" (point {labels.get(point, point)})" if len(rr.points) > 1 else ""
+    )
+    return Section(f"chat-failover-p{point}", title, [verdict, table, text, fig])
+
+
+def _timeline_figure(
+    point: int, frame: pd.DataFrame, events: pd.DataFrame, gap_ms: float | None
+) -> Figure:
+    drawn = _thin(frame)
+    traces: list[Trace] = []
+    ok = drawn[drawn["status"] == "ok"]
+    for i, replica in enumerate(sorted(ok["replica"].unique())):
+        part = ok[ok["replica"] == replica]
+        traces.append(
+            Trace(
+                "points",
+                f"ok, answered by replica-{int(replica)}",
+                part["t_s"].tolist(),
+                part["latency_ms"].tolist(),
+                color=i,
+                hover=[f"{a} attempt(s)" for a in part["attempts"].tolist()],
+            )
+        )
+    for status, part in drawn[drawn["status"] != "ok"].groupby("status", observed=True):
+        traces.append(
+            Trace(
+                "points",
+                str(status),
+                part["t_s"].tolist(),
+                part["latency_ms"].tolist(),
+                color=3,
+                symbol="x",
+            )
+        )
+    markers = [
+        Marker(float(e.t_s), f"{e.kind} {e.node}", EVENT_COLORS.get(str(e.kind), "#555555"))
+        for e in events.itertuples()
+    ]
+    thinned = (
+        f" {len(drawn)} of the {len(frame)} requests are drawn (every one above the 99th "
+        "percentile, and an even sample of the rest)."
+        if len(drawn) < len(frame)
+        else ""
+    )
+    return Figure(
+        f"chat-failover-p{point}",
+        "latency of each request over time, around the failover",
+        Axis("intended send time (s since the run's start)"),
+        Axis("latency (ms)", "log"),
+        traces,
+        markers,
+        caption="The source report measured no failover (fault-free runs only); the issue asks "
+        "for this figure. Each request at its intended send time, so the time a client spent "
+        "retrying during the failover is in its latency; colours say which replica answered. "
+        f"This run: the longest time without a successful reply was {fmt.num(gap_ms)} ms."
+        + thinned,
+    )
+
+
+def _thin(frame: pd.DataFrame) -> pd.DataFrame:
+    if len(frame) <= MAX_DRAWN:
+        return frame
+    slow = frame["latency_ms"] > frame["latency_ms"].quantile(0.99)
+    stride = int(np.ceil(len(frame) / MAX_DRAWN))
+    even = np.zeros(len(frame), dtype=bool)
+    even[::stride] = True
+    return frame[slow.to_numpy() | even]
+
+
+# ------------------------------------------------------------------ the sweep's five graphs
+
+
+def _sweep(rr: ReportRun, cfg: pd.DataFrame) -> Section:
+    blocks: list[str | Figure] = [
+        f"<p>{len(cfg)} configurations (inter-request time x reply size x clients), the "
+        "source report's five graph types. Latency splits into database (the transaction, "
+        "as the replica measured it), server (the rest of the replica's residence) and "
+        "network and middleware (round trip minus residence).</p>"
+    ]
+    for part in (_by_clients, _area, _breakdown, _scatter, _throughput):
+        blocks.extend(part(rr, cfg))
+    return Section("chat-sweep", "Chat: latency over the configurations (report 001)", blocks)
+
+
+def _names(frame: pd.DataFrame) -> list[str]:
+    """Each row's configuration in words."""
+    return [
+        f"{t:g} ms pause, {int(r)} B, {int(c)} clients"
+        for t, r, c in zip(frame["think_ms"], frame["reply_bytes"], frame["clients"], strict=True)
+    ]
+
+
+def _by_clients(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
+    table = chat.latency_vs_clients(rr.run)
+    if table.empty or len(table.index) < 2:
+        return [
+            "<p>No pause-free configurations with two or more client counts: no latency "
+            "vs clients plot.</p>"
+        ]
+    clients = [int(c) for c in table.index]
+    traces, parts, fell = [], [], []
+    for i, reply in enumerate(table.columns):
+        ys = table[reply].tolist()
+        traces.append(Trace("line", f"{int(reply)} B reply", clients, ys, color=i))
+        parts.append(
+            f"{int(reply)} B: {fmt.num(ys[0])} ms with {_count(clients[0], 'client')} to "
+            f"{fmt.num(ys[-1])} ms with {_count(clients[-1], 'client')}"
+        )
+        if any(b < a for a, b in zip(ys, ys[1:], strict=False)):
+            fell.append(f"{int(reply)} B")
+    shape = (
+        "more clients lowered the mean somewhere at " + ", ".join(fell)
+        if fell
+        else "the mean never fell as clients were added"
+    )
+    fig = Figure(
+        "chat-latency-clients",
+        "mean latency vs clients, per reply size (no pause)",
+        Axis("clients (closed loop)"),
+        Axis("mean latency (ms)"),
+        traces,
+        caption=f"{SOURCE_CLIENTS} This run: {'; '.join(parts)}; {shape}.",
+    )
+    return [fig]
+
+
+def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
+    area = chat.latency_area(rr.run).dropna(subset=["mean_ms"])
+    ranks = area["rank"].tolist()
+    hover = _names(area)
+    figs = []
+    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
+        ratio = (area[key] / area["mean_ms"]).to_numpy()
+        worst = int(np.nanargmax(ratio))
+        figs.append(
+            Figure(
+                f"chat-area-{name}",
+                f"mean and {name} latency, configurations sorted by mean",
+                Axis("configuration (rank by mean latency)"),
+                Axis("latency (ms)", "log"),
+                [
+                    Trace(
+                        "band",
+                        f"mean to {name}",
+                        ranks,
+                        lo=area["mean_ms"].tolist(),
+                        hi=area[key].tolist(),
+                        color=1,
+                        legend=False,
+                    ),
+                    Trace("line", name, ranks, area[key].tolist(), color=1, hover=hover),
+                    Trace("line", "mean", ranks, area["mean_ms"].tolist(), color=0, hover=hover),
+                ],
+                caption=f"{SOURCE_AREA} This run: the {name} is {np.nanmin(ratio):.3g}x to "
+                f"{np.nanmax(ratio):.3g}x the mean; the widest gap is at {hover[worst]} "
+                f"({fmt.num(area[key].iloc[worst])} ms against a mean of "
+                f"{fmt.num(area['mean_ms'].iloc[worst])} ms).",
+            )
+        )
+    return figs
+
+
+def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
+    out: list[Any] = []
+    fixed = {
+        "clients": f"no pause, {int(cfg['reply_bytes'].max())} B replies",
+        "reply_bytes": f"no pause, {int(cfg['clients'].max())} clients",
+    }
+    for by, unit in (("clients", "client"), ("reply_bytes", "B")):
+        b = chat.breakdown(rr.run, by)
+        if b[by].nunique() < 2:
+            out.append(f"<p>Fewer than two {by} values with {fixed[by]}: no breakdown.</p>")
+            continue
+        cats = [
+            f"{_amount(v, unit)} · {'top 1%' if k == 'outlier' else 'rest'}"
+            for v, k in zip(b[by], b["kind"], strict=True)
+        ]
+        traces = [
+            Trace("bar", name, cats, b[col].tolist(), color=i)
+            for i, (col, name) in enumerate(
+                (
+                    ("db_ms", "database"),
+                    ("server_ms", "server"),
+                    ("network_ms", "network + middleware"),
+                )
+            )
+        ]
+        normal = b[b["kind"] == "normal"].sort_values(by)
+        net = normal["network_ms"].to_numpy()
+        trend = "grows at every step" if np.all(np.diff(net) > 0) else "does not grow at every step"
+        top = b[b["kind"] == "outlier"]
+        db_share = top["db_ms"].sum() / top[["db_ms", "server_ms", "network_ms"]].sum().sum()
+        out.append(
+            Figure(
+                f"chat-breakdown-{'clients' if by == 'clients' else 'reply'}",
+                f"latency parts of the top 1% and the rest, by {by.replace('_', ' ')} "
+                f"({fixed[by]})",
+                Axis(by.replace("_", " "), "category"),
+                Axis("mean time (ms)"),
+                traces,
+                stacked=True,
+                caption=f"{SOURCE_BREAKDOWN} This run: the network and middleware part of the "
+                f"other 99% goes from {fmt.num(net[0])} ms at "
+                f"{_amount(normal[by].iloc[0], unit)} to {fmt.num(net[-1])} ms at "
+                f"{_amount(normal[by].iloc[-1], unit)} ({trend}); in the top 1% the database is "
+                f"{fmt.pct(db_share)} of the time.",
+            )
+        )
+    return out
+
+
+def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
+    sc = chat.reply_rate_scatter(rr.run).dropna(subset=["throughput_per_s"])
+    names = dict(zip(cfg["point"], _names(cfg), strict=True))
+    figs = []
+    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
+        traces = []
+        for i, (reply, part) in enumerate(sc.groupby("reply_bytes")):
+            traces.append(
+                Trace(
+                    "points",
+                    f"{int(reply)} B reply",
+                    part["throughput_per_s"].tolist(),
+                    part[key].tolist(),
+                    color=i,
+                    hover=[names[p] for p in part["point"]],
+                )
+            )
+        rho_rate = sc[key].corr(sc["throughput_per_s"], method="spearman")
+        rho_reply = sc[key].corr(sc["reply_bytes"], method="spearman")
+        figs.append(
+            Figure(
+                f"chat-scatter-{name}",
+                f"{name} latency vs request rate and reply size",
+                Axis("request rate (completed requests/s)", "log"),
+                Axis(f"{name} latency (ms)", "log"),
+                traces,
+                caption=f"{SOURCE_SCATTER} This run: the {name} latency's rank correlation "
+                f"with the request rate is {_rho(rho_rate)} and with the reply size "
+                f"{_rho(rho_reply)} (Spearman, over {len(sc)} configurations).",
+            )
+        )
+    return figs
+
+
+def _rho(value: float) -> str:
+    return "undefined (one value only)" if not np.isfinite(value) else f"{value:+.2f}"
+
+
+def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
+    lt = chat.latency_vs_throughput(rr.run).dropna(subset=["throughput_per_s"])
+    traces = []
+    for i, (think, part) in enumerate(lt.groupby("think_ms")):
+        hover = _names(part)
+        x = part["throughput_per_s"].tolist()
+        traces.append(
+            Trace(
+                "points",
+                f"{think:g} ms pause: mean",
+                x,
+                part["mean_ms"].tolist(),
+                color=i,
+                hover=hover,
+            )
+        )
+        traces.append(
+            Trace(
+                "points",
+                f"{think:g} ms pause: p99",
+                x,
+                part["p99_ms"].tolist(),
+                color=i,
+                symbol="diamond-open",
+                hidden=True,
+                hover=hover,
+            )
+        )
+    best = int(np.argmax(lt["throughput_per_s"].to_numpy()))
+    return [
+        Figure(
+            "chat-latency-throughput",
+            "latency vs throughput, one point per configuration",
+            Axis("throughput (completed requests/s)", "log"),
+            Axis("latency (ms)", "log"),
+            traces,
+            caption=f"{SOURCE_THROUGHPUT} This run: the highest throughput, "
+            f"{fmt.num(lt['throughput_per_s'].iloc[best])} requests/s, came with "
+            f"{_names(lt)[best]} at a mean latency of {fmt.num(lt['mean_ms'].iloc[best])} ms "
+            "(p99 one legend click away).",
+        )
+    ]
+
+
+# ------------------------------------------------------------------ the magic 1%
+
+
+def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
+    m = chat.magic_one_percent(rr.run).dropna(subset=["mean_ms"])
+    counts = rr.ok.groupby("point").size()
+    head = (
+        '<table><tr><th class="l">configuration</th><th>n</th><th>mean</th><th>std</th>'
+        "<th>max</th><th>mean w/o</th><th>std w/o</th><th>max w/o</th>"
+        "<th>top 1% share of time</th><th>top 1% database</th><th>rule holds</th></tr>"
+    )
+    rows = []
+    for r in m.itertuples():
+        cells = [
+            r.mean_ms,
+            r.std_ms,
+            r.max_ms,
+            r.mean_without_ms,
+            r.std_without_ms,
+            r.max_without_ms,
+        ]
+        rows.append(
+            f'<tr><td class="l">{esc(labels.get(r.point, r.point))}</td>'
+            f"<td>{int(counts.get(r.point, 0))}</td>"
+            + "".join(f"<td>{fmt.num(v)}</td>" for v in cells)
+            + f"<td>{fmt.pct(r.top_share_of_time)}</td><td>{fmt.num(r.top_db_ms)}</td>"
+            + f'<td class="{"v-pass" if r.holds else "v-warn"}">'
+            + ("yes" if r.holds else "no")
+            + "</td></tr>"
+        )
+    held = int(m["holds"].sum())
+    text = (
+        f"<p>{SOURCE_MAGIC} The rule (Dumitras and Narasimhan): leaving out the highest 1% of "
+        "requests makes latency bounded and predictable. Here it holds for a configuration "
+        f"when leaving out the 1% divides the standard deviation by at least "
+        f"{chat.MAGIC_STD_FACTOR:g}. This run: it holds in {held} of {len(m)} configurations; "
+        f"the top 1% carries {_span(m['top_share_of_time'], fmt.pct)} of the total latency, "
+        "and without it the maximum falls by a factor of "
+        f"{_span(m['max_ms'] / m['max_without_ms'], lambda v: f'{v:.3g}')}. The top 1% of "
+        f"the smallest configuration is {_count(int(counts.min()) // 100, 'request')}. Times "
+        "in ms; w/o = without the top 1%.</p>"
+    )
+    return Section("chat-magic", "Chat: the magic 1%", [text, head + "".join(rows) + "</table>"])
