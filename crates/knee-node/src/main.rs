@@ -15,7 +15,6 @@ use std::sync::Arc;
 use knee_node::load::config::LoadConfig;
 use knee_node::serve::{self, ServeConfig};
 use knee_node::systems::matrix::power;
-use knee_node::wire::DEFAULT_MAX_FRAME_BYTES;
 use knee_node::{clock, report, signals, systems};
 use serde::Deserialize;
 
@@ -82,25 +81,15 @@ fn options(rest: &[String]) -> Result<(Option<String>, serde_json::Value), Strin
     Ok((name, config))
 }
 
-fn default_listen() -> String {
-    "127.0.0.1:0".into()
-}
-fn default_max_frame_bytes() -> usize {
-    DEFAULT_MAX_FRAME_BYTES
-}
-fn default_max_connections() -> usize {
-    1024
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ServeOptions {
     /// Loopback by default: a node listens elsewhere only when asked to.
-    #[serde(default = "default_listen")]
+    #[serde(default = "knee_node::config_defaults::listen")]
     listen: String,
-    #[serde(default = "default_max_frame_bytes")]
+    #[serde(default = "knee_node::config_defaults::max_frame_bytes")]
     max_frame_bytes: usize,
-    #[serde(default = "default_max_connections")]
+    #[serde(default = "knee_node::config_defaults::max_connections")]
     max_connections: usize,
     #[serde(default)]
     server: serde_json::Value,

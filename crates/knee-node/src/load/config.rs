@@ -41,9 +41,6 @@ fn default_late_ms() -> f64 {
 fn default_max_outstanding() -> usize {
     100_000
 }
-fn default_max_frame_bytes() -> usize {
-    crate::wire::DEFAULT_MAX_FRAME_BYTES
-}
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,7 +73,7 @@ pub struct LoadConfig {
     pub samples_path: String,
     /// Where the HDR histogram of post-warm-up latencies is written at the end.
     pub histogram_path: String,
-    #[serde(default = "default_max_frame_bytes")]
+    #[serde(default = "crate::config_defaults::max_frame_bytes")]
     pub max_frame_bytes: usize,
     /// The system driver's own parameters.
     #[serde(default)]

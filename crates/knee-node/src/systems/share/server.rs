@@ -19,9 +19,7 @@ use super::sqlite_index::SqliteIndex;
 use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
 use crate::serve::ServerStats;
 use crate::wire::BodyReader;
-use crate::wire::{
-    write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus, DEFAULT_MAX_FRAME_BYTES,
-};
+use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus};
 use crate::{clock, report, signals};
 
 /// Control frames are small: a name, an address, a few integers (a list of 100,000 files
@@ -70,24 +68,14 @@ struct ShareServerConfig {
     seed: u64,
 }
 
-fn default_listen() -> String {
-    "127.0.0.1:0".into()
-}
-fn default_max_frame_bytes() -> usize {
-    DEFAULT_MAX_FRAME_BYTES
-}
-fn default_max_connections() -> usize {
-    1024
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Options {
-    #[serde(default = "default_listen")]
+    #[serde(default = "crate::config_defaults::listen")]
     listen: String,
-    #[serde(default = "default_max_frame_bytes")]
+    #[serde(default = "crate::config_defaults::max_frame_bytes")]
     max_frame_bytes: usize,
-    #[serde(default = "default_max_connections")]
+    #[serde(default = "crate::config_defaults::max_connections")]
     max_connections: usize,
     server: ShareServerConfig,
 }

@@ -27,9 +27,6 @@ const RECV_BUFFER_BYTES: usize = 2048;
 /// Malformed datagrams logged with their reason; later ones are only counted.
 const MAX_LOGGED_MALFORMED: u64 = 10;
 
-fn default_listen() -> String {
-    "127.0.0.1:0".into()
-}
 fn default_streams() -> Vec<(u32, u32)> {
     vec![(256, 192)]
 }
@@ -46,7 +43,7 @@ fn default_max_pending() -> usize {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ServeOptions {
-    #[serde(default = "default_listen")]
+    #[serde(default = "crate::config_defaults::listen")]
     listen: String,
     #[serde(default)]
     server: serde_json::Value,

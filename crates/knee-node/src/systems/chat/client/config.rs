@@ -14,9 +14,6 @@ fn default_backoff_ms() -> f64 {
 fn default_max_backoff_ms() -> f64 {
     200.0
 }
-fn default_max_frame_bytes() -> usize {
-    crate::wire::DEFAULT_MAX_FRAME_BYTES
-}
 fn default_reply_bytes() -> u32 {
     4
 }
@@ -93,7 +90,7 @@ pub struct ChatLoadConfig {
     /// Where the database's audit of this node's writes goes (default: next to the samples).
     #[serde(default)]
     pub audit_path: Option<String>,
-    #[serde(default = "default_max_frame_bytes")]
+    #[serde(default = "crate::config_defaults::max_frame_bytes")]
     pub max_frame_bytes: usize,
     #[serde(default)]
     pub driver: Option<ChatDriver>,
