@@ -261,7 +261,9 @@ def test_event_timeline_kills_and_restarts_a_node(tmp_path: Path) -> None:
     assert kinds.index("kill") < kinds.index("start"), kinds
     kill_t = float(ev.loc[ev["kind"] == "kill", "t_s"].iloc[0])
     start_t = float(ev.loc[ev["kind"] == "start", "t_s"].iloc[0])
-    assert 0.8 <= start_t - kill_t <= 1.5, (kill_t, start_t)
+    assert kill_t < start_t
+    details = list(ev.loc[ev["kind"].isin(["kill", "start"]), "detail"])
+    assert details[0].startswith("at 1 s") and details[1] == "at 2 s", details
     ready = ev[(ev["kind"] == "node_ready") & (ev["node"] == "server")]
     assert len(ready) == 2 and ready["detail"].nunique() == 1, ready  # same address again
     s = run.samples

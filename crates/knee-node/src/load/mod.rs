@@ -103,18 +103,9 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     let recorder = Arc::new(
         Recorder::create(&cfg.samples_path).map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
     );
-    let done = Arc::new(AtomicBool::new(false));
-    let start_ns = Arc::new(AtomicU64::new(0));
-    let progress = {
-        let (recorder, done, start_ns) = (recorder.clone(), done.clone(), start_ns.clone());
-        let rates = Schedule::new(&cfg.schedule);
-        std::thread::spawn(move || progress_loop(&recorder, &done, &start_ns, rates))
-    };
+    let progress = Progress::spawn(&recorder, Schedule::new(&cfg.schedule));
     // The schedule starts now, after every setup step, so the first sends are not late.
-    let start = clock::now_ns();
-    start_ns.store(start, Ordering::SeqCst);
-    recorder.set_warmup_end(start + (cfg.warmup_s * 1e9) as u64);
-    report::emit(&serde_json::json!({"event": "start", "start_ns": start}));
+    let start = progress.start(&recorder, cfg.warmup_s);
     let duration_s = cfg.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
     let limits = Limits {
         start_ns: start,
@@ -138,8 +129,7 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
         (_, Some(schedule)) => open_loop::run(streams, schedule, factory, recorder.clone(), &limits),
         (_, None) => unreachable!("every open-loop schedule config builds a schedule"),
     };
-    done.store(true, Ordering::SeqCst);
-    let _ = progress.join();
+    progress.stop();
     let window = window?;
     let latency = recorder.finish(&cfg.histogram_path)?;
     let c = &recorder.counters;
@@ -158,12 +148,45 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     Ok(())
 }
 
-pub(crate) fn progress_loop(
-    recorder: &Recorder,
-    done: &AtomicBool,
-    start: &AtomicU64,
-    rates: Option<Schedule>,
-) {
+/// A load node's progress reporter: once the schedule has started, a thread prints a
+/// progress line each second from the recorder's counters and flushes the samples.
+pub(crate) struct Progress {
+    done: Arc<AtomicBool>,
+    start_ns: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Progress {
+    pub(crate) fn spawn(recorder: &Arc<Recorder>, rates: Option<Schedule>) -> Progress {
+        let done = Arc::new(AtomicBool::new(false));
+        let start_ns = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (recorder, done, start_ns) = (recorder.clone(), done.clone(), start_ns.clone());
+            std::thread::spawn(move || progress_loop(&recorder, &done, &start_ns, rates))
+        };
+        Progress {
+            done,
+            start_ns,
+            thread,
+        }
+    }
+
+    /// Starts the schedule's clock now: sets the warm-up end, prints `start`; returns its ns.
+    pub(crate) fn start(&self, recorder: &Recorder, warmup_s: f64) -> u64 {
+        let start = clock::now_ns();
+        self.start_ns.store(start, Ordering::SeqCst);
+        recorder.set_warmup_end(start + (warmup_s * 1e9) as u64);
+        report::emit(&serde_json::json!({"event": "start", "start_ns": start}));
+        start
+    }
+
+    pub(crate) fn stop(self) {
+        self.done.store(true, Ordering::SeqCst);
+        let _ = self.thread.join();
+    }
+}
+
+fn progress_loop(recorder: &Recorder, done: &AtomicBool, start: &AtomicU64, rates: Option<Schedule>) {
     while start.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(1));
     }

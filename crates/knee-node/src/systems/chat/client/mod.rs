@@ -10,7 +10,7 @@ mod link;
 mod session;
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use config::ChatLoadConfig;
@@ -19,6 +19,7 @@ use session::Session;
 
 use super::{ACK_DONE, FLAG_DUPLICATE};
 use crate::load::recorder::{Recorder, Sample, Status};
+use crate::load::Progress;
 use crate::wire::WireStatus;
 use crate::{clock, report, signals};
 
@@ -40,16 +41,8 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     let recorder = Arc::new(
         Recorder::create(&cfg.samples_path).map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
     );
-    let done = Arc::new(AtomicBool::new(false));
-    let start_ns = Arc::new(AtomicU64::new(0));
-    let progress = {
-        let (recorder, done, start_ns) = (recorder.clone(), done.clone(), start_ns.clone());
-        std::thread::spawn(move || crate::load::progress_loop(&recorder, &done, &start_ns, None))
-    };
-    let start = clock::now_ns();
-    start_ns.store(start, Ordering::SeqCst);
-    recorder.set_warmup_end(start + (cfg.warmup_s * 1e9) as u64);
-    report::emit(&serde_json::json!({"event": "start", "start_ns": start}));
+    let progress = Progress::spawn(&recorder, None);
+    let start = progress.start(&recorder, cfg.warmup_s);
     let end_ns = cfg.duration_s.map(|d| start + (d * 1e9) as u64);
     let retries = Arc::new(AtomicU64::new(0));
     let last_sent = Arc::new(AtomicU64::new(0));
@@ -73,8 +66,7 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     for c in clients {
         let _ = c.join();
     }
-    done.store(true, Ordering::SeqCst);
-    let _ = progress.join();
+    progress.stop();
     let latency = recorder.finish(&cfg.histogram_path)?;
     let audit = audit::write(&cfg, link(&cfg, replicas));
     if let Err(e) = &audit {
