@@ -35,7 +35,11 @@ SERVER_READY_TIMEOUT_S = 10.0
 # Slack on top of a run's own length before it counts as hung.
 CHILD_SLACK_S = 20.0
 # One sample record of the load generator (see crates/knee-node/src/load/recorder.rs).
-SAMPLE = struct.Struct("<8Q4I2H2BH")
+#: One samples-file record (docs/samples.md): 10 u64 (ids, times, bytes), client and arg u32,
+#: op and flags u16, status and service u8, pad u16.
+SAMPLE = struct.Struct("<10Q2I2H2BH")
+assert SAMPLE.size == 96
+SAMPLE_STATUS = 14  # index of `status` in a record
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,7 @@ def sent_based_p50_ns(samples_path: Path) -> float:
     rtts = sorted(
         rec[3] - rec[2]
         for rec in SAMPLE.iter_unpack(samples_path.read_bytes())
-        if rec[16] == 0  # status ok
+        if rec[SAMPLE_STATUS] == 0  # status ok
     )
     if not rtts:
         raise BenchError("knee-node load recorded no successful sample")

@@ -16,6 +16,18 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Now, in ns of `CLOCK_REALTIME` (wall clock; only to convert the kernel's receive
+/// timestamps, see `wire::arrival`).
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec.max(0) as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Below this distance to the deadline we spin instead of sleeping: a sleep can overshoot by
 /// tens of µs, a spin costs CPU only for this short while.
 const SPIN_NS: u64 = 150_000;

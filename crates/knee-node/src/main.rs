@@ -15,7 +15,7 @@ use std::sync::Arc;
 use knee_node::load::config::LoadConfig;
 use knee_node::serve::{self, ServeConfig};
 use knee_node::systems::matrix::power;
-use knee_node::{clock, report, signals, systems};
+use knee_node::{clock, report, signals, systems, wire};
 use serde::Deserialize;
 
 const USAGE: &str = "usage: knee-node --version
@@ -108,6 +108,8 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     let listener =
         TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Before `ready`: accepted sockets inherit it, and the kernel is stamping by then.
+    wire::arrival::enable_rx_timestamps(&listener);
     report::emit(&serde_json::json!({
         "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
     }));

@@ -16,6 +16,9 @@ use crate::{clock, report, signals};
 
 /// Granularity at which a waiting client checks its request's timeout and the stop flag.
 const READ_TICK: Duration = Duration::from_millis(20);
+/// After a stop request, how long a reply in flight is still waited for (as in the open
+/// loop); a request still unanswered then is a drop.
+const STOP_GRACE_NS: u64 = 1_000_000_000;
 
 pub struct ClosedLoop {
     pub think_ns: f64,
@@ -100,7 +103,7 @@ impl Client {
             body.clear();
             let (op, arg) = driver.next_request(&mut body);
             let sent_ns = clock::now_ns();
-            let bytes_out = (4 + 12 + body.len()) as u32;
+            let bytes_out = (4 + 12 + body.len()) as u64;
             let mut sample = Sample {
                 request_id,
                 intended_ns: next_ns,
@@ -111,23 +114,27 @@ impl Client {
                 op,
                 ..Default::default()
             };
-            if sent_ns.saturating_sub(next_ns) > self.limits.late_ns {
-                counters.late.fetch_add(1, Ordering::Relaxed);
-            }
             let header = RequestHeader {
                 request_id,
                 op,
                 flags: 0,
             };
             if let Err(e) = write_frame(&mut writer, &mut scratch, &[&header.encode(), &body]) {
+                // Never sent: no send time, no bytes.
+                sample.sent_ns = 0;
+                sample.bytes_out = 0;
                 sample.status = Status::Drop as u8;
                 self.recorder.record(&sample);
                 return Err(format!("send failed: {e}; this client stops"));
             }
+            if sent_ns.saturating_sub(next_ns) > self.limits.late_ns {
+                counters.late.fetch_add(1, Ordering::Relaxed);
+            }
             counters.sent.fetch_add(1, Ordering::Relaxed);
-            counters.bytes_tx.fetch_add(bytes_out as u64, Ordering::Relaxed);
+            counters.bytes_tx.fetch_add(bytes_out, Ordering::Relaxed);
             last_sent.fetch_max(sent_ns, Ordering::Relaxed);
             let deadline_ns = sent_ns + self.limits.timeout_ns;
+            let mut stop_deadline_ns: Option<u64> = None;
             let got = loop {
                 match reader.read_frame(&mut src) {
                     Ok(Some(payload)) => {
@@ -137,12 +144,27 @@ impl Client {
                         if h.request_id != request_id {
                             continue; // a late reply to a request that already timed out
                         }
+                        if received_ns >= deadline_ns {
+                            // Read after its deadline: a timeout, as if the tick had come first.
+                            break Err(Status::Timeout);
+                        }
                         let mut s = reply_sample(&h, reply_body, &*self.factory, op, payload.len() + 4);
                         s.received_ns = received_ns;
-                        break Some(s);
+                        break Ok(s);
                     }
-                    Ok(None) if clock::now_ns() < deadline_ns && !signals::stop_requested() => {}
-                    Ok(None) => break None,
+                    Ok(None) => {
+                        let now = clock::now_ns();
+                        if now >= deadline_ns {
+                            break Err(Status::Timeout);
+                        }
+                        if signals::stop_requested() {
+                            // Stopped with this request in flight: after the grace, a drop.
+                            let stop_at = *stop_deadline_ns.get_or_insert(now + STOP_GRACE_NS);
+                            if now >= stop_at {
+                                break Err(Status::Drop);
+                            }
+                        }
+                    }
                     Err(e) => {
                         sample.status = Status::Drop as u8;
                         self.recorder.record(&sample);
@@ -151,7 +173,7 @@ impl Client {
                 }
             };
             match got {
-                Some(s) => {
+                Ok(s) => {
                     sample = Sample {
                         intended_ns: sample.intended_ns,
                         sent_ns,
@@ -161,7 +183,7 @@ impl Client {
                         ..s
                     };
                 }
-                None => sample.status = Status::Timeout as u8,
+                Err(status) => sample.status = status as u8,
             }
             self.recorder.record(&sample);
             let think_ns = match self.think {

@@ -83,7 +83,7 @@ pub(crate) fn reply_sample(
         queue_ns: h.queue_ns,
         service_ns: h.service_ns,
         detail_ns: h.detail_ns,
-        bytes_in: bytes_in as u32,
+        bytes_in: bytes_in as u64,
         op,
         flags: h.flags,
         status: status as u8,

@@ -39,7 +39,7 @@ struct InFlight {
     sent_ns: u64,
     op: u16,
     arg: u32,
-    bytes_out: u32,
+    bytes_out: u64,
 }
 
 struct Conn {
@@ -184,13 +184,13 @@ impl Engine<'_> {
         body.clear();
         let (op, arg) = driver.next_request(body);
         let slot = (id % self.conns.len() as u64) as usize;
-        let bytes_out = (4 + 12 + body.len()) as u32;
+        // Not sent (yet): no send time, no bytes.
         let f = InFlight {
             intended_ns,
             sent_ns: 0,
             op,
             arg,
-            bytes_out,
+            bytes_out: 0,
         };
         if self.outstanding >= self.limits.max_outstanding || !self.conns[slot].alive {
             self.record_unanswered(slot, id, &f, Status::Drop);
@@ -198,9 +198,6 @@ impl Engine<'_> {
         }
         let counters = &self.recorder.counters;
         let sent_ns = clock::now_ns();
-        if sent_ns.saturating_sub(intended_ns) > self.limits.late_ns {
-            counters.late.fetch_add(1, Ordering::Relaxed);
-        }
         let header = RequestHeader {
             request_id: id,
             op,
@@ -213,11 +210,22 @@ impl Engine<'_> {
             self.close(slot);
             return 0;
         }
-        conn.pending.insert(id, InFlight { sent_ns, ..f });
+        let bytes_out = (4 + 12 + body.len()) as u64;
+        conn.pending.insert(
+            id,
+            InFlight {
+                sent_ns,
+                bytes_out,
+                ..f
+            },
+        );
         conn.deadlines.push_back((sent_ns + self.limits.timeout_ns, id));
         self.outstanding += 1;
+        if sent_ns.saturating_sub(intended_ns) > self.limits.late_ns {
+            counters.late.fetch_add(1, Ordering::Relaxed);
+        }
         counters.sent.fetch_add(1, Ordering::Relaxed);
-        counters.bytes_tx.fetch_add(bytes_out as u64, Ordering::Relaxed);
+        counters.bytes_tx.fetch_add(bytes_out, Ordering::Relaxed);
         sent_ns
     }
 
@@ -260,6 +268,12 @@ impl Engine<'_> {
             let Some(f) = pending.remove(&header.request_id) else {
                 continue;
             };
+            if received_ns >= f.sent_ns + self.limits.timeout_ns {
+                // Read after its deadline: a timeout, as if the expiry had come first.
+                let id = header.request_id;
+                self.record_unanswered(slot, id, &f, Status::Timeout);
+                continue;
+            }
             self.outstanding -= 1;
             let mut sample = reply_sample(&header, reply_body, self.factory, f.op, payload.len() + 4);
             sample.intended_ns = f.intended_ns;

@@ -1,16 +1,16 @@
 //! Every request's sample, appended to disk as it completes, plus an HDR histogram.
 //!
-//! A sample is one fixed 88-byte little-endian record (documented in `docs/samples.md` and
-//! read by `knee.results`):
+//! A sample is one fixed 96-byte little-endian record (documented in `docs/samples.md` and
+//! read by `knee.results`), every field at an offset that is a multiple of its size:
 //!
 //! ```text
 //!  0 request_id u64   8 intended_ns u64  16 sent_ns u64     24 received_ns u64
 //! 32 server_ns u64   40 queue_ns u64     48 service_ns u64  56 detail_ns u64
-//! 64 bytes_out u32   68 bytes_in u32     72 client u32      76 arg u32
-//! 80 op u16          82 flags u16        84 status u8       85 service u8   86 (pad) u16
+//! 64 bytes_out u64   72 bytes_in u64     80 client u32      84 arg u32
+//! 88 op u16          90 flags u16        92 status u8       93 service u8   94 (pad) u16
 //! ```
 //! Times are `CLOCK_MONOTONIC` ns; `sent_ns`/`received_ns` are 0 when the request was never
-//! sent / never answered. Records are buffered and written at least every 100 ms, so a node
+//! sent / never answered, and a request never sent has `bytes_out` 0. Records are buffered and written at least every 100 ms, so a node
 //! that is killed loses at most that last flush.
 
 use std::fs::File;
@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 
 use crate::clock;
 
-pub const SAMPLE_BYTES: usize = 88;
+pub const SAMPLE_BYTES: usize = 96;
 const FLUSH_EVERY_NS: u64 = 100_000_000;
 const FLUSH_AT_BYTES: usize = 1 << 20;
 
@@ -32,11 +32,14 @@ pub enum Status {
     Ok = 0,
     /// No reply within the timeout.
     Timeout = 1,
-    /// Not sent (too many outstanding, connection down) or lost with its connection, or shed
-    /// by the server's full queue.
+    /// Not sent (too many outstanding, connection down), lost with its connection, shed by
+    /// the server's full queue, or still in flight when the run was stopped.
     Drop = 2,
     /// The server answered with an error, or the reply failed the driver's check.
     Error = 3,
+    /// A reply that came after its request had timed out (stream), recorded apart from the
+    /// request's own outcome: neither a success nor an error.
+    Late = 4,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,8 +52,8 @@ pub struct Sample {
     pub queue_ns: u64,
     pub service_ns: u64,
     pub detail_ns: u64,
-    pub bytes_out: u32,
-    pub bytes_in: u32,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
     pub client: u32,
     pub arg: u32,
     pub op: u16,
@@ -70,10 +73,12 @@ impl Sample {
             self.queue_ns,
             self.service_ns,
             self.detail_ns,
+            self.bytes_out,
+            self.bytes_in,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [self.bytes_out, self.bytes_in, self.client, self.arg] {
+        for v in [self.client, self.arg] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(&self.op.to_le_bytes());
@@ -91,6 +96,8 @@ pub struct Counters {
     pub timeouts: AtomicU64,
     pub drops: AtomicU64,
     pub errors: AtomicU64,
+    /// Replies recorded after their request's timeout (status `late`, stream only).
+    pub late_replies: AtomicU64,
     pub bytes_tx: AtomicU64,
     pub bytes_rx: AtomicU64,
 }
@@ -98,7 +105,7 @@ pub struct Counters {
 impl Counters {
     pub fn completed(&self) -> u64 {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        get(&self.ok) + get(&self.timeouts) + get(&self.drops) + get(&self.errors)
+        get(&self.ok) + get(&self.timeouts) + get(&self.drops) + get(&self.errors) + get(&self.late_replies)
     }
 }
 
@@ -153,12 +160,11 @@ impl Recorder {
             0 => &self.counters.ok,
             1 => &self.counters.timeouts,
             2 => &self.counters.drops,
+            4 => &self.counters.late_replies,
             _ => &self.counters.errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes_rx
-            .fetch_add(s.bytes_in as u64, Ordering::Relaxed);
+        self.counters.bytes_rx.fetch_add(s.bytes_in, Ordering::Relaxed);
         if s.status == Status::Ok as u8 && s.intended_ns >= self.warmup_end_ns.load(Ordering::Relaxed) {
             let latency_ns = s
                 .received_ns
@@ -235,13 +241,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_is_88_bytes_in_the_documented_layout() {
+    fn record_is_96_bytes_in_the_documented_layout() {
         let s = Sample {
             request_id: 1,
             intended_ns: 2,
             received_ns: 4,
+            bytes_out: 0x0102_0304_0506,
+            bytes_in: 5 << 32, // beyond 4 GiB: not saturated
+            client: 7,
             arg: 9,
             op: 3,
+            flags: 6,
             status: 2,
             service: 5,
             ..Default::default()
@@ -249,11 +259,39 @@ mod tests {
         let mut out = Vec::new();
         s.encode_into(&mut out);
         assert_eq!(out.len(), SAMPLE_BYTES);
-        assert_eq!(out[8], 2);
-        assert_eq!(out[24], 4);
-        assert_eq!(out[76], 9);
-        assert_eq!(out[80], 3);
-        assert_eq!(out[84], 2);
-        assert_eq!(out[85], 5);
+        let u64_at = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().unwrap());
+        assert_eq!(u64_at(0), 1);
+        assert_eq!(u64_at(8), 2);
+        assert_eq!(u64_at(24), 4);
+        assert_eq!(u64_at(64), 0x0102_0304_0506);
+        assert_eq!(u64_at(72), 5 << 32);
+        assert_eq!(&out[80..84], &7u32.to_le_bytes());
+        assert_eq!(&out[84..88], &9u32.to_le_bytes());
+        assert_eq!(&out[88..90], &3u16.to_le_bytes());
+        assert_eq!(&out[90..92], &6u16.to_le_bytes());
+        assert_eq!(out[92], 2);
+        assert_eq!(out[93], 5);
+        assert_eq!(&out[94..96], &[0, 0]);
+    }
+
+    #[test]
+    fn a_late_reply_is_counted_apart_from_errors() {
+        let dir = std::env::temp_dir().join(format!("knee-recorder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("late.samples.bin");
+        let r = Recorder::create(path.to_str().unwrap()).unwrap();
+        for status in [Status::Ok, Status::Late, Status::Late, Status::Error] {
+            r.record(&Sample {
+                status: status as u8,
+                ..Default::default()
+            });
+        }
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(get(&r.counters.late_replies), 2);
+        assert_eq!(get(&r.counters.errors), 1);
+        assert_eq!(r.counters.completed(), 4);
+        r.flush();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4 * SAMPLE_BYTES as u64);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::pool::{Job, Pool};
 use super::{Outcome, ServerStats, Service};
+use crate::wire::arrival::{self, StampedSocket};
 use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus};
 use crate::{clock, report};
 
@@ -49,17 +50,24 @@ pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
 
 fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
     stream.set_nodelay(true).map_err(FrameError::Io)?;
+    arrival::enable_rx_timestamps(stream);
     let replier = Arc::new(Replier {
         stream: Mutex::new((stream.try_clone().map_err(FrameError::Io)?, Vec::new())),
     });
     let mut reader = FrameReader::new(ctx.max_frame_bytes);
-    let mut src = stream;
+    let mut src = StampedSocket(stream);
     let mut reply = Vec::new();
     loop {
-        let Some(payload) = reader.read_frame(&mut src)? else {
+        let Some((payload, read_stamp_ns)) = reader.read_frame_stamped(&mut src)? else {
             continue;
         };
-        let arrived_ns = clock::now_ns();
+        // A request arrives when the read that completed its frame found its bytes on the
+        // host: the kernel's receive stamp of the latest segment that read consumed (the
+        // read's own time without one), never later than now, when this thread takes the
+        // frame up. Time spent in the socket buffer, or behind earlier frames of the same
+        // read, is therefore queue, not network (docs/wire.md, "server_ns").
+        let taken_ns = clock::now_ns();
+        let arrived_ns = read_stamp_ns.map_or(taken_ns, |t| t.min(taken_ns));
         ctx.stats
             .bytes_rx
             .fetch_add((payload.len() + 4) as u64, Ordering::Relaxed);
@@ -74,15 +82,14 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
                 reply.clear();
                 let outcome = ctx.service.handle_request(&header, body, &mut reply);
                 let done_ns = clock::now_ns();
-                let service_ns = done_ns - arrived_ns;
                 finish(
                     &replier,
                     &ctx.stats,
                     header.request_id,
                     &outcome,
-                    service_ns,
-                    0,
-                    service_ns,
+                    done_ns - arrived_ns,
+                    taken_ns - arrived_ns,
+                    done_ns - taken_ns,
                     &reply,
                 );
             }

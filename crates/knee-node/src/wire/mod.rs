@@ -8,10 +8,11 @@
 //! Limits: a frame longer than the reader's `max_frame_bytes` is refused before any of it is
 //! buffered, and the connection is closed with a logged reason (see `docs/wire.md`).
 
+pub mod arrival;
 pub mod body;
 mod frame;
 mod header;
 
 pub use body::BodyReader;
-pub use frame::{write_frame, FrameError, FrameReader, DEFAULT_MAX_FRAME_BYTES, LENGTH_BYTES};
+pub use frame::{write_frame, FrameError, FrameReader, StampedRead, DEFAULT_MAX_FRAME_BYTES, LENGTH_BYTES};
 pub use header::{ReplyHeader, RequestHeader, WireStatus, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};

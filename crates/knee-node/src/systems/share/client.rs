@@ -370,14 +370,22 @@ impl Client {
         f: impl FnOnce(&mut Self) -> Result<Answer, OpError>,
     ) {
         self.next_id += 1;
+        let written_before = self.conns.written + self.data.written;
         let sent_ns = clock::now_ns();
         let result = f(self);
         let received_ns = clock::now_ns();
+        // An operation none of whose requests could be written (every node it tried was
+        // unreachable) was never sent: it carries no send time and no bytes.
+        let sent = self.conns.written + self.data.written > written_before;
         let mut s = Sample {
             request_id: self.next_id,
             intended_ns: sent_ns,
-            sent_ns,
-            bytes_out: (4 + crate::wire::REQUEST_HEADER_BYTES + body.len()) as u32,
+            sent_ns: if sent { sent_ns } else { 0 },
+            bytes_out: if sent {
+                (4 + crate::wire::REQUEST_HEADER_BYTES + body.len()) as u64
+            } else {
+                0
+            },
             client: self.cfg.peer_index as u32,
             arg,
             op,
@@ -387,8 +395,9 @@ impl Client {
             Ok(a) => {
                 s.received_ns = received_ns;
                 s.server_ns = a.header.server_ns;
+                s.queue_ns = a.header.queue_ns;
                 s.service_ns = a.header.service_ns;
-                s.bytes_in = a.bytes_in.min(u32::MAX as usize) as u32;
+                s.bytes_in = a.bytes_in as u64;
                 s.flags = a.flags;
                 s.service = a.service;
                 s.status = if a.header.status == WireStatus::Ok as u16 {
@@ -411,8 +420,10 @@ impl Client {
             }
         }
         let counters = &self.recorder.counters;
-        counters.sent.fetch_add(1, Ordering::Relaxed);
-        counters.bytes_tx.fetch_add(s.bytes_out as u64, Ordering::Relaxed);
+        if sent {
+            counters.sent.fetch_add(1, Ordering::Relaxed);
+            counters.bytes_tx.fetch_add(s.bytes_out, Ordering::Relaxed);
+        }
         self.recorder.record(&s);
     }
 
@@ -506,7 +517,7 @@ impl Client {
         let mut body = Vec::new();
         codec::put_str16(&mut body, name);
         let body_for_sample = body.clone();
-        // arg: the file's size in KiB (saturating), since bytes_in is a u32.
+        // arg: the file's size in KiB (saturating at u32), for grouping obtains by size.
         let size_kib = (holder.size_bytes / 1024).min(u32::MAX as u64) as u32;
         self.measured(OP_OBTAIN, &body_for_sample, size_kib, |c| {
             c.next_id += 1;

@@ -63,11 +63,13 @@ impl Conn {
     }
 
     /// Sends one request and reads its reply frame: the header, the body, the frame's bytes.
+    /// `on_written` is called once the request is written whole.
     pub fn request(
         &mut self,
         request_id: u64,
         op: u16,
         body: &[u8],
+        on_written: impl FnOnce(),
     ) -> Result<(ReplyHeader, Vec<u8>, usize), OpError> {
         let header = RequestHeader {
             request_id,
@@ -80,6 +82,7 @@ impl Conn {
         self.scratch.extend_from_slice(&header.encode());
         self.scratch.extend_from_slice(body);
         self.stream.write_all(&self.scratch).map_err(io_error)?;
+        on_written();
         spin_until_readable(&self.stream);
         let mut len = [0u8; LENGTH_BYTES];
         self.stream.read_exact(&mut len).map_err(io_error)?;
@@ -155,6 +158,8 @@ fn spin_until_readable(stream: &TcpStream) {
 pub struct Conns {
     timeout: Duration,
     open: HashMap<String, Conn>,
+    /// Requests written whole so far (an operation that wrote none was never sent).
+    pub written: u64,
 }
 
 /// Most connections one client keeps (one per peer, plus the index).
@@ -165,19 +170,27 @@ impl Conns {
         Conns {
             timeout,
             open: HashMap::new(),
+            written: 0,
         }
     }
 
     pub fn get(&mut self, addr: &str) -> Result<&mut Conn, OpError> {
-        if !self.open.contains_key(addr) {
-            if self.open.len() >= MAX_CONNS {
-                self.open.clear();
+        Self::get_in(&mut self.open, self.timeout, addr)
+    }
+
+    fn get_in<'a>(
+        open: &'a mut HashMap<String, Conn>,
+        timeout: Duration,
+        addr: &str,
+    ) -> Result<&'a mut Conn, OpError> {
+        if !open.contains_key(addr) {
+            if open.len() >= MAX_CONNS {
+                open.clear();
             }
-            let conn = Conn::open(addr, self.timeout)?;
-            self.open.insert(addr.to_string(), conn);
+            let conn = Conn::open(addr, timeout)?;
+            open.insert(addr.to_string(), conn);
         }
-        self.open
-            .get_mut(addr)
+        open.get_mut(addr)
             .ok_or_else(|| OpError::Down(format!("{addr}: not connected")))
     }
 
@@ -194,7 +207,9 @@ impl Conns {
         op: u16,
         body: &[u8],
     ) -> Result<(ReplyHeader, Vec<u8>, usize), OpError> {
-        let result = self.get(addr).and_then(|c| c.request(request_id, op, body));
+        let written = &mut self.written;
+        let result = Self::get_in(&mut self.open, self.timeout, addr)
+            .and_then(|c| c.request(request_id, op, body, || *written += 1));
         if result.is_err() {
             self.drop_conn(addr);
         }

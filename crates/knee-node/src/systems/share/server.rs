@@ -124,6 +124,7 @@ pub fn serve(config: &serde_json::Value) -> Result<(), String> {
     let listener =
         TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    crate::wire::arrival::enable_rx_timestamps(&listener);
     let state = Arc::new(State {
         index,
         share,
@@ -210,15 +211,19 @@ fn connection(stream: TcpStream, state: &State) {
 
 fn frames(stream: &TcpStream, state: &State) -> Result<(), FrameError> {
     stream.set_nodelay(true).map_err(FrameError::Io)?;
+    crate::wire::arrival::enable_rx_timestamps(stream);
     let mut out = stream.try_clone().map_err(FrameError::Io)?;
     let mut reader = FrameReader::new(state.max_frame_bytes);
-    let mut src = stream;
+    let mut src = crate::wire::arrival::StampedSocket(stream);
     let (mut reply, mut scratch) = (Vec::new(), Vec::new());
     loop {
-        let Some(payload) = reader.read_frame(&mut src)? else {
+        let Some((payload, read_stamp_ns)) = reader.read_frame_stamped(&mut src)? else {
             continue;
         };
-        let arrived_ns = clock::now_ns();
+        // Arrival as in the generic server (serve/connection.rs): the kernel's receive stamp
+        // of the read that completed the frame, never later than now.
+        let taken_ns = clock::now_ns();
+        let arrived_ns = read_stamp_ns.map_or(taken_ns, |t| t.min(taken_ns));
         state
             .stats
             .bytes_rx
@@ -235,12 +240,13 @@ fn frames(stream: &TcpStream, state: &State) -> Result<(), FrameError> {
         if status != WireStatus::Ok {
             state.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
-        let server_ns = clock::now_ns() - arrived_ns;
+        let done_ns = clock::now_ns();
         let h = ReplyHeader {
             request_id: header.request_id,
             status: status as u16,
-            server_ns,
-            service_ns: server_ns,
+            server_ns: done_ns - arrived_ns,
+            queue_ns: taken_ns - arrived_ns,
+            service_ns: done_ns - taken_ns,
             ..Default::default()
         };
         write_frame(&mut out, &mut scratch, &[&h.encode(), &reply]).map_err(FrameError::Io)?;

@@ -19,8 +19,6 @@ use super::rto::Rto;
 use crate::load::recorder::{Recorder, Sample, Status};
 use crate::{clock, signals};
 
-/// Sample status of a reply that arrived after its request's timeout (`docs/samples.md`).
-pub const STATUS_LATE: u8 = 4;
 /// Sample flags.
 pub const FLAG_REDUNDANT: u16 = 1; // the block was already done (the losing hedge copy)
 pub const FLAG_RETRANSMISSION: u16 = 2;
@@ -403,6 +401,15 @@ impl<'a> Accessor<'a> {
             self.totals.bad_replies += 1;
             return;
         };
+        if self
+            .in_flight
+            .get(&h.request_id)
+            .is_some_and(|f| f.deadline_ns <= received_ns)
+        {
+            // Read after its deadline: the request timed out first (as if the expiry had run
+            // before this read), so this reply is late.
+            self.expire(received_ns);
+        }
         if let Some(flight) = self.in_flight.remove(&h.request_id) {
             if flight.slot != slot || flight.block != h.id {
                 // Not the reply to this request: put it back and ignore the datagram.
@@ -448,7 +455,7 @@ impl<'a> Accessor<'a> {
         // given up (or retransmitted).
         self.totals.late += 1;
         let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
-        s.status = STATUS_LATE;
+        s.status = Status::Late as u8;
         s.detail_ns = flight.timeout_ns;
         self.recorder.record(&s);
     }
@@ -466,7 +473,7 @@ impl<'a> Accessor<'a> {
             // A block request leaves as soon as a slot is free: intended is the send.
             intended_ns: f.sent_ns,
             sent_ns: f.sent_ns,
-            bytes_out: REQUEST_BYTES as u32,
+            bytes_out: REQUEST_BYTES as u64,
             client: f.block.frame,
             arg: f.block.block,
             op: 0,
@@ -483,7 +490,7 @@ impl<'a> Accessor<'a> {
             server_ns: h.server_ns,
             service_ns: h.server_ns,
             detail_ns: h.delay_ns,
-            bytes_in: bytes as u32,
+            bytes_in: bytes as u64,
             ..self.sample(id, f, Status::Ok as u8)
         }
     }

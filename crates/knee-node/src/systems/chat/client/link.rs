@@ -13,6 +13,9 @@ use crate::{clock, signals};
 
 /// Granularity at which a waiting client checks its timeout and the stop flag.
 const READ_TICK: Duration = Duration::from_millis(10);
+/// After a stop request, how long a reply in flight is still waited for; a request still
+/// unanswered then is a drop (not a timeout: its timeout did not pass).
+const STOP_GRACE_NS: u64 = 1_000_000_000;
 
 pub struct Policy {
     pub timeout_ns: u64,
@@ -131,12 +134,14 @@ impl Link {
             let Ok((read, write, reader)) = self.connected() else {
                 return Attempt::Failed(Status::Drop);
             };
-            out.sent_ns = clock::now_ns();
+            let sent_ns = clock::now_ns();
             if write_frame(write, &mut scratch, &[header, body]).is_err() {
-                return Attempt::Failed(Status::Drop);
+                return Attempt::Failed(Status::Drop); // not sent: `sent_ns` stays the last sent attempt's
             }
+            out.sent_ns = sent_ns;
             on_send(4 + header.len() + body.len());
             let deadline_ns = out.sent_ns + timeout_ns;
+            let mut stop_deadline_ns: Option<u64> = None;
             let request_id = u64::from_le_bytes(header[..8].try_into().expect("8-byte id"));
             loop {
                 match reader.read_frame(&mut &*read) {
@@ -148,10 +153,23 @@ impl Link {
                         if h.request_id != request_id {
                             continue; // a reply to an attempt that already timed out
                         }
+                        if out.received_ns >= deadline_ns {
+                            // Read after its deadline: a timeout, as if the tick had come first.
+                            return Attempt::Failed(Status::Timeout);
+                        }
                         return Attempt::Reply(h, b.to_vec(), payload.len() + 4);
                     }
-                    Ok(None) if clock::now_ns() < deadline_ns && !signals::stop_requested() => {}
-                    Ok(None) => return Attempt::Failed(Status::Timeout),
+                    Ok(None) => {
+                        let now = clock::now_ns();
+                        if now >= deadline_ns {
+                            return Attempt::Failed(Status::Timeout);
+                        }
+                        if signals::stop_requested()
+                            && now >= *stop_deadline_ns.get_or_insert(now + STOP_GRACE_NS)
+                        {
+                            return Attempt::Failed(Status::Drop);
+                        }
+                    }
                     Err(_) => return Attempt::Failed(Status::Drop),
                 }
             }

@@ -145,7 +145,12 @@ fn client_loop(
             intended_ns: next_ns,
             sent_ns: outcome.sent_ns,
             received_ns: outcome.received_ns,
-            bytes_out: (4 + 12 + body.len()) as u32,
+            // A request no attempt could write was never sent: no bytes.
+            bytes_out: if outcome.sent_ns == 0 {
+                0
+            } else {
+                (4 + 12 + body.len()) as u64
+            },
             client: index as u32,
             arg: outcome.attempts,
             op,
@@ -159,7 +164,7 @@ fn client_loop(
                 sample.service_ns = h.service_ns;
                 sample.detail_ns = h.detail_ns;
                 sample.flags = h.flags;
-                sample.bytes_in = frame_bytes as u32;
+                sample.bytes_in = frame_bytes as u64;
                 let acked = reply.get(..4) == Some(&ACK_DONE.to_le_bytes()[..]);
                 if h.status == WireStatus::Ok as u16 && acked {
                     session.observe(op, &reply);
