@@ -1,6 +1,7 @@
-"""Helpers shared by the report tests: running `knee`, reading a report's figures, and
-loading it in headless Chromium (Debian's package, installed by scripts/chromium) with name
-resolution off."""
+"""Helpers shared by the report tests: running `knee`, reading a report's figures, reading a
+run's samples and their order statistics independently of knee, and loading a report in
+headless Chromium (Debian's package, installed by scripts/chromium) with name resolution
+off."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -60,6 +62,53 @@ def figure_spec(html: str, fig_id: str) -> dict:
     )
     assert m, fig_id
     return json.loads(m.group(1))
+
+
+def line(spec: dict, name: str) -> dict:
+    """The drawn trace (not an interval band) called `name` of a figure's Plotly spec."""
+    found = [t for t in spec["data"] if t.get("name") == name and "fill" not in t]
+    assert len(found) == 1, (name, [t.get("name") for t in spec["data"]])
+    return found[0]
+
+
+# ------------------------------------------------------------------ independent values
+# The checks below recompute figures' numbers from samples.parquet with pandas and numpy
+# only (no knee.stats, knee.analysis or knee.results), so they test the report's numbers,
+# not its agreement with itself.
+
+
+def read_samples(run_dir: Path) -> pd.DataFrame:
+    """samples.parquet as pandas reads it, with the status as plain strings."""
+    df = pd.read_parquet(run_dir / "samples.parquet")
+    return df.assign(status=df["status"].astype(str), warmup=df["warmup"].astype(bool))
+
+
+def read_points(run_dir: Path) -> list[dict]:
+    """summary.json's points (the points' labels, series and settings)."""
+    return json.loads((run_dir / "summary.json").read_text())["points"]
+
+
+def ok_after_warmup(samples: pd.DataFrame) -> pd.DataFrame:
+    return samples[(samples["status"] == "ok") & ~samples["warmup"]]
+
+
+def order_stat(values: object, per_mille: int) -> float:
+    """The order statistic x_(ceil(n q)) for q = per_mille / 1000, the rank in integers
+    (docs/statistics.md); inf values sort last, so a rank that lands on one returns inf."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    assert len(v), "no values"
+    rank = max(1, -(-len(v) * per_mille // 1000))
+    return float(v[rank - 1])
+
+
+def headline_p99_ms(samples: pd.DataFrame) -> float | None:
+    """The p99 over every post-warm-up request of one point, a failure counting as slower
+    than any success (+inf): None when it lands on a failure, else in ms."""
+    after = samples[~samples["warmup"]]
+    ok = after["status"].to_numpy() == "ok"
+    latency = np.where(ok, after["latency_ns"].to_numpy(dtype=np.float64), np.inf)
+    p99 = order_stat(latency, 990)
+    return None if np.isinf(p99) else p99 / 1e6
 
 
 def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[bytes]:

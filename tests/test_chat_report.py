@@ -12,7 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from test_report import check_in_browser, check_pngs, figure_ids, figure_spec, only_dir, run_knee
+from report_helpers import (
+    check_in_browser,
+    check_pngs,
+    figure_ids,
+    figure_spec,
+    line,
+    ok_after_warmup,
+    only_dir,
+    order_stat,
+    read_points,
+    read_samples,
+    run_knee,
+)
 
 import knee
 from knee.analysis import chat
@@ -142,6 +154,48 @@ def test_sweep_figures_carry_the_analysis_data(run_dir: Path) -> None:
     verdicts = re.findall(r'<td class="v-(?:pass|warn)">(yes|no)</td>', section)
     assert verdicts == ["yes" if h else "no" for h in magic["holds"]]
     assert f"it holds in {int(magic['holds'].sum())} of {len(magic)} configurations" in section
+
+
+def test_sweep_figures_match_the_samples(run_dir: Path) -> None:
+    """The per-point p99 and the magic-1% table against values computed here from
+    samples.parquet with numpy and pandas alone: the p99 is the order statistic
+    x_(ceil(n q)) of a point's successful post-warm-up latencies, and the top 1% is its
+    floor(n/100) slowest."""
+    html = (run_dir / "report.html").read_text()
+    ok = ok_after_warmup(read_samples(run_dir))
+    labels = {p["point"]: str(p["label"]) for p in read_points(run_dir)}
+    per_point = {point: np.sort(g.to_numpy()) for point, g in ok.groupby("point")["latency_ns"]}
+    assert len(per_point) == 4
+    # Area plot: configurations sorted by mean, each with its p99.
+    order = sorted(per_point, key=lambda point: per_point[point].mean())
+    spec = figure_spec(html, "chat-area-p99")
+    assert line(spec, "mean")["y"] == pytest.approx([per_point[p].mean() / 1e6 for p in order])
+    expected = [order_stat(per_point[p], 990) / 1e6 for p in order]
+    assert line(spec, "p99")["y"] == pytest.approx(expected)
+    # The same p99s in the scatter plot against throughput.
+    scatter = figure_spec(html, "chat-scatter-p99")
+    drawn = sorted(y for t in scatter["data"] for y in t["y"])
+    assert drawn == pytest.approx(sorted(expected))
+    # The magic-1% table: n, and the maximum and mean without the top floor(n/100).
+    section = _section(html, "chat-magic")
+    rows = re.findall(
+        r'<tr><td class="l">([^<]*)</td><td>(\d+)</td>((?:<td>[^<]*</td>){6})', section
+    )
+    assert len(rows) == len(per_point)
+    point_of = {label: point for point, label in labels.items()}
+    for label, n, cells in rows:
+        v = per_point[point_of[label]]
+        mean, std, top, mean_without, std_without, max_without = (
+            float(c) for c in re.findall(r"<td>([^<]*)</td>", cells)
+        )
+        assert int(n) == len(v)
+        rest = v[: len(v) - len(v) // 100]
+        assert top == pytest.approx(v[-1] / 1e6, rel=5e-3)
+        assert mean == pytest.approx(v.mean() / 1e6, rel=5e-3)
+        assert std == pytest.approx(v.std(ddof=1) / 1e6, rel=5e-3)
+        assert max_without == pytest.approx(rest[-1] / 1e6, rel=5e-3)
+        assert mean_without == pytest.approx(rest.mean() / 1e6, rel=5e-3)
+        assert std_without == pytest.approx(rest.std(ddof=1) / 1e6, rel=5e-3)
 
 
 def test_png_of_a_figure_with_many_lines_keeps_its_plot(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from report_helpers import (
@@ -23,18 +24,27 @@ from report_helpers import (
     chromium,
     figure_ids,
     figure_spec,
+    headline_p99_ms,
     knee_cmd,
+    line,
+    ok_after_warmup,
     only_dir,
+    order_stat,
+    read_points,
+    read_samples,
     run_knee,
 )
 from scipy import stats as sps
 
 import knee
 from knee.report.boxes import box_stats
-from knee.report.compare import PER_RUN_LEVEL, order_ranks, quantile_diff
+from knee.report.compare import PER_RUN_LEVEL, quantile_diff
 from knee.report.figures import LOGIT_TICKS, Axis, Figure, Trace, logit, plotly_spec
 from knee.report.html import Section, page
-from knee.report.sections.spectrum import percentile_grid
+from knee.report.sections.spectrum import percentile_grid, spectrum
+from knee.stats import quantiles, tail
+from knee.stats.intervals import order_statistic_ranks as order_ranks
+from knee.stats.intervals import quantile_rank
 
 MATRIX_SPEC = """
 [experiment]
@@ -236,6 +246,71 @@ def test_matrix_report_shows_intervals_checks_models_and_findings(runs: Runs) ->
     assert "factors-threads-mean" in figure_ids(html)
 
 
+def _check_latency_per_second(html: str, run_dir: Path) -> None:
+    """The time series' per-second p50 and p99: order statistics of the successful replies
+    that arrived in that second (warm-up included: it is a time line of the whole run)."""
+    samples = read_samples(run_dir)
+    done = samples[(samples["status"] == "ok") & (samples["received_ns"] >= 0)]
+    second = done["received_ns"] // 1_000_000_000
+    spec = figure_spec(html, "ts-latency")
+    for name, per_mille in (("p50", 500), ("p99", 990)):
+        expected = done["latency_ns"].groupby(second).agg(order_stat, per_mille=per_mille)
+        trace = line(spec, name)
+        assert trace["x"] == pytest.approx(list(expected.index + 0.5))
+        assert trace["y"] == pytest.approx(list(expected / 1e6))
+
+
+def test_matrix_figures_match_the_samples(runs: Runs) -> None:
+    """Figures' numbers against values computed here from samples.parquet with numpy and
+    pandas alone: each is the order statistic x_(ceil(n q)), never an interpolation."""
+    html = (runs.matrix / "report.html").read_text()
+    samples = read_samples(runs.matrix)
+    points = read_points(runs.matrix)
+    ok = ok_after_warmup(samples)
+    # Latency vs rate (one thread): the summary's p99 over every post-warm-up request (a
+    # failure counts as slower than any success: null where it lands on one) and the mean
+    # of the successful ones.
+    # Its x axis is the achieved arrival rate, where the models put each point.
+    spec = figure_spec(html, "matrix-load")
+    by_rate = {p["achieved_rate_per_s"]: p["point"] for p in points if p["series"] == "rate"}
+    p99, mean = line(spec, "measured p99"), line(spec, "measured mean")
+    assert p99["x"] == mean["x"] == pytest.approx(sorted(by_rate))
+    by_rate = dict(zip(p99["x"], (by_rate[x] for x in sorted(by_rate)), strict=True))
+    expected = [headline_p99_ms(samples[samples["point"] == by_rate[x]]) for x in p99["x"]]
+    assert [y is None for y in p99["y"]] == [e is None for e in expected]
+    assert [y for y in p99["y"] if y is not None] == pytest.approx(
+        [e for e in expected if e is not None]
+    )
+    means = [ok.loc[ok["point"] == by_rate[x], "latency_ns"].mean() / 1e6 for x in mean["x"]]
+    assert mean["y"] == pytest.approx(means)
+    # Boxes per point: whiskers at p1 and p99, quartiles, of the successful requests.
+    spec = figure_spec(html, "boxes-points")
+    point_of = {str(p["label"]): p["point"] for p in points}
+    boxes = next(t for t in spec["data"] if t["name"] == "latency")
+    assert len(boxes["x"]) == ok["point"].nunique()
+    for i, label in enumerate(boxes["x"]):
+        v = ok.loc[ok["point"] == point_of[label], "latency_ns"]
+        for key, per_mille in (
+            ("lowerfence", 10),
+            ("q1", 250),
+            ("median", 500),
+            ("q3", 750),
+            ("upperfence", 990),
+        ):
+            assert boxes[key][i] == pytest.approx(order_stat(v, per_mille) / 1e6), (label, key)
+        assert boxes["mean"][i] == pytest.approx(v.mean() / 1e6)
+    # The percentile spectrum of the rate series: each value a measured latency.
+    spec = figure_spec(html, "spectrum-rate")
+    first = spec["data"][0]
+    v = np.sort(ok.loc[ok["point"] == by_rate[min(by_rate)], "latency_ns"].to_numpy())
+    # The logit axis back to percentiles (the grid has 8 decimals), then ceil(n q) in integers.
+    q_units = np.round(1e8 / (1 + np.exp(-np.asarray(first["x"])))).astype(np.int64)
+    ranks = np.maximum(1, -(-len(v) * q_units // 10**8))
+    assert ranks[-1] == len(v) - 1  # the curve stops at 1 - 1/n, before the maximum
+    assert first["y"] == pytest.approx(list(v[ranks - 1] / 1e6))
+    _check_latency_per_second(html, runs.matrix)
+
+
 def test_report_opens_in_chromium_with_every_figure_drawn(runs: Runs, tmp_path: Path) -> None:
     html_path = runs.matrix / "report.html"
     check_in_browser(html_path, tmp_path)
@@ -273,6 +348,9 @@ def test_report_of_an_interrupted_run_with_a_killed_node(runs: Runs, tmp_path: P
     ts = figure_spec(html, "ts-throughput")
     labels = [a["text"] for a in ts["layout"]["annotations"]]
     assert "kill server" in labels, labels
+    # With failures in every point, the per-second percentiles are still those of the
+    # successful replies, computed here from the samples.
+    _check_latency_per_second(html, runs.killed)
     check_in_browser(html_path, tmp_path)
     check_pngs(html_path)
 
@@ -362,6 +440,37 @@ def test_box_statistics_on_fixed_data() -> None:
     boxes = box_stats(df, ["g"], "v")
     assert boxes[1] == {"lo": 1.0, "q1": 25.0, "median": 50.0, "q3": 75.0, "hi": 99.0, "mean": 50.0}
     assert boxes[2]["median"] == boxes[2]["lo"] == boxes[2]["hi"] == 5.0
+
+
+def test_one_percentile_definition_on_fixed_data() -> None:
+    """knee.stats.quantiles is the summary's order statistic: the rank is intervals'
+    quantile_rank on whole thousandths, the values numpy's inverted CDF; per group (one
+    sort) as per array; and the slowest 1% is the floor(n/100) ranked above the p99."""
+    for n in range(1, 1500):
+        for per_mille in (0, 1, 10, 250, 500, 750, 900, 990, 999, 1000):
+            q = per_mille / 1000
+            assert quantiles.rank(n, q) == quantile_rank(n, q) == max(1, -(-n * per_mille // 1000))
+    # 1..250: p99 is x_(248) = 248 (pandas' linear quantile says 248.51), the top 249 and 250.
+    v = np.arange(1, 251)
+    assert quantiles.order_statistic(v, 0.99) == 248.0
+    assert list(v[tail.top_mask(v)]) == [249, 250] and tail.top_count(250) == 2
+    rng = np.random.default_rng(7)
+    df = pd.DataFrame({"g": rng.integers(0, 5, 4000), "v": rng.integers(0, 300, 4000) * 1000})
+    levels = (0.01, 0.25, 0.5, 0.75, 0.99, 0.999)
+    got = quantiles.order_statistics(df.groupby("g")["v"], list(levels))
+    top = tail.top_mask_by(df.groupby("g")["v"])
+    for g, rows in df.groupby("g").indices.items():
+        values = df["v"].to_numpy()[rows]
+        for q in levels:
+            expected = order_stat(values, round(q * 1000))
+            assert got.at[g, q] == expected == np.quantile(values, q, method="inverted_cdf")
+        n, k = len(values), len(values) // 100
+        assert top[rows].sum() == k  # exactly, although the values have many ties
+        assert values[top[rows]].min() >= order_stat(values, 990)
+        assert (top[rows] == tail.top_mask(values)).all()  # one definition, both ways
+    # A spectrum is order statistics at every percentile of its grid.
+    grid, ms = spectrum(np.arange(1, 1001) * 1_000_000)
+    assert list(ms) == [float(np.ceil(round(1000 * q, 6))) for q in grid]
 
 
 def test_percentile_grid_stops_where_the_sample_does() -> None:

@@ -10,7 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_report import check_in_browser, check_pngs, figure_ids, figure_spec, only_dir, run_knee
+from report_helpers import (
+    check_in_browser,
+    check_pngs,
+    figure_ids,
+    figure_spec,
+    line,
+    ok_after_warmup,
+    only_dir,
+    order_stat,
+    read_points,
+    read_samples,
+    run_knee,
+)
 
 import knee
 from knee.analysis import share as share_analysis
@@ -142,6 +154,45 @@ def test_sweep_report_has_every_share_figure_from_the_analysis(runs: Runs, tmp_p
     assert re.search(r" 0 of \d+ index operations", text["Replica fallbacks."])
 
     check_in_browser(html_path, tmp_path)
+
+
+def test_nodes_figures_match_the_samples(runs: Runs) -> None:
+    """Response time per node count against values computed here from samples.parquet with
+    numpy and pandas alone: the p99 (figure) and p50 (table) are order statistics
+    x_(ceil(n q)) of the point's successful post-warm-up operations (op codes:
+    docs/share.md)."""
+    page = (runs.sweep / "report.html").read_text()
+    ok = ok_after_warmup(read_samples(runs.sweep))
+    for design, series in (
+        ("distributed", "distributed"),
+        ("central (sqlite-global-lock)", "central"),
+    ):
+        point_at = {
+            p["swept"]["server.peers"]: p["point"]
+            for p in read_points(runs.sweep)
+            if p["series"] == series
+        }
+        for op, code in (("search", 3), ("obtain", 4)):
+            latency = {
+                peers: ok.loc[(ok["point"] == point) & (ok["op"] == code), "latency_ns"]
+                for peers, point in point_at.items()
+            }
+            p99 = line(figure_spec(page, f"share-nodes-{op}"), f"{design} p99")
+            assert p99["x"] == [1, 2]
+            assert p99["y"] == pytest.approx([order_stat(latency[x], 990) / 1e6 for x in [1, 2]])
+            # The table: peers, n, mean, p50 per design and operation.
+            rows = re.findall(
+                rf'<tr><td class="l">{re.escape(html.escape(design))}</td><td class="">{op}'
+                r'</td><td class="">(\d+)</td><td class="">(\d+)</td><td class="">([^<]+)</td>'
+                r'<td class="">([^<]+)</td>',
+                page,
+            )
+            assert [int(r[0]) for r in rows] == [1, 2], rows
+            for peers, n, mean, p50 in rows:
+                v = latency[int(peers)]
+                assert int(n) == len(v)
+                assert float(mean) == pytest.approx(v.mean() / 1e6, rel=5e-3)
+                assert float(p50) == pytest.approx(order_stat(v, 500) / 1e6, rel=5e-3)
 
 
 def test_killed_owner_shows_replica_fallbacks(runs: Runs, tmp_path: Path) -> None:

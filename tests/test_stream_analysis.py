@@ -81,6 +81,17 @@ def test_box_plot_data_counts_every_block_received_in_time(run: Run) -> None:
     assert (box["q3_ms"] <= box["whisker_high_ms"]).all()
     fast = box[(box["point"] == 0)].iloc[0]
     assert 1.0 <= fast["median_ms"] < 20.0  # a 1 ms link, measured on a loaded machine
+    # Quartiles are order statistics x_(ceil(n q)) (the rank in integers), here by numpy.
+    blocks = ok[(ok["op"] == 0) & ~ok["warmup"]]
+    for r in box.itertuples():
+        v = np.sort(
+            blocks.loc[
+                (blocks["point"] == r.point) & (blocks["service"] == r.service), "latency_ns"
+            ].to_numpy()
+        )
+        ranks = [max(1, -(-len(v) * per_mille // 1000)) for per_mille in (250, 500, 750)]
+        expected = [v[k - 1] / 1e6 for k in ranks]
+        assert [r.q1_ms, r.median_ms, r.q3_ms] == pytest.approx(expected)
 
 
 def test_tables_follow_the_samples(run: Run) -> None:

@@ -8,8 +8,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
-from report_helpers import check_in_browser, check_pngs, figure_ids, figure_spec, only_dir, run_knee
+from report_helpers import (
+    check_in_browser,
+    check_pngs,
+    figure_ids,
+    figure_spec,
+    ok_after_warmup,
+    only_dir,
+    order_stat,
+    read_points,
+    read_samples,
+    run_knee,
+)
 
 import knee
 from knee.analysis import stream as analysis
@@ -116,6 +128,33 @@ def test_serial_parallel_report_has_boxes_tables_and_buffering(runs: Runs, tmp_p
     buffering = figure_spec(html, "stream-buffering")
     assert len(buffering["data"]) == len(run.points)
     assert all(t["x"] == [50, 80, 95, 99, 100] for t in buffering["data"])
+
+
+def test_box_plots_match_the_samples(runs: Runs) -> None:
+    """Each service's box against values computed here from samples.parquet with numpy and
+    pandas alone: quartiles and median are order statistics x_(ceil(n q)) of the blocks
+    received in time (status ok), whiskers the most extreme block within 1.5 IQR."""
+    html = (runs.modes / "report.html").read_text()
+    samples = read_samples(runs.modes)
+    blocks = ok_after_warmup(samples[samples["op"] == 0])
+    # The series are named after their driver mode (serial: one point per service).
+    series = {p["point"]: p["series"] for p in read_points(runs.modes)}
+    mode = blocks["point"].map(series)
+    names = ["fast", "slow"]  # the spec's services, by index
+    spec = figure_spec(html, "stream-latency-boxes")
+    assert {t["name"] for t in spec["data"]} == {"serial", "parallel"}
+    for trace in spec["data"]:
+        part = blocks[mode == trace["name"]]
+        for i, name in enumerate(trace["x"]):
+            v = part.loc[part["service"] == names.index(name), "latency_ns"].to_numpy() / 1e6
+            q1, median, q3 = (order_stat(v, per_mille) for per_mille in (250, 500, 750))
+            assert trace["median"][i] == pytest.approx(median), (trace["name"], name)
+            assert trace["q1"][i] == pytest.approx(q1) and trace["q3"][i] == pytest.approx(q3)
+            fence = 1.5 * (q3 - q1)
+            inside = v[(v >= q1 - fence) & (v <= q3 + fence)]
+            assert trace["lowerfence"][i] == pytest.approx(inside.min())
+            assert trace["upperfence"][i] == pytest.approx(inside.max())
+            assert trace["mean"][i] == pytest.approx(np.mean(v))
 
 
 def test_loss_report_draws_the_expected_time_per_block(runs: Runs, tmp_path: Path) -> None:

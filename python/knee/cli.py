@@ -78,7 +78,7 @@ def _on_sigterm(signum: int, frame: object) -> NoReturn:
 def _run(args: argparse.Namespace, console: Console) -> int:
     from knee.results import SUMMARY
     from knee.runner import NodeFailed, run_experiment
-    from knee.runner.display import summary_table
+    from knee.runner.display import point_notes, summary_table
     from knee.spec import SpecError, load_spec
 
     try:
@@ -109,6 +109,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     points = json.loads((run_dir / SUMMARY).read_text())["points"]
     console.print(summary_table(points))
+    for line in point_notes(points):
+        console.print(line, highlight=False)
     console.print(f"run directory: {run_dir}")
     console.print(f"summary:       {run_dir / SUMMARY}")
     if args.no_report:

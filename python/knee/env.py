@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import tomllib
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -30,11 +31,103 @@ def _memory_bytes() -> int | None:
         return None
 
 
+#: The libraries the statistics and figures use: their versions go into env.json.
+PACKAGES = ("numpy", "pandas", "pyarrow", "psutil", "rich", "plotly", "matplotlib", "scipy")
+#: The source tree this module lives in (when run from a checkout).
+REPO = Path(__file__).resolve().parents[2]
+SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _khz_to_mhz(values: list[str | None]) -> list[float | None]:
+    return [None if v is None or not v.isdigit() else int(v) / 1000 for v in values]
+
+
+def _cpuinfo_mhz() -> list[float]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+    return [float(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu MHz")]
+
+
+def _cpu_frequency() -> dict[str, Any]:
+    """Governor and current/min/max frequency (MHz) per core from sysfs cpufreq. Without
+    cpufreq (most VMs) they are null with the reason, and the current frequency is the one
+    /proc/cpuinfo states (on a VM, often the host's nominal clock)."""
+    dirs = sorted(SYS_CPU.glob("cpu[0-9]*/cpufreq"), key=lambda d: int(d.parent.name[3:]))
+    if not dirs:
+        return {
+            "governor": None,
+            "current_mhz": _cpuinfo_mhz() or None,
+            "min_mhz": None,
+            "max_mhz": None,
+            "source": "/proc/cpuinfo",
+            "reason": "no cpufreq in /sys/devices/system/cpu (a VM, or no frequency driver):"
+            " governor and limits unknown",
+        }
+    governors = sorted({g for d in dirs if (g := _read(d / "scaling_governor"))})
+    return {
+        "governor": ",".join(governors) or None,
+        "current_mhz": _khz_to_mhz([_read(d / "scaling_cur_freq") for d in dirs]),
+        "min_mhz": _khz_to_mhz([_read(d / "scaling_min_freq") for d in dirs]),
+        "max_mhz": _khz_to_mhz([_read(d / "scaling_max_freq") for d in dirs]),
+        "source": "/sys/devices/system/cpu/cpu*/cpufreq",
+        "reason": None,
+    }
+
+
+def _smt() -> dict[str, Any]:
+    """Simultaneous multithreading: whether it is on (sysfs) and hardware threads per
+    core (/proc/cpuinfo's siblings over cpu cores, as lscpu counts them)."""
+    active = _read(SYS_CPU / "smt" / "active")
+    siblings = cores = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "siblings":
+                siblings = int(value)
+            elif key.strip() == "cpu cores":
+                cores = int(value)
+    except (OSError, ValueError):
+        pass
+    return {
+        "active": None if active is None else active == "1",
+        "control": _read(SYS_CPU / "smt" / "control"),
+        "threads_per_core": siblings // cores if siblings and cores else None,
+    }
+
+
+def _rust_crates(binary: str) -> dict[str, Any]:
+    """knee-node's direct dependencies as locked in this source tree's Cargo.lock, when the
+    binary is this tree's build; an installed knee-node does not say which it was built
+    with."""
+    lock = REPO / "Cargo.lock"
+    if not Path(binary).resolve().is_relative_to(REPO) or not lock.is_file():
+        why = "knee-node is not a build of this source tree"
+        return {"crates": None, "source": None, "reason": why}
+    try:
+        packages = tomllib.loads(lock.read_text()).get("package", [])
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        return {"crates": None, "source": None, "reason": f"Cargo.lock unreadable: {e}"}
+    versions = {p["name"]: p["version"] for p in packages}
+    node = next((p for p in packages if p["name"] == "knee-node"), {})
+    # A dependency locked at two versions is written "name version".
+    deps = [d.split(" ") for d in node.get("dependencies", [])]
+    crates = {d[0]: d[1] if len(d) > 1 else versions.get(d[0]) for d in deps}
+    return {"crates": crates, "source": str(lock), "reason": None}
+
+
 def _git_revision() -> str | None:
-    repo = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
             capture_output=True,
             text=True,
             timeout=5,
@@ -55,7 +148,7 @@ def node_version(binary: str) -> str:
 
 def collect(node_binary: str) -> dict[str, Any]:
     versions = {}
-    for pkg in ("numpy", "pandas", "pyarrow", "psutil", "rich"):
+    for pkg in PACKAGES:
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -74,4 +167,7 @@ def collect(node_binary: str) -> dict[str, Any]:
         "knee_node_path": node_binary,
         "git_revision": _git_revision(),
         "packages": versions,
+        "knee_node_crates": _rust_crates(node_binary),
+        "cpu_frequency": _cpu_frequency(),
+        "smt": _smt(),
     }

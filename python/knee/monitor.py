@@ -1,36 +1,190 @@
-"""CPU and memory of each node process, sampled by the runner once per interval.
+"""CPU and memory of each node process, and the host's CPU, sampled by the runner once per
+interval.
 
 Network bytes per node come from the nodes' own counters (their `stats`/`progress` lines):
 on loopback every process shares one interface, so only the node knows its own bytes.
+
+The host's CPU comes from /proc/stat, read right next to the processes. CPU busy on the
+host that is neither a node of the run nor the runner is "foreign" (docs/statistics.md,
+Interference):
+
+    foreign = host busy - nodes - runner, clamped at 0   (100 = one core)
+
+A node that exits between two samples is reaped by the runner, and the kernel then adds
+its whole CPU time to the runner's children times: the part not yet seen in a sample (its
+last slice) is counted as the nodes', not as foreign.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import psutil
+
+#: The fields of /proc/stat's "cpu" line, in order (proc(5)).
+PROC_STAT_FIELDS = (
+    "user",
+    "nice",
+    "system",
+    "idle",
+    "iowait",
+    "irq",
+    "softirq",
+    "steal",
+    "guest",
+    "guest_nice",
+)
+#: Busy time. Guest time is already inside user and nice, so it is not added again; iowait
+#: is idle time with I/O pending, and steal is time the hypervisor ran someone else.
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
+#: The node and role of the host's rows in timeseries.parquet.
+HOST_NODE = "host"
+HOST_ROLE = "host"
+
+PROC_STAT = Path("/proc/stat")
+
+
+def parse_proc_stat(text: str) -> dict[str, int]:
+    """Ticks (USER_HZ) of the aggregate "cpu" line of /proc/stat, all cores summed. Fields
+    an older kernel lacks are 0."""
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            ticks = [int(v) for v in parts[1:]]
+            ticks += [0] * (len(PROC_STAT_FIELDS) - len(ticks))
+            return dict(zip(PROC_STAT_FIELDS, ticks, strict=False))
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+def read_host_ticks(path: Path = PROC_STAT) -> dict[str, int] | None:
+    """/proc/stat's CPU ticks, or None where there is no /proc/stat (not Linux)."""
+    try:
+        return parse_proc_stat(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def host_percent(
+    before: dict[str, int], after: dict[str, int], wall_s: float, tick_s: float
+) -> dict[str, float]:
+    """The host's busy, steal, iowait and irq time between two readings, in core-percent
+    (100 = one core busy for the whole interval)."""
+
+    def pct(fields: tuple[str, ...]) -> float:
+        ticks = sum(after[f] - before[f] for f in fields)
+        return 100.0 * ticks * tick_s / wall_s
+
+    return {
+        "cpu_percent": pct(BUSY_FIELDS),
+        "steal_percent": pct(("steal",)),
+        "iowait_percent": pct(("iowait",)),
+        "irq_percent": pct(("irq", "softirq")),
+    }
+
+
+def foreign_cpu_percent(
+    host_busy_percent: float, nodes_cpu_percent: float, runner_cpu_percent: float
+) -> float:
+    """CPU of everything that is neither a node nor the runner. Clamped at 0: the host's
+    ticks and the processes' ticks are counted separately and can differ by a tick or two."""
+    return max(0.0, host_busy_percent - nodes_cpu_percent - runner_cpu_percent)
+
+
+def _busy_s(times: Any) -> float:
+    """User + system seconds of psutil's cpu_times (children's times apart)."""
+    return float(times.user + times.system)
+
+
+@dataclass
+class _Tracked:
+    name: str
+    proc: psutil.Process
+    seen_cpu_s: float = 0.0  # CPU seconds counted in samples so far
 
 
 class Monitor:
     def __init__(self) -> None:
-        self._procs: dict[str, psutil.Process] = {}
+        self._procs: dict[int, _Tracked] = {}
+        self._runner = psutil.Process()
+        self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+        self.host: dict[str, float] | None = None  # the last sample's host row fields
+        self.reset()
+
+    def reset(self) -> None:
+        """Starts the host's next interval now, e.g. at a point's start, so the time between
+        points (statistics, stopping and starting nodes) is not charged to the next point."""
+        # Nodes reaped before now are in the children times read below: forget them, or
+        # their seen CPU would be subtracted again from the new interval's reaped nodes.
+        for pid, node in list(self._procs.items()):
+            if not node.proc.is_running():
+                del self._procs[pid]
+        self._host_ticks = read_host_ticks()
+        self._host_t = time.monotonic()
+        self._runner_s, self._children_s = self._runner_times()
+        self._gone_seen_s = 0.0  # seen CPU of nodes reaped since the interval started
 
     def add(self, name: str, pid: int) -> None:
         try:
             proc = psutil.Process(pid)
             proc.cpu_percent(None)  # the first call only sets the reference point
-            self._procs[name] = proc
+            # seen_cpu_s stays 0: the node was started just now, so all its CPU time,
+            # start-up included, falls in the current interval.
+            self._procs[pid] = _Tracked(name, proc)
         except psutil.Error:
             pass
 
     def sample(self) -> dict[str, dict[str, float]]:
-        """CPU % since the previous sample (100 = one core busy) and resident memory."""
+        """Per node: CPU % since the previous sample (100 = one core busy) and resident
+        memory. The host's row for the same interval is left in `self.host` (None without
+        /proc/stat)."""
+        host_ticks, now = read_host_ticks(), time.monotonic()
         out: dict[str, dict[str, float]] = {}
-        for name, proc in list(self._procs.items()):
+        nodes_s = 0.0
+        for pid, node in list(self._procs.items()):
             try:
-                with proc.oneshot():
-                    out[name] = {
-                        "cpu_percent": proc.cpu_percent(None),
-                        "rss_bytes": float(proc.memory_info().rss),
-                    }
+                with node.proc.oneshot():
+                    cpu_percent = node.proc.cpu_percent(None)
+                    cpu_s = _busy_s(node.proc.cpu_times())
+                    rss = float(node.proc.memory_info().rss)
             except psutil.Error:
-                self._procs.pop(name, None)
+                self._gone_seen_s += node.seen_cpu_s
+                del self._procs[pid]
+                continue
+            nodes_s += cpu_s - node.seen_cpu_s
+            node.seen_cpu_s = cpu_s
+            out[node.name] = {"cpu_percent": cpu_percent, "rss_bytes": rss}
+        self.host = self._host_row(host_ticks, now, nodes_s)
         return out
+
+    def _runner_times(self) -> tuple[float, float]:
+        """The runner's own CPU seconds (every thread) and its reaped children's."""
+        t = self._runner.cpu_times()
+        return float(t.user + t.system), float(t.children_user + t.children_system)
+
+    def _host_row(
+        self, host_ticks: dict[str, int] | None, now: float, nodes_s: float
+    ) -> dict[str, float] | None:
+        runner_s, children_s = self._runner_times()
+        before, wall_s = self._host_ticks, now - self._host_t
+        # Reaped nodes' last slices: their lifetime CPU, now in the children times, less
+        # what the samples already counted.
+        last_slices_s = max(0.0, children_s - self._children_s - self._gone_seen_s)
+        own_s = runner_s - self._runner_s
+        self._host_ticks, self._host_t = host_ticks, now
+        self._runner_s, self._children_s, self._gone_seen_s = runner_s, children_s, 0.0
+        if before is None or host_ticks is None or wall_s <= 0:
+            return None
+        row = host_percent(before, host_ticks, wall_s, self._tick_s)
+        nodes_percent = 100.0 * (nodes_s + last_slices_s) / wall_s
+        runner_percent = 100.0 * own_s / wall_s
+        row["nodes_cpu_percent"] = nodes_percent
+        row["runner_cpu_percent"] = runner_percent
+        row["foreign_cpu_percent"] = foreign_cpu_percent(
+            row["cpu_percent"], nodes_percent, runner_percent
+        )
+        row["interval_s"] = wall_s
+        return row

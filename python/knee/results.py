@@ -4,7 +4,7 @@ Layout (see DESIGN.md, "Run directory"):
 
     spec.toml  env.json  summary.json  samples.parquet  timeseries.parquet  events.parquet
     raw/manifest.jsonl   one line per sample file written by a node (point, node, start)
-    raw/pNNN-<node>.samples.bin   88-byte records appended by knee-node (docs/samples.md)
+    raw/pNNN-<node>.samples.bin   96-byte records appended by knee-node (docs/samples.md)
     raw/pNNN-<node>.histogram.csv HDR histogram of post-warm-up latency (value_ns,count)
     nodes/<node>.pNNN.json / .stderr.log   each node's config and its log
 
@@ -35,8 +35,8 @@ SAMPLE_DTYPE = np.dtype(
         ("queue_ns", "<u8"),
         ("service_ns", "<u8"),
         ("detail_ns", "<u8"),
-        ("bytes_out", "<u4"),
-        ("bytes_in", "<u4"),
+        ("bytes_out", "<u8"),
+        ("bytes_in", "<u8"),
         ("client", "<u4"),
         ("arg", "<u4"),
         ("op", "<u2"),
@@ -46,7 +46,7 @@ SAMPLE_DTYPE = np.dtype(
         ("pad", "<u2"),
     ]
 )
-assert SAMPLE_DTYPE.itemsize == 88, "must match knee-node's recorder.rs"
+assert SAMPLE_DTYPE.itemsize == 96, "must match knee-node's recorder.rs"
 
 STATUS_NAMES = ("ok", "timeout", "drop", "error", "late")
 
@@ -73,12 +73,11 @@ def samples_frame(
     node: str,
     run_start_ns: int,
     warmup_end_ns: int,
-    warmup_requests: int = 0,
 ) -> pd.DataFrame:
     """One node's records as a DataFrame: times in ns since the run's start (-1 when the
     event did not happen), latency from the intended send time, and the network/middleware
     share (round trip minus the server's residence). A request is warm-up if it was meant to
-    leave before `warmup_end_ns` or is among the first `warmup_requests` meant to leave."""
+    leave before `warmup_end_ns` (`point_frame` adds the point's first requests)."""
     intended = records["intended_ns"].astype(np.int64)
     sent = records["sent_ns"].astype(np.int64)
     received = records["received_ns"].astype(np.int64)
@@ -87,9 +86,6 @@ def samples_frame(
     was_sent = sent > 0
     n = len(records)
     warmup = intended < warmup_end_ns
-    if warmup_requests > 0:
-        first = np.argsort(intended, kind="stable")[:warmup_requests]
-        warmup[first] = True
 
     def since_start(t: np.ndarray, present: np.ndarray) -> np.ndarray:
         return np.where(present, t - run_start_ns, -1)
@@ -157,8 +153,32 @@ class RawFile:
             node=self.node,
             run_start_ns=self.run_start_ns,
             warmup_end_ns=self.warmup_end_ns,
-            warmup_requests=self.warmup_requests,
         )
+
+
+def point_frame(run_dir: Path, raws: list[RawFile]) -> pd.DataFrame:
+    """The samples of one point: every recorder's file pooled, with the point's first
+    `warmup_requests` requests (by intended send time, over all its recorders) marked as
+    warm-up besides those meant to leave during the warm-up time."""
+    frames = [r.frame(run_dir) for r in raws if (run_dir / r.samples).exists()]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    first_n = max(r.warmup_requests for r in raws)
+    if first_n > 0 and len(df):
+        first = np.argsort(df["intended_ns"].to_numpy(), kind="stable")[:first_n]
+        warmup = df["warmup"].to_numpy().copy()
+        warmup[first] = True
+        df["warmup"] = warmup
+    return df
+
+
+def by_point(raws: list[RawFile]) -> dict[int, list[RawFile]]:
+    """The raw files grouped by point, in point order."""
+    out: dict[int, list[RawFile]] = {}
+    for raw in raws:
+        out.setdefault(raw.point, []).append(raw)
+    return dict(sorted(out.items()))
 
 
 def read_manifest(run_dir: Path) -> list[RawFile]:
@@ -184,10 +204,10 @@ def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
     writer: pq.ParquetWriter | None = None
     rows = 0
     try:
-        for raw in raws:
-            if not (run_dir / raw.samples).exists():
+        for point_raws in by_point(raws).values():
+            df = point_frame(run_dir, point_raws)
+            if df.empty:
                 continue
-            df = raw.frame(run_dir)
             table = pa.Table.from_pandas(df, preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
@@ -270,9 +290,8 @@ def open_run(path: str | os.PathLike[str]) -> Run:
             if col in samples:
                 samples[col] = samples[col].astype("category")
     else:
-        frames = [
-            r.frame(run_dir) for r in read_manifest(run_dir) if (run_dir / r.samples).exists()
-        ]
+        frames = [point_frame(run_dir, rs) for rs in by_point(read_manifest(run_dir)).values()]
+        frames = [f for f in frames if not f.empty]
         samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Run(
         path=run_dir,

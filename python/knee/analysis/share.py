@@ -3,7 +3,8 @@
 Every function takes a run (`knee.open_run(path)`) of one of the share experiments
 (experiments/share-*.toml) and returns a DataFrame, one row per (point, operation), with
 the point's parameters (series, design, index, peers, file_bytes) as columns. Warm-up and
-unsuccessful samples are left out of latencies; counts of each status are kept.
+unsuccessful samples are left out of latencies; counts of each status are kept. Percentiles
+are knee's order statistic x_(ceil(n q)) (`knee.stats.quantiles`), as in summary.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from knee.results import Run
+from knee.stats.quantiles import order_statistics
 from knee.systems.share import FLAG_REPLICA, OPS
 
 PARAMS = ("design", "index", "peers", "files", "file_bytes")
@@ -50,12 +52,13 @@ def response_time_vs_nodes(run: Run) -> pd.DataFrame:
     quantiles of the response time in ms, with the number of peers. Per operation, where the
     report plotted register as the time for all 50 files (its 35 ms = 50 x 0.7 ms)."""
     g = _per_op(_ok(run))["latency_ns"]
+    q = order_statistics(g, [0.5, 0.99]) / 1e6
     out = pd.DataFrame(
         {
             "count": g.size(),
             "mean_ms": g.mean() / 1e6,
-            "p50_ms": g.quantile(0.5) / 1e6,
-            "p99_ms": g.quantile(0.99) / 1e6,
+            "p50_ms": q[0.5],
+            "p99_ms": q[0.99],
         }
     ).reset_index()
     return _with_parameters(run, out)
@@ -96,12 +99,13 @@ def obtain_vs_file_size(run: Run) -> pd.DataFrame:
     size_b = params["file_bytes"].reindex(g.size().index).astype(float)
     clients = g["client"].nunique()
     mean_s = g["latency_ns"].mean() / 1e9
+    q = order_statistics(g["latency_ns"], [0.5, 0.99]) / 1e6
     out = pd.DataFrame(
         {
             "count": g.size(),
             "mean_ms": mean_s * 1e3,
-            "p50_ms": g["latency_ns"].quantile(0.5) / 1e6,
-            "p99_ms": g["latency_ns"].quantile(0.99) / 1e6,
+            "p50_ms": q[0.5],
+            "p99_ms": q[0.99],
             "per_client_mb_per_s": size_b / mean_s / 1e6,
             "report_estimate_mb_per_s": size_b / mean_s / 1e6 * clients,
             "aggregate_mb_per_s": g.size() * size_b / span_s.replace(0, np.nan) / 1e6,

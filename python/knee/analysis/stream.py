@@ -6,6 +6,8 @@ per-sample Python loops). Conventions of the stream samples (docs/stream.md): on
 block request; `client` = frame, `arg` = block, `service` = the service's index; statuses
 ok / timeout / late / error; flags bit 0 = redundant copy (hedging), bit 1 = retransmission;
 `detail_ns` = the emulated delay of a reply, or the timeout of a request that got none in time.
+Quartiles, medians and time-to-buffer levels are knee's order statistic x_(ceil(n q))
+(`knee.stats.quantiles`), the percentile summary.json gives.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from knee.results import Run
+from knee.stats.quantiles import order_statistic
 from knee.systems.stream import BLOCK_BYTES, DEFAULT_SERVICES
 
 FLAG_REDUNDANT = 1
@@ -78,7 +81,7 @@ def _points(run: Run) -> pd.DataFrame:
 
 def _tukey(latency_ms: pd.Series) -> pd.Series:
     v = latency_ms.to_numpy()
-    q1, median, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+    q1, median, q3 = order_statistic(v, [0.25, 0.5, 0.75])
     iqr = q3 - q1
     inside = v[(v >= q1 - 1.5 * iqr) & (v <= q3 + 1.5 * iqr)]
     return pd.Series(
@@ -98,9 +101,9 @@ def _tukey(latency_ms: pd.Series) -> pd.Series:
 def block_latency_boxplot(run: Run) -> pd.DataFrame:
     """Figures 1 and 2 of report 000: Tukey box plots of block latency per service, serially
     accessed (left) and during parallel access (right). One row per (point, service): n,
-    quartiles, mean, whiskers (most extreme value within 1.5 IQR of the box) and the outliers, in
-    ms, of every block received in time (dropped and late blocks are not latencies, as in
-    the report)."""
+    quartiles (order statistics), mean, whiskers (most extreme value within 1.5 IQR of the
+    box) and the outliers, in ms, of every block received in time (dropped and late blocks
+    are not latencies, as in the report)."""
     blocks = _blocks(run)
     ok = blocks[blocks["status"] == "ok"]
     points = _points(run).set_index("point")
@@ -195,9 +198,9 @@ def time_to_buffer(run: Run) -> pd.DataFrame:
     for point, frame_done in done.groupby(level="point"):
         t = np.sort(frame_done.to_numpy() - start[point]) / 1e9
         row: dict[str, Any] = {"point": point, "frames": len(t)}
-        for level in BUFFER_LEVELS:
-            k = int(np.ceil(level * len(t)))
-            row[f"t_{round(level * 100)}pct_s"] = t[k - 1] if k >= 1 else np.nan
+        levels = order_statistic(t, BUFFER_LEVELS, sorted_values=t)
+        for level, value in zip(BUFFER_LEVELS, levels, strict=True):
+            row[f"t_{round(level * 100)}pct_s"] = value
         rows.append(row)
     out = pd.DataFrame(rows)
     return out.merge(_points(run)[["point", "series", "label"]], on="point")

@@ -1,13 +1,21 @@
 """What a model needs from the measurements: each point's settings (read from the resolved
-spec and the point's swept values) and the service time fitted at the lowest load."""
+spec and the point's swept values), whether it is stable, and the service time and the
+delay outside the server pooled over the stable points of a group, with a result cache's
+steady-state hit ratio when the server has one (docs/statistics.md, "Models")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scipy import stats as sps
+
 #: The setting that is the number of servers (matrix: the worker pool).
 SERVERS_KEY = "server.threads"
+#: The setting that sizes a result cache (matrix); a point's "cache" figures are used only
+#: where it is above 0 (other systems use reply flag bit 0 for other things).
+CACHE_KEY = "server.cache"
 
 
 def setting(point: dict[str, Any], spec: dict[str, Any], dotted: str) -> Any:
@@ -28,37 +36,273 @@ def servers(point: dict[str, Any], spec: dict[str, Any]) -> int:
     return int(value) if value else 1
 
 
-@dataclass(frozen=True)
-class Fit:
-    """Service time at the lowest-load point, where requests hardly queue.
+def cache_setting(point: dict[str, Any], spec: dict[str, Any]) -> int:
+    """The entries of the point's result cache; 0 without one."""
+    value = setting(point, spec, CACHE_KEY)
+    return int(value) if isinstance(value, int | float) and value > 0 else 0
 
-    `delay_s` is the mean time a request spends outside the server (network, middleware,
-    client lateness: latency minus server residence) there; models add it to the server's
-    sojourn time as a fixed delay to predict the latency the client measures.
-    """
+
+def ok_latency(point: dict[str, Any]) -> dict[str, Any]:
+    """The distribution of OK latencies: `latency_ok_ns`, or `latency_ns` in runs written
+    before the headline distribution counted failures."""
+    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
+
+
+def unstable(point: dict[str, Any]) -> bool:
+    """Whether the point's stability verdict says it was not keeping up (over capacity):
+    such a point is fitted by no model. Points without a verdict count as stable."""
+    return (point.get("stability") or {}).get("verdict") == "unstable"
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """The count, mean and (n - 1) variance of the union of several samples."""
+
+    n: int
+    mean: float
+    var: float
+
+
+def pool(parts: Iterable[tuple[int, float, float | None]]) -> Pooled | None:
+    """Pools samples given as (n, mean, std) each: the mean weighted by count, and the
+    variance of all the values together, within-sample plus between-sample sums of squares:
+    (sum (n_i - 1) s_i^2 + sum n_i (m_i - m)^2) / (N - 1). A std of None (n = 1) counts as
+    0. None when no sample has a value."""
+    rows = [(int(n), float(m), float(s or 0.0)) for n, m, s in parts if n and n > 0]
+    if not rows:
+        return None
+    total = sum(n for n, _, _ in rows)
+    mean = sum(n * m for n, m, _ in rows) / total
+    squares = sum((n - 1) * s * s + n * (m - mean) ** 2 for n, m, s in rows)
+    return Pooled(total, mean, squares / (total - 1) if total > 1 else 0.0)
+
+
+@dataclass(frozen=True)
+class CachePoint:
+    """One point's cache figures as the fit sees them."""
 
     point: int
     x: float
+    hit_ratio_steady: float  # over its steady part (fit._steady_part)
+    n_steady: int
+    n_hits_steady: int
+    hit_ratio_whole: float
+    full: bool  # whether the cache had surely filled when the steady part began
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "point": self.point,
+            "x": self.x,
+            "hit_ratio_steady": self.hit_ratio_steady,
+            "n_steady": self.n_steady,
+            "n_hits_steady": self.n_hits_steady,
+            "hit_ratio_whole": self.hit_ratio_whole,
+            "full": self.full,
+        }
+
+
+@dataclass(frozen=True)
+class CacheFit:
+    """A result cache's steady state, pooled over a group's stable points.
+
+    `hit_ratio` is the steady-state hit ratio h: hits over requests in the steady part of
+    the points whose cache had filled by then (`_steady_part`; when none had, the second
+    half of every point), summed over those points; `whole_hit_ratio` is the same over
+    whole points, cold start included. The
+    service times of hits and of misses are pooled over whole points (a hit's or a miss's
+    work does not depend on how full the cache is).
+    """
+
+    hit_ratio: float
+    hit_ratio_ci: tuple[float, float]
+    n_steady: int
+    whole_hit_ratio: float
+    hit: Pooled  # service ns of hits
+    miss: Pooled  # service ns of misses
+    points: tuple[CachePoint, ...]
+
+    def moments(self, hit_ratio: float) -> tuple[float, float]:
+        """E[S] (s) and cs2 of the service time as a mixture: a hit with probability h,
+        else a miss, each with its pooled mean and variance:
+        E[S] = h E[S_hit] + (1 - h) E[S_miss],
+        E[S^2] = h (var_hit + E[S_hit]^2) + (1 - h) (var_miss + E[S_miss]^2)."""
+        h, hit, miss = hit_ratio, self.hit, self.miss
+        mean_ns = h * hit.mean + (1 - h) * miss.mean
+        second = h * (hit.var + hit.mean**2) + (1 - h) * (miss.var + miss.mean**2)
+        return mean_ns / 1e9, max(0.0, second - mean_ns**2) / mean_ns**2
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hit_ratio_steady": self.hit_ratio,
+            "hit_ratio_steady_ci": list(self.hit_ratio_ci),
+            "n_steady": self.n_steady,
+            "hit_ratio_whole": self.whole_hit_ratio,
+            "hit_service_mean_ns": self.hit.mean,
+            "miss_service_mean_ns": self.miss.mean,
+            "points": [c.to_json() for c in self.points],
+        }
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The service time (mean `service_s`, squared coefficient of variation `cs2`) and the
+    mean time a request spends outside the server (`delay_s`: network, middleware, client
+    lateness; latency minus server residence), pooled over the stable points `points`
+    (loads `xs`, `n` service samples). Models add the delay to the server's sojourn time as
+    a fixed delay to predict the latency the client measures."""
+
     service_s: float
     cs2: float
     delay_s: float
+    points: tuple[int, ...] = ()
+    xs: tuple[float, ...] = ()
+    n: int = 0
+    cache: CacheFit | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service_mean_ns": self.service_s * 1e9,
+            "service_cs2": self.cs2,
+            "delay_ns": self.delay_s * 1e9,
+            "points": list(self.points),
+            "n": self.n,
+            "cache": None if self.cache is None else self.cache.to_json(),
+        }
 
 
-def fit_service(point: dict[str, Any], x: float) -> Fit | None:
-    """The fit from one point's `service_ns` (mean and squared coefficient of variation)
-    and latency/server means; None when the point has no service times."""
-    service = point.get("service_ns") or {}
-    mean_ns = service.get("mean")
-    if not mean_ns or mean_ns <= 0:
+def _dist_part(dist: dict[str, Any] | None) -> tuple[int, float, float | None] | None:
+    dist = dist or {}
+    n, mean = dist.get("n"), dist.get("mean")
+    if not n or mean is None:
         return None
-    std_ns = service.get("std") or 0.0
-    latency_ns = (point.get("latency_ns") or {}).get("mean")
-    server_ns = (point.get("server_ns") or {}).get("mean")
-    delay_ns = max(0.0, latency_ns - server_ns) if latency_ns and server_ns else 0.0
+    return int(n), float(mean), dist.get("std")
+
+
+def _service_part(point: dict[str, Any]) -> tuple[int, float, float | None] | None:
+    part = _dist_part(point.get("service_ns"))
+    return part if part is not None and part[1] > 0 else None
+
+
+def fit_service(
+    points: Sequence[dict[str, Any]], xs: Sequence[float], cache_entries: int = 0
+) -> Fit | None:
+    """The fit from the given (stable) points, their loads `xs` alongside: `service_ns`
+    pooled by count (mean and variance, between-point differences included), the delay
+    (OK latency mean minus server mean) weighted by each point's OK count; for a server
+    with a cache of `cache_entries` > 0, the hit/miss mixture at the steady-state hit ratio
+    where the points carry "cache" figures. None when no point has service times."""
+    used = [(p, x) for p, x in zip(points, xs, strict=True) if _service_part(p) is not None]
+    service = pool(part for p, _ in used if (part := _service_part(p)) is not None)
+    if service is None or service.mean <= 0:
+        return None
+    delays = []
+    for p, _ in used:
+        latency, server = _dist_part(ok_latency(p)), _dist_part(p.get("server_ns"))
+        if latency is not None and server is not None:
+            delays.append((latency[0], latency[1] - server[1], 0.0))
+    delay = pool(delays)
+    mean_s, cs2 = service.mean / 1e9, service.var / service.mean**2
+    cache = _cache_fit(used, cache_entries) if cache_entries > 0 else None
+    if cache is not None:
+        mean_s, cs2 = cache.moments(cache.hit_ratio)
     return Fit(
-        point=int(point["point"]),
-        x=float(x),
-        service_s=mean_ns / 1e9,
-        cs2=(std_ns / mean_ns) ** 2,
-        delay_s=delay_ns / 1e9,
+        service_s=mean_s,
+        cs2=cs2,
+        delay_s=max(0.0, delay.mean / 1e9) if delay is not None else 0.0,
+        points=tuple(int(p["point"]) for p, _ in used),
+        xs=tuple(float(x) for _, x in used),
+        n=service.n,
+        cache=cache,
+    )
+
+
+def _cache_parts(
+    used: list[tuple[dict[str, Any], float]],
+) -> list[tuple[dict[str, Any], float, dict[str, Any]]]:
+    """Each point's cache figures; a point whose "cache" is null had no hit at all (every
+    request a miss: its service times are the misses'). Points without the key (runs
+    written before it existed) are left out."""
+    out = []
+    for p, x in used:
+        if "cache" not in p:
+            continue
+        c = p["cache"]
+        if c is None:
+            n, mean, std = _service_part(p) or (0, 0.0, 0.0)
+            c = {
+                "n_hits": 0,
+                "n_misses": n,
+                "n_steady": n - n // 2,
+                "n_hits_steady": 0,
+                "miss_service_mean_ns": mean,
+                "miss_service_std_ns": std,
+            }
+        out.append((p, x, c))
+    return out
+
+
+def _steady_part(point: dict[str, Any], c: dict[str, Any], entries: int) -> tuple[int, int, bool]:
+    """(requests, hits) of the point's steady state, and whether its cache had surely filled
+    by then. A cache of `entries` that stores every miss is full after `entries` misses;
+    before each segment of the point (knee.stats.cache) there were the earlier segments'
+    misses plus at most one per warm-up request. The steady part starts at the first
+    segment with enough misses before it; when no segment has, it is the second half."""
+    misses = int(point.get("warmup_count") or 0)
+    segments = c.get("segments") or []
+    for k, seg in enumerate(segments):
+        if misses >= entries:
+            rest = segments[k:]
+            return sum(int(s["n"]) for s in rest), sum(int(s["hits"]) for s in rest), True
+        misses += int(seg["n"]) - int(seg["hits"])
+    n, hits = int(c.get("n_steady") or 0), int(c.get("n_hits_steady") or 0)
+    if not segments:  # figures without segments: the same rule at the second half
+        misses += int(c.get("n_misses") or 0) - (n - hits)
+    return n, hits, not segments and misses >= entries
+
+
+def _cache_fit(used: list[tuple[dict[str, Any], float]], entries: int) -> CacheFit | None:
+    parts = _cache_parts(used)
+    hits = pool(
+        (c["n_hits"], c["hit_service_mean_ns"], c.get("hit_service_std_ns"))
+        for _, _, c in parts
+        if c.get("n_hits") and c.get("hit_service_mean_ns") is not None
+    )
+    if hits is None:
+        return None  # no hit anywhere: the plain pooled service time is the misses'
+    misses = pool(
+        (c["n_misses"], c["miss_service_mean_ns"], c.get("miss_service_std_ns"))
+        for _, _, c in parts
+        if c.get("n_misses") and c.get("miss_service_mean_ns") is not None
+    )
+    cached = []
+    for p, x, c in parts:
+        n, n_hits, full = _steady_part(p, c, entries)
+        cached.append(
+            CachePoint(
+                point=int(p["point"]),
+                x=float(x),
+                hit_ratio_steady=n_hits / n if n else 0.0,
+                n_steady=n,
+                n_hits_steady=n_hits,
+                hit_ratio_whole=int(c["n_hits"]) / max(1, int(c["n_hits"]) + int(c["n_misses"])),
+                full=full,
+            )
+        )
+    steady = [cp for cp in cached if cp.full and cp.n_steady] or [
+        cp for cp in cached if cp.n_steady
+    ]
+    n_steady = sum(cp.n_steady for cp in steady)
+    hits_steady = sum(cp.n_hits_steady for cp in steady)
+    if not n_steady:
+        return None
+    ci = sps.binomtest(hits_steady, n_steady).proportion_ci(method="exact")
+    total = sum(int(c["n_hits"]) + int(c["n_misses"]) for _, _, c in parts)
+    return CacheFit(
+        hit_ratio=hits_steady / n_steady,
+        hit_ratio_ci=(float(ci.low), float(ci.high)),
+        n_steady=n_steady,
+        whole_hit_ratio=sum(int(c["n_hits"]) for _, _, c in parts) / total,
+        hit=hits,
+        miss=misses if misses is not None else hits,
+        points=tuple(cached),
     )

@@ -17,6 +17,9 @@ CURVE_POINTS = 100
 _NEAR_CAPACITY = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995)
 #: Grid on which Kleinrock's power is maximized.
 KNEE_GRID = 4000
+#: Below this squared coefficient of variation service counts as constant (M/D/1): the
+#: Pollaczek-Khinchine wait, proportional to (1 + cs2), then differs from M/D/1's by < 10%.
+CS2_CONSTANT = 0.1
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,21 @@ class OpenModel:
         return out
 
 
-def open_models(fit: Fit, threads: int, cores: int | None, pool_series: bool) -> list[OpenModel]:
-    """The models of one group of points: M/M/1, M/G/1 and M/D/1 for one thread (M/M/1
-    named M/M/c with c = 1 when other groups of the series are pools); M/M/c for a pool of
-    c threads, and again with c = cores when the machine has fewer cores than threads."""
+def open_models(fit: Fit, threads: int, cores: int | None) -> list[OpenModel]:
+    """The models of one group of points: M/M/1 (the source report's reference), M/G/1 and
+    M/D/1 for one thread; M/M/c for a pool of c threads, and again with c = cores when the
+    machine has fewer cores than threads."""
     if threads == 1:
-        first = "M/M/c" if pool_series else "M/M/1"  # the same queue, named as the series'
-        return [OpenModel(kind, 1, fit) for kind in (first, "M/G/1", "M/D/1")]
+        return [OpenModel(kind, 1, fit) for kind in ("M/M/1", "M/G/1", "M/D/1")]
     models = [OpenModel("M/M/c", threads, fit)]
     if cores is not None and cores < threads:
         models.append(OpenModel("M/M/c", cores, fit, limited_by="cores"))
     return models
+
+
+def primary_kind(fit: Fit, threads: int) -> str:
+    """The open-loop model the data calls for: M/M/c for a pool; for one thread M/D/1 when
+    service is nearly constant (cs2 < CS2_CONSTANT), else M/G/1 with the measured cs2."""
+    if threads > 1:
+        return "M/M/c"
+    return "M/D/1" if fit.cs2 < CS2_CONSTANT else "M/G/1"

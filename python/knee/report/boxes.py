@@ -6,8 +6,11 @@ from typing import Any
 
 import pandas as pd
 
+from knee.stats.quantiles import order_statistics
+
 #: Whiskers at the 1st and 99th percentiles (latency tails are long: Tukey's 1.5 IQR
-#: fences would call most of the tail an outlier).
+#: fences would call most of the tail an outlier). Every one is knee's order statistic
+#: x_(ceil(n q)), the percentile summary.json gives.
 QUANTILES = (0.01, 0.25, 0.5, 0.75, 0.99)
 
 
@@ -16,7 +19,7 @@ def box_stats(df: pd.DataFrame, by: list[str], column: str) -> dict[Any, dict[st
     if df.empty:
         return {}
     grouped = df.groupby(by, observed=True)[column]
-    q = grouped.quantile(list(QUANTILES)).unstack() / 1e6
+    q = order_statistics(grouped, list(QUANTILES)) / 1e6
     mean = grouped.mean() / 1e6
     out: dict[Any, dict[str, float]] = {}
     for key, row in q.iterrows():  # one row per group, not per sample

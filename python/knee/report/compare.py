@@ -4,7 +4,8 @@ with the differences B - A and their 95% intervals.
 Intervals of a difference (the runs are independent samples):
 - percentiles: each run's order-statistic interval at level sqrt(0.95) (exact binomial
   ranks, distribution-free); when both cover, [lo_B - hi_A, hi_B - lo_A] covers the true
-  difference, so it does with probability >= 0.95.
+  difference, so it does with probability >= 0.95. The percentiles themselves are knee's
+  order statistic x_(ceil(n q)) (`knee.stats.quantiles`), as in summary.json.
 - mean: the two runs' 95% batch-means intervals (summary.json) combined as independent
   normal estimates: difference +- sqrt(h_A^2 + h_B^2), h the half-widths.
 """
@@ -24,28 +25,13 @@ from knee.report.html import Section, esc
 from knee.report.sections.spectrum import spectrum
 from knee.report.traces import by_x, latency_traces
 from knee.report.writer import Written, write
+from knee.stats.intervals import order_statistic_ranks
+from knee.stats.quantiles import order_statistic
 
 COMPARE = "compare.html"
 #: Each run's percentile interval level, so that both hold together with 95%.
 PER_RUN_LEVEL = math.sqrt(0.95)
 QUANTILES = (("p50", 0.5), ("p99", 0.99))
-
-
-def order_ranks(n: int, q: float, level: float) -> tuple[int, int] | None:
-    """1-based ranks (l, u) with P(x_(l) <= q-quantile <= x_(u)) >= level for any
-    continuous distribution (B ~ Binomial(n, q): F(l-1) <= a/2, F(u-1) >= 1 - a/2), or None
-    when n is too small. The binomial CDF is summed exactly in log space."""
-    if n < 1 or not 0 < q < 1:
-        return None
-    a = 1 - level
-    k = np.arange(n + 1, dtype=np.float64)
-    log_choose = np.concatenate(([0.0], np.cumsum(np.log((n - k[:-1]) / (k[:-1] + 1)))))
-    cdf = np.cumsum(np.exp(log_choose + k * math.log(q) + (n - k) * math.log1p(-q)))
-    below = np.flatnonzero(cdf <= a / 2)
-    above = np.flatnonzero(cdf >= 1 - a / 2)
-    if len(below) == 0 or len(above) == 0 or above[0] + 1 > n:
-        return None
-    return int(below[-1]) + 1, int(above[0]) + 1
 
 
 @dataclass
@@ -76,10 +62,10 @@ def quantile_diff(a_sorted: np.ndarray, b_sorted: np.ndarray, q: float) -> Diff:
     """Difference of the q-quantiles with its >= 95% distribution-free interval."""
     if not len(a_sorted) or not len(b_sorted):
         return Diff(None, None, None, None)
-    qa = float(np.quantile(a_sorted, q, method="inverted_cdf"))
-    qb = float(np.quantile(b_sorted, q, method="inverted_cdf"))
-    ra = order_ranks(len(a_sorted), q, PER_RUN_LEVEL)
-    rb = order_ranks(len(b_sorted), q, PER_RUN_LEVEL)
+    qa = order_statistic(a_sorted, q, sorted_values=a_sorted)
+    qb = order_statistic(b_sorted, q, sorted_values=b_sorted)
+    ra = order_statistic_ranks(len(a_sorted), q, PER_RUN_LEVEL)
+    rb = order_statistic_ranks(len(b_sorted), q, PER_RUN_LEVEL)
     if ra is None or rb is None:
         return Diff(qa, qb, None, None)
     lo = float(b_sorted[rb[0] - 1] - a_sorted[ra[1] - 1])
@@ -87,8 +73,20 @@ def quantile_diff(a_sorted: np.ndarray, b_sorted: np.ndarray, q: float) -> Diff:
     return Diff(qa, qb, lo, hi)
 
 
+def ok_latency(point: dict[str, Any]) -> dict[str, Any]:
+    """A point's latency distribution over its successful requests: `latency_ok_ns`, or
+    `latency_ns` in a summary that has only that (written when it held OK requests only)."""
+    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
+
+
+def with_ok_latency(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points, each with `latency_ok_ns` filled in as `ok_latency` reads it."""
+    return [{**p, "latency_ok_ns": ok_latency(p)} for p in points]
+
+
 def mean_diff(pa: dict[str, Any], pb: dict[str, Any]) -> Diff:
-    la, lb = pa.get("latency_ns") or {}, pb.get("latency_ns") or {}
+    """Difference of the mean latencies of successful requests."""
+    la, lb = ok_latency(pa), ok_latency(pb)
     a, b = la.get("mean"), lb.get("mean")
     ca, cb = (la.get("ci") or {}).get("mean"), (lb.get("ci") or {}).get("mean")
     if a is None or b is None or not ca or not cb or None in ca or None in cb:
@@ -255,8 +253,18 @@ def _overlays(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
         axis = a.axes[series]
         pa, pb = a.points_of(series), b.points_of(series)
         if len(by_x(pa, axis)) > 1:
-            traces = latency_traces(pa, axis, "A", 0, keys=("mean", "p99"), one_color=True)
-            traces += latency_traces(pb, axis, "B", 1, keys=("mean", "p99"), one_color=True)
+            traces: list[Trace] = []
+            for tag, points, color in (("A", pa, 0), ("B", pb, 1)):
+                traces += latency_traces(
+                    with_ok_latency(points),
+                    axis,
+                    tag,
+                    color,
+                    keys=("mean",),
+                    dist="latency_ok_ns",
+                    one_color=True,
+                )
+                traces += latency_traces(points, axis, tag, color, keys=("p99",), one_color=True)
             blocks.append(
                 Figure(
                     f"overlay-{series}",
@@ -264,7 +272,9 @@ def _overlays(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
                     Axis(axis.title),
                     Axis("latency (ms)"),
                     traces,
-                    caption="Solid: mean; dashed: p99; shaded: 95% intervals.",
+                    caption="Solid: mean of the successful requests; dashed: p99 as in the "
+                    "summary (over every request, a failure counting as slower than any "
+                    "success: a gap where the p99 is a failure); shaded: 95% intervals.",
                 )
             )
         blocks.append(_spectra(series, a, b))

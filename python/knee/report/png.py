@@ -14,6 +14,8 @@ from knee.report.figures import LOGIT_TICKS, Axis, Figure, Trace, color
 
 #: Plotly marker symbols in matplotlib's terms.
 _SYMBOLS = {"circle": "o", "x": "x", "triangle-up": "^", "square": "s", "diamond": "D"}
+#: Plotly's "-open" variants: the same marker with an unfilled face.
+_OPEN = "-open"
 #: PNG size: 8 inches wide at this resolution.
 DPI = 120
 WIDTH_IN = 8.0
@@ -99,7 +101,12 @@ def _draw(
             x,
             y,
             linestyle=style if t.kind == "line" else "none",
-            marker=_SYMBOLS.get(t.symbol, "o") if t.markers or t.kind == "points" else None,
+            marker=(
+                _SYMBOLS.get(t.symbol.removesuffix(_OPEN), "o")
+                if t.markers or t.kind == "points"
+                else None
+            ),
+            markerfacecolor="none" if t.symbol.endswith(_OPEN) else None,
             ms=3,
             color=c,
             label=label,

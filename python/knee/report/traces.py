@@ -12,12 +12,20 @@ def to_ms(ns: Any) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
+def _source(point: dict[str, Any], dist: str, key: str) -> dict[str, Any]:
+    """The distribution a statistic is read from. The headline latency has no mean when a
+    request failed (docs/statistics.md): a latency mean is always the OK replies' mean."""
+    if dist == "latency_ns" and key in ("mean", "std") and point.get("latency_ok_ns"):
+        return point["latency_ok_ns"]
+    return point.get(dist) or {}
+
+
 def stat(point: dict[str, Any], dist: str, key: str) -> float | None:
-    return to_ms((point.get(dist) or {}).get(key))
+    return to_ms(_source(point, dist, key).get(key))
 
 
 def ci(point: dict[str, Any], dist: str, key: str) -> tuple[float | None, float | None]:
-    pair = ((point.get(dist) or {}).get("ci") or {}).get(key)
+    pair = (_source(point, dist, key).get("ci") or {}).get(key)
     if not isinstance(pair, list | tuple) or len(pair) != 2:
         return None, None
     return to_ms(pair[0]), to_ms(pair[1])
@@ -82,24 +90,29 @@ def model_label(m: dict[str, Any], groups: int) -> str:
 def model_traces(
     entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
 ) -> tuple[list[Trace], list[Marker]]:
-    """Each model's predicted mean (the primary ones shown, the others one click away), the
-    primary models' p99 where they have one, points flagged as off the model, and the
-    primary models' knee and capacity as vertical markers. Curves stop at X_SPAN * x_max and
-    predictions above `cap_ms` are left out (near capacity they tend to infinity and would
-    flatten the measured curve)."""
+    """Each model's predicted mean (the primary ones and the source report's M/M/1 reference
+    shown, the others one click away), the primary models' p99 where they have one, points
+    flagged as off the model, and the primary models' knee and capacity as vertical
+    markers. Curves stop at X_SPAN * x_max and predictions above `cap_ms` are left out (near
+    capacity they tend to infinity and would flatten the measured curve)."""
     models = entry.get("models") or []
     primary = entry.get("primary")
-    primaries = [m for m in models if m.get("kind") == primary]
+
+    def is_primary_model(m: dict[str, Any]) -> bool:  # older runs name one kind per series
+        return bool(m.get("primary", m.get("kind") == primary))
+
+    primaries = [m for m in models if is_primary_model(m)]
     groups = len({str(m.get("group")) for m in models})
     x_limit = X_SPAN * x_max
     traces: list[Trace] = []
     markers: list[Marker] = []
     for i, m in enumerate(models):
-        is_primary = m.get("kind") == primary
+        is_primary = is_primary_model(m)
+        shown = is_primary or bool(m.get("reference"))
         label = model_label(m, groups)
         curve = [c for c in m.get("curve") or [] if (c.get("x") or 0) <= x_limit]
         xs = [c.get("x") for c in curve]
-        for key, suffix, hidden in (("mean_ns", "", not is_primary), ("p99_ns", " p99", True)):
+        for key, suffix, hidden in (("mean_ns", "", not shown), ("p99_ns", " p99", True)):
             values = [to_ms(c.get(key)) for c in curve]
             if key == "p99_ns" and (not is_primary or all(v is None for v in values)):
                 continue

@@ -23,6 +23,25 @@ def fmt_ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
+def fmt_percentile(dist: dict[str, Any], key: str) -> str:
+    """A headline percentile in ms, or what it landed on when that was a failure."""
+    failed = (dist.get("failed") or {}).get(key)
+    if failed is not None:
+        return "> timeout" if failed == "timeout" else "failed"
+    return fmt_ms(dist.get(key))
+
+
+def warnings_of(point: dict[str, Any]) -> list[str]:
+    """Short words for what qualifies a point: unstable, a failing sender, interference."""
+    out = []
+    if (point.get("stability") or {}).get("verdict") == "unstable":
+        out.append("UNSTABLE")
+    for c in point.get("checks") or []:
+        if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
+            out.append(f"{c['name']} {c['verdict']}")
+    return out
+
+
 class Display:
     def __init__(self, console: Console, enabled: bool = True) -> None:
         self.console = console
@@ -70,11 +89,14 @@ class Display:
 
     def point_finished(self, point: Point, stats: dict[str, Any]) -> None:
         lat = stats["latency_ns"]
-        rate = stats["achieved_rate_per_s"]
+        flags = warnings_of(stats)
         self.console.print(
             f"  [{point.index + 1}/{self._n_points}] {point.label}: {stats['count']} requests, "
-            f"{rate:.1f} req/s, p50 {fmt_ms(lat['p50'])} ms, p99 {fmt_ms(lat['p99'])} ms, "
+            f"sent {stats['achieved_rate_per_s']:.1f}/s, done {stats['throughput_per_s']:.1f}/s, "
+            f"p50 {fmt_percentile(lat, 'p50')} ms, p99 {fmt_percentile(lat, 'p99')} ms, "
             f"ok {stats['status_rates']['ok']:.1%}"
+            + (f"  [bold red]{', '.join(flags)}[/]" if flags else ""),
+            highlight=False,
         )
 
     def run_finished(self) -> None:
@@ -86,38 +108,62 @@ class Display:
 
 def summary_table(points: list[dict[str, Any]]) -> Table:
     """The end-of-run table: one row per point."""
-    t = Table(title="summary (warm-up excluded; latency from intended send time, ms)")
+    t = Table(
+        title="summary (warm-up excluded; latency in ms from the intended send time; "
+        "percentiles over every request, failures ranked last; mean over OK replies)"
+    )
     for col in (
         "point",
         "target/s",
-        "achieved/s",
+        "sent/s",
+        "done/s",
+        "late",
         "ok %",
-        "mean",
         "p50",
         "p99",
         "p99.9",
-        "max",
+        "mean ok",
         "server",
         "network",
         "cpu % srv",
+        "verdict",
     ):
-        t.add_column(col, justify="left" if col == "point" else "right")
+        t.add_column(col, justify="left" if col in ("point", "verdict") else "right")
     for p in points:
         lat = p["latency_ns"]
+        ok = p.get("latency_ok_ns") or lat
         target = p.get("target_rate_per_s")
         cpu = (p.get("resources", {}).get("server") or {}).get("cpu_percent")
+        late = p.get("late_sends")
+        verdict = ", ".join(warnings_of(p)) or (p.get("stability") or {}).get("verdict", "-")
         t.add_row(
             p["label"],
             "-" if target is None else f"{target:g}",
             f"{p['achieved_rate_per_s']:.1f}",
+            f"{p['throughput_per_s']:.1f}",
+            "-" if late is None else str(late),
             f"{100 * p['status_rates']['ok']:.1f}",
-            fmt_ms(lat["mean"]),
-            fmt_ms(lat["p50"]),
-            fmt_ms(lat["p99"]),
-            fmt_ms(lat["p999"]),
-            fmt_ms(lat["max"]),
+            fmt_percentile(lat, "p50"),
+            fmt_percentile(lat, "p99"),
+            fmt_percentile(lat, "p999"),
+            fmt_ms(ok["mean"]),
             fmt_ms(p["server_ns"]["mean"]),
             fmt_ms(p["network_ns"]["mean"]),
             "-" if cpu is None else f"{cpu:.0f}",
+            verdict,
         )
     return t
+
+
+def point_notes(points: list[dict[str, Any]]) -> list[str]:
+    """One line per qualified point under the table: why it is unstable, what the sender
+    or the machine did."""
+    lines = []
+    for p in points:
+        stability = p.get("stability") or {}
+        if stability.get("verdict") == "unstable":
+            lines.append(f"{p['label']}: {stability.get('detail')}")
+        for c in p.get("checks") or []:
+            if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
+                lines.append(f"{p['label']}: {c['name']} {c['verdict']}: {c.get('detail')}")
+    return lines

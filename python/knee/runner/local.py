@@ -18,14 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from knee import env, results, systems
-from knee.monitor import Monitor
+from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import Point, Spec, dump_toml
 from knee.stats import point_stats
+from knee.stats.interference import interference
 from knee.systems import NodePlan
 
 #: How often CPU and node counters go into the time series.
@@ -125,6 +124,7 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     tag = f"p{point.index:03d}"
     warmup_ns = int(point.load["warmup_s"] * 1e9)
     state.event("point_start", point.index, detail=point.label)
+    state.monitor.reset()  # the time between points is not this point's interference
     nodes = PointNodes({p.name: p for p in plans}, {}, {}, [p.name for p in plans if p.records])
     raws: dict[str, results.RawFile] = {}
     scratch = state.run_dir / "scratch" / tag
@@ -155,40 +155,32 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
     for name, raw in raws.items():
         raw.warmup_end_ns = nodes.starts_ns[name] + warmup_ns
     results.write_manifest(state.run_dir, state.raws)
-    done = [state.nodes[n].latest.get("done", {}) for n in nodes.recorders if n in state.nodes]
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
-    frames = [raw.frame(state.run_dir) for raw in raws.values()]
     stats = point_stats(
-        pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0],
+        results.point_frame(state.run_dir, list(raws.values())),
         schedule=point.load["schedule"],
         target_rate_per_s=systems.target_rate_per_s(point.load),
+        late_ms=point.load["late_ms"],
+        timeout_ms=point.load["timeout_ms"],
+        cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
     )
+    warmup_end_s = (min(r.warmup_end_ns for r in raws.values()) - state.t0_ns) / 1e9
     stats.update(
         point=point.index,
         series=point.series,
         label=point.label,
         swept=point.swept,
         target_rate_per_s=systems.target_rate_per_s(point.load),
-        late_sends=_total(done, "late"),
-        sent=_total(done, "sent"),
-        resources=_resources(
-            state.timeseries,
-            point.index,
-            (min(r.warmup_end_ns for r in raws.values()) - state.t0_ns) / 1e9,
-        ),
+        resources=_resources(state.timeseries, point.index, warmup_end_s),
     )
+    _add_interference(stats, state.timeseries, point.index, warmup_end_s)
     state.points.append(stats)
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, "running"))
     state.event("point_end", point.index)
     display.point_finished(point, stats)
-
-
-def _total(done: list[dict[str, Any]], key: str) -> int | None:
-    values = [d[key] for d in done if key in d]
-    return sum(values) if values else None
 
 
 _ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}|\{(scratch)\}")
@@ -356,12 +348,21 @@ def _sample(state: RunState, point: int) -> None:
             if key in counters:
                 row[key] = counters[key]
         state.timeseries.append(row)
+    host = state.monitor.host  # the same interval, host-wide: foreign CPU, steal, iowait
+    if host is not None:
+        state.timeseries.append(
+            {"t_s": t_s, "point": point, "node": HOST_NODE, "role": HOST_ROLE, **host}
+        )
 
 
 def _resources(rows: list[dict[str, Any]], point: int, after_s: float) -> dict[str, Any]:
     """Mean CPU % and network bytes/s per node over the point's post-warm-up samples."""
     out: dict[str, Any] = {}
-    mine = [r for r in rows if r["point"] == point and r["t_s"] >= after_s]
+    mine = [
+        r
+        for r in rows
+        if r["point"] == point and r["t_s"] >= after_s and r.get("role") != HOST_ROLE
+    ]
     for name in sorted({r["node"] for r in mine}):
         rs = [r for r in mine if r["node"] == name]
         cpu = [r["cpu_percent"] for r in rs]
@@ -372,6 +373,20 @@ def _resources(rows: list[dict[str, Any]], point: int, after_s: float) -> dict[s
                 entry[f"{key}_per_s"] = (rs[-1][key] - rs[0][key]) / dt if dt > 0 else None
         out[name] = entry
     return out
+
+
+def _add_interference(
+    stats: dict[str, Any], rows: list[dict[str, Any]], point: int, after_s: float
+) -> None:
+    """Foreign CPU and steal over the point's post-warm-up samples: stats["interference"]
+    and the `interference` check (knee.stats.interference)."""
+    host = [
+        r
+        for r in rows
+        if r["point"] == point and r["t_s"] >= after_s and r.get("role") == HOST_ROLE
+    ]
+    stats["interference"], verdict = interference(host)
+    stats.setdefault("checks", []).append(verdict)
 
 
 def _stop(state: RunState, point: int | None, name: str) -> None:

@@ -6,6 +6,11 @@
 
 Percentiles are order statistics (x_(ceil(n q)), "inverted CDF"), so each estimate and its
 interval are actual measured values.
+
+A *headline* distribution covers every request, failed ones included: a timeout, drop or
+error ranks above every success (as if it took forever), so a percentile that lands on one
+is null, with the kind of failure in `failed` ("timeout" when every failure timed out, else
+"failed"); its mean, std and max are null whenever a request failed.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from knee.stats.intervals import mean_ci, quantile_ci, quantile_rank
+from knee.stats.intervals import mean_ci, order_statistic_ranks, quantile_ci, quantile_rank
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
 #: Samples needed beyond a percentile before it is called supported.
@@ -55,5 +60,34 @@ def distribution(
     out["max"] = float(ordered[-1])
     out["ci"] = {"mean": mean_ci(values)}
     out["ci"].update({name: quantile_ci(ordered, q) for name, q in QUANTILES.items()})
+    out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
+    return out
+
+
+def headline(ok: dict[str, Any], sorted_ok: np.ndarray, failures: dict[str, int]) -> dict[str, Any]:
+    """The distribution of every request's latency, from `ok` (the `distribution` of the OK
+    ones, ascending in `sorted_ok`) and `failures` (count per status name), which rank above
+    every success. With no failure it is `ok`. Extra keys: `failures` (their number) and
+    `failed` ({"p99": "timeout", ...} for each percentile that lands on a failure)."""
+    n_ok = len(sorted_ok)
+    n_failed = sum(failures.values())
+    out = {**ok, "failures": n_failed, "failed": {}}
+    if n_failed == 0:
+        return out
+    kind = "timeout" if failures.get("timeout", 0) == n_failed else "failed"
+    n = n_ok + n_failed
+
+    def at(rank: int) -> float | None:  # 1-based; None past the successes
+        return float(sorted_ok[rank - 1]) if rank <= n_ok else None
+
+    out.update(n=n, mean=None, std=None, max=None)
+    out["ci"] = {"mean": None}
+    for name, q in QUANTILES.items():
+        out[name] = at(quantile_rank(n, q))
+        if out[name] is None:
+            out["failed"][name] = kind
+        ranks = order_statistic_ranks(n, q)
+        low = None if ranks is None else at(ranks[0])
+        out["ci"][name] = None if low is None or ranks is None else [low, at(ranks[1])]
     out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
     return out

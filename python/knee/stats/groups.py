@@ -3,15 +3,17 @@ figures, reused, when the run has only one)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from knee.results import STATUS_NAMES
-from knee.stats.distribution import distribution
+from knee.stats.distribution import distribution, headline
 
-#: The column index of "ok" in status codes (codes follow knee.results.STATUS_NAMES).
+#: The column index of "ok" and "timeout" in status codes (codes follow STATUS_NAMES).
 OK_CODE = STATUS_NAMES.index("ok")
+TIMEOUT_CODE = STATUS_NAMES.index("timeout")
 
 
 def status_counts(codes: np.ndarray) -> dict[str, int]:
@@ -25,40 +27,55 @@ def status_rates(counts: dict[str, int]) -> dict[str, float]:
     return {name: (c / total if total else 0.0) for name, c in counts.items()}
 
 
+def failures(counts: dict[str, int]) -> dict[str, int]:
+    """Every status but ok: what ranks above all successes in a headline distribution."""
+    return {name: c for name, c in counts.items() if name != "ok"}
+
+
+def latency_pair(
+    latency_ok_ns: np.ndarray, counts: dict[str, int], sorted_ok: np.ndarray | None = None
+) -> dict[str, dict[str, Any]]:
+    """The headline latency (every request, failures ranked last) and the OK-only one."""
+    ordered = np.sort(latency_ok_ns) if sorted_ok is None else sorted_ok
+    ok = distribution(latency_ok_ns, ordered)
+    return {"latency_ns": headline(ok, ordered, failures(counts)), "latency_ok_ns": ok}
+
+
 def group_entry(
     codes: np.ndarray,
-    window_s: float,
-    latency_ns: np.ndarray,
+    rates: dict[str, Any],
+    latency_ok_ns: np.ndarray,
     server_ns: np.ndarray,
     network_ns: np.ndarray,
-    latency: dict[str, Any] | None = None,
-    server: dict[str, Any] | None = None,
-    network: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One group's figures: `codes` are the statuses of all its post-warm-up requests, the
-    arrays its OK requests in send order; distributions already computed may be passed."""
+    """One group's figures: `codes` are the statuses of all its post-warm-up requests,
+    `rates` its rates (knee.stats.rates), the arrays its OK requests in send order."""
     counts = status_counts(codes)
     return {
         "count": len(codes),
-        "throughput_per_s": counts["ok"] / window_s if window_s > 0 else 0.0,
+        "achieved_rate_per_s": rates["achieved_rate_per_s"],
+        "throughput_per_s": rates["throughput_per_s"],
         "status_rates": status_rates(counts),
-        "latency_ns": latency if latency is not None else distribution(latency_ns),
-        "server_ns": server if server is not None else distribution(server_ns),
-        "network_ns": network if network is not None else distribution(network_ns),
+        **latency_pair(latency_ok_ns, counts),
+        "server_ns": distribution(server_ns),
+        "network_ns": distribution(network_ns),
     }
 
 
 def by_key(
     keys: np.ndarray,
+    all_keys: np.ndarray,
     codes: np.ndarray,
-    window_s: float,
+    group_rates: Callable[[np.ndarray], dict[str, Any]],
     latency_ns: np.ndarray,
     server_ns: np.ndarray,
     network_ns: np.ndarray,
     whole: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """Entries keyed by str(key): `keys` and `codes` cover every post-warm-up request, the
-    arrays all OK ones (in send order). A single key gets `whole`, the point's own entry."""
+    """Entries keyed by str(key): `keys` and `codes` cover every post-warm-up request in
+    send order, `all_keys` every request (warm-up too, for replies in the window),
+    `group_rates(mask over all requests)` gives a group's rates, and the arrays hold all OK
+    post-warm-up requests (in send order). A single key gets `whole`, the point's figures."""
     distinct = np.unique(keys)
     if len(distinct) == 1:
         return {str(distinct[0]): whole}
@@ -67,6 +84,10 @@ def by_key(
     for key in distinct:  # one pass per operation or service, not per sample
         mine = ok_keys == key
         out[str(key)] = group_entry(
-            codes[keys == key], window_s, latency_ns[mine], server_ns[mine], network_ns[mine]
+            codes[keys == key],
+            group_rates(all_keys == key),
+            latency_ns[mine],
+            server_ns[mine],
+            network_ns[mine],
         )
     return out

@@ -1,7 +1,9 @@
 """Per-point statistics for summary.json and the printed table (docs/statistics.md).
 
-Everything is computed from the samples with arrays, warm-up excluded, all recorders of the
-point pooled (never averaged) and put in send order (intended time) first.
+Everything is computed from the samples with arrays, all recorders of the point pooled
+(never averaged). Distributions cover the post-warm-up requests in send order (intended
+time); replies completed inside the point's window count towards throughput whichever
+request they answer (knee.stats.rates).
 """
 
 from __future__ import annotations
@@ -13,9 +15,18 @@ import pandas as pd
 
 from knee.results import STATUS_NAMES
 from knee.stats import checks
+from knee.stats.cache import cache_split
 from knee.stats.distribution import distribution
-from knee.stats.groups import OK_CODE, by_key, group_entry, status_counts, status_rates
-from knee.stats.intervals import poisson_count_ci
+from knee.stats.groups import (
+    OK_CODE,
+    TIMEOUT_CODE,
+    by_key,
+    latency_pair,
+    status_counts,
+    status_rates,
+)
+from knee.stats.rates import Requests, rates, schedule_window
+from knee.stats.stability import stability
 from knee.stats.tail import top1
 
 
@@ -24,24 +35,49 @@ def point_stats(
     *,
     schedule: str | None = None,
     target_rate_per_s: float | None = None,
+    late_ms: float | None = None,
+    timeout_ms: float | None = None,
+    cache_hit_flag: int | None = None,
 ) -> dict[str, Any]:
-    """Statistics of one point's samples. `schedule` (load.schedule) and the offered rate
-    feed the rate and Poisson checks; without them those checks are n/a."""
-    post = samples[~samples["warmup"].to_numpy()]
-    order = np.argsort(post["intended_ns"].to_numpy(), kind="stable")
+    """Statistics of one point's samples (warm-up rows included and marked). `schedule`
+    (load.schedule) and the offered rate feed the sender and Poisson checks, `late_ms` the
+    late sends, `timeout_ms` the backlog at the schedule's end; without them those parts
+    are n/a or unknown. `cache_hit_flag`, for a server with a result cache, adds `cache`:
+    its hit ratio and the service time of hits and misses (knee.stats.cache)."""
+    all_codes = np.asarray(
+        pd.Categorical(samples["status"], categories=list(STATUS_NAMES)).codes
+    ).astype(np.int64)
+    warmup = samples["warmup"].to_numpy()
+
+    def whole(name: str) -> np.ndarray:
+        return samples[name].to_numpy()
+
+    requests = Requests(
+        intended_ns=whole("intended_ns"),
+        sent_ns=whole("sent_ns"),
+        received_ns=whole("received_ns"),
+        ok=all_codes == OK_CODE,
+        timeout=all_codes == TIMEOUT_CODE,
+        post=~warmup,
+        bytes_out=whole("bytes_out"),
+        bytes_in=whole("bytes_in"),
+    )
+    post_rows = np.flatnonzero(~warmup)
+    order = post_rows[np.argsort(requests.intended_ns[post_rows], kind="stable")]
 
     def column(name: str) -> np.ndarray:
-        return post[name].to_numpy()[order]
+        return whole(name)[order]
 
-    codes = np.asarray(pd.Categorical(post["status"], categories=list(STATUS_NAMES)).codes)
-    codes = codes[order].astype(np.int64)
-    intended = column("intended_ns")
-    sent = column("sent_ns")
-    n = len(post)
-    window_s = _window_s(intended)
-    sent_count = int(np.count_nonzero(sent >= 0))
+    codes = all_codes[order]
     ok = codes == OK_CODE
     counts = status_counts(codes)
+    intended = column("intended_ns")
+    window = schedule_window(intended)
+
+    def group_rates(mask: np.ndarray | None) -> dict[str, Any]:
+        return rates(requests, window, timeout_ms=timeout_ms, late_ms=late_ms, mask=mask)
+
+    point_rates = group_rates(None)
 
     def ok_column(name: str) -> np.ndarray:
         return column(name)[ok]
@@ -51,66 +87,72 @@ def point_stats(
     network = ok_column("network_ns")
     sorted_latency = np.sort(latency)
     dists = {
-        "latency_ns": distribution(latency, sorted_latency),
+        **latency_pair(latency, counts, sorted_latency),
         "server_ns": distribution(server),
         "network_ns": distribution(network),
         "queue_ns": distribution(ok_column("queue_ns")),
         "service_ns": distribution(ok_column("service_ns")),
         "detail_ns": distribution(ok_column("detail_ns")),
     }
-    achieved = sent_count / window_s if window_s > 0 else 0.0
-    rate_ci = [bound / window_s for bound in poisson_count_ci(sent_count)] if window_s > 0 else None
-    bytes_out = float(post["bytes_out"].sum())
-    bytes_in = float(post["bytes_in"].sum())
-    whole = group_entry(
-        codes,
-        window_s,
-        latency,
-        server,
-        network,
-        dists["latency_ns"],
-        dists["server_ns"],
-        dists["network_ns"],
+    entry = {
+        "count": len(codes),
+        "achieved_rate_per_s": point_rates["achieved_rate_per_s"],
+        "throughput_per_s": point_rates["throughput_per_s"],
+        "status_rates": status_rates(counts),
+        "latency_ns": dists["latency_ns"],
+        "latency_ok_ns": dists["latency_ok_ns"],
+        "server_ns": dists["server_ns"],
+        "network_ns": dists["network_ns"],
+    }
+    cache = (
+        cache_split(
+            ok_column("flags"), ok_column("service_ns"), intended[ok], hit_flag=cache_hit_flag
+        )
+        if cache_hit_flag is not None
+        else None
     )
-    out: dict[str, Any] = {
-        "count": n,
+    return {
+        "count": len(codes),
         "statuses": counts,
         "status_rates": status_rates(counts),
-        "window_s": window_s,
-        "achieved_rate_per_s": achieved,
-        "achieved_rate_ci_per_s": rate_ci,
-        "throughput_per_s": whole["throughput_per_s"],
-        "bytes_out_per_s": bytes_out / window_s if window_s > 0 else 0.0,
-        "bytes_in_per_s": bytes_in / window_s if window_s > 0 else 0.0,
-        "throughput_bytes_per_s": (bytes_out + bytes_in) / window_s if window_s > 0 else 0.0,
-        "warmup_count": int(len(samples) - n),
+        **point_rates,
+        "warmup_count": int(np.count_nonzero(warmup)),
         **dists,
+        "stability": stability(
+            intended_ok_ns=intended[ok],
+            latency_ok_ns=latency,
+            window_s=point_rates["window_s"],
+            sent_in_window=point_rates["sent_in_window"],
+            ok_in_window=point_rates["ok_in_window"],
+            backlog=point_rates["backlog"],
+        ),
         "checks": [
-            checks.rate_check(target_rate_per_s, achieved, rate_ci),
-            checks.poisson_check(schedule, sent[sent >= 0]),
+            checks.sender_check(
+                target_rate_per_s,
+                point_rates["achieved_rate_per_s"],
+                point_rates["achieved_rate_ci_per_s"],
+                point_rates["late_sends"],
+                point_rates["sent"],
+                late_ms,
+            ),
+            checks.poisson_check(schedule, column("sent_ns")[column("sent_ns") >= 0]),
             checks.autocorrelation_check(latency),
             checks.support_check(len(latency)),
         ],
-        "by_op": by_key(column("op"), codes, window_s, latency, server, network, whole),
-        "by_service": by_key(column("service"), codes, window_s, latency, server, network, whole),
+        "by_op": by_key(
+            column("op"), whole("op"), codes, group_rates, latency, server, network, entry
+        ),
+        "by_service": by_key(
+            column("service"), whole("service"), codes, group_rates, latency, server, network, entry
+        ),
+        "cache": cache,
         "top1": top1(
             latency,
             server,
             network,
             ok_column("sent_ns") - intended[ok],
             intended[ok],
-            dists["latency_ns"],
+            dists["latency_ok_ns"],
             sorted_latency,
         ),
     }
-    return out
-
-
-def _window_s(intended_ns: np.ndarray) -> float:
-    """The span the requests were meant to cover, corrected for the gap after the last one:
-    (max - min) * n / (n - 1), so n requests at rate r give n / r."""
-    n = len(intended_ns)
-    if n < 2:
-        return 0.0
-    span_s = float(intended_ns.max() - intended_ns.min()) / 1e9
-    return span_s * n / (n - 1)

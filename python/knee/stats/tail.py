@@ -1,5 +1,11 @@
 """The "magic 1%": statistics with and without the slowest 1% of requests, and what those
-requests are made of (server vs network share) and whether they cluster in time."""
+requests are made of (server vs network share) and whether they cluster in time.
+
+The slowest 1% is defined here, once, for knee: of n OK requests, the floor(n/100) slowest,
+those ranked above the p99 order statistic (`knee.stats.quantiles`). `top_mask` picks them
+from one point's latencies, `top_mask_by` from every group of a pandas groupby; the report's
+"slowest 1%" section and the chat analysis's magic-1% table both use them.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,36 @@ from typing import Any
 
 import numpy as np
 
+from knee.stats import quantiles
 from knee.stats.distribution import distribution
-from knee.stats.intervals import chi2_quantile, quantile_rank
+from knee.stats.intervals import chi2_ppf
+
+#: The slowest 1% are the requests ranked above this quantile.
+TOP_Q = 0.99
 
 #: Equal time bins the chi-square test of clustering counts the top requests in.
 CLUSTER_BINS = 20
 #: Fewest top requests the chi-square test is run on (about one expected per two bins).
 CLUSTER_MIN_TOP = 10
-#: Standard normal 0.99 quantile: both clustering tests are one-sided at 1%.
-_Z_99 = 2.3263478740408408
+#: Both clustering tests are one-sided at 1%.
 _P_CLUSTER = 0.01
+
+
+def top_count(n: int) -> int:
+    """How many of n requests are the slowest 1%: n - rank(n, 0.99) = floor(n/100)."""
+    return n - quantiles.rank(n, TOP_Q) if n else 0
+
+
+def top_mask(latency_ns: np.ndarray, sorted_latency_ns: np.ndarray | None = None) -> np.ndarray:
+    """The slowest 1% of one set of OK latencies (a mask in their order): the floor(n/100)
+    ranked above the p99 order statistic; of equal latencies, the later ones rank higher."""
+    return quantiles.above(latency_ns, TOP_Q, sorted_latency_ns)
+
+
+def top_mask_by(latency_ns: Any) -> np.ndarray:
+    """`top_mask` within each group of a pandas SeriesGroupBy of OK latencies (e.g.
+    ``ok.groupby("point")["latency_ns"]``): a mask over the rows of its frame."""
+    return quantiles.above_by(latency_ns, TOP_Q)
 
 
 def top1(
@@ -32,10 +58,8 @@ def top1(
     request; `with_dist` is the latency distribution of all of them). The top is the
     floor(n/100) slowest requests, those ranked above the p99 order statistic."""
     n = len(latency_ns)
-    k = n - quantile_rank(n, 0.99) if n else 0
-    top = np.zeros(n, dtype=bool)
-    if k:
-        top[np.argpartition(latency_ns, n - k)[n - k :]] = True
+    top = top_mask(latency_ns, sorted_latency_ns)
+    k = top_count(n)
     return {
         "threshold_ns": with_dist["p99"],
         "count": k,
@@ -88,7 +112,7 @@ def clustering(top_in_time_order: np.ndarray, intended_ns: np.ndarray) -> dict[s
         dof = int(used.sum()) - 1
         dispersion = chi2 / dof if dof > 0 else 0.0
         # Tested only with enough top requests; below that the value is descriptive.
-        if k >= CLUSTER_MIN_TOP and dof > 0 and chi2 > chi2_quantile(dof, _Z_99):
+        if k >= CLUSTER_MIN_TOP and dof > 0 and chi2 > chi2_ppf(1 - _P_CLUSTER, dof):
             reasons.append(f"uneven over time (chi-square {chi2:.1f}, {dof} dof)")
     chance = n * (k / n) ** longest if n and longest else 1.0
     if longest >= 2 and chance < _P_CLUSTER:

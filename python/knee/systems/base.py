@@ -59,6 +59,9 @@ class System:
     driver: Schema = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()  # run on every point after the common rules
     topology: Topology = default_topology
+    #: The reply flag bit that marks a reply served from a result cache (matrix), when the
+    #: point's `server.cache` is on: its hit ratio then goes into the point's statistics.
+    cache_hit_flag: int | None = None
 
 
 def server_config(server: dict[str, Any]) -> dict[str, Any]:

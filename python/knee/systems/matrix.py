@@ -55,4 +55,5 @@ MATRIX = System(
         "p_max": Param("int", None, "P drawn uniformly from [p_min, p_max]", min=1, max=1_000_000),
     },
     rules=(_matrix_rule,),
+    cache_hit_flag=1,  # FLAG_CACHE_HIT in knee-node's matrix server
 )

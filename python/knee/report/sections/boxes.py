@@ -33,8 +33,9 @@ def section(rr: ReportRun) -> Section:
             Axis("point", "category"),
             Axis("ms", "log"),
             traces,
-            caption="Boxes: quartiles; whiskers: 1st and 99th percentiles; triangle/dashed: "
-            "mean. Network = client round trip minus the server's residence.",
+            caption="Successful requests after warm-up. Boxes: quartiles; whiskers: 1st and "
+            "99th percentiles (order statistics, as in the summary); triangle/dashed: mean. "
+            "Network = client round trip minus the server's residence.",
             height_px=480,
         )
     ]

@@ -1,18 +1,43 @@
-"""Latency vs offered load, per series: mean, p50 and p99 with 95% bands, the model's
-prediction overlaid, the knee and the capacity marked; and achieved vs offered rate."""
+"""Latency vs load, per series: mean (OK requests), p50 and p99 (every request) with 95%
+bands against the achieved arrival rate (the offered rate in the hover text), unstable
+points drawn apart (open circles, never joined to the curve), the models overlaid (each
+group's primary model and the source report's M/M/1 reference shown, the others one click
+away), the models' knee and capacity and the knee measured from the data marked; and
+achieved vs offered rate."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
-from knee.report.figures import Axis, Figure, Trace
+from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
-from knee.report.traces import by_x, latency_traces, model_label, model_traces, stat
+from knee.report.traces import X_SPAN, by_x, latency_traces, model_label, stat, to_ms
 
-#: Model predictions are drawn up to this multiple of the largest measured p99.
+#: Model predictions are drawn up to this multiple of the largest measured p99 of the
+#: stable points.
 MODEL_CAP = 3.0
+#: The latency axis turns logarithmic when an unstable point's mean exceeds the stable
+#: points' largest p99 by this factor (a growing queue would flatten the curve).
+LOG_AXIS_FACTOR = 10.0
+#: Colour of the knee measured from the data.
+MEASURED_KNEE_COLOR = "#2ca02c"
+
+
+@dataclass
+class AchievedAxis(SeriesAxis):
+    """A rate series plotted against the rate requests were really sent at (the offered
+    rate where a point has no achieved rate)."""
+
+    def x(self, point: dict[str, Any]) -> Any:
+        achieved = point.get("achieved_rate_per_s")
+        return achieved if achieved else point.get("target_rate_per_s")
+
+
+def _unstable(point: dict[str, Any]) -> bool:
+    return (point.get("stability") or {}).get("verdict") == "unstable"
 
 
 def section(rr: ReportRun) -> Section:
@@ -29,42 +54,190 @@ def section(rr: ReportRun) -> Section:
             blocks.extend([f"<h3>{esc(series)}</h3>", _model_text(model, _labels(points))])
     if not blocks:
         blocks.append('<p class="note">No series has two or more loads to plot against.</p>')
-    return Section("load", "Latency vs offered load", blocks)
+    return Section("load", "Latency vs load", blocks)
+
+
+def plot_axis(axis: SeriesAxis) -> SeriesAxis:
+    """The x axis the load curves use: the achieved arrival rate for a rate series."""
+    if axis.key != "target_rate_per_s":
+        return axis
+    return AchievedAxis(axis.series, axis.key, "achieved arrival rate (requests/s)", axis.factors)
+
+
+def _hover_label(point: dict[str, Any], rate_axis: bool) -> dict[str, Any]:
+    """A copy of the point whose label also names its offered and achieved rates."""
+    if not rate_axis:
+        return point
+    target, achieved = point.get("target_rate_per_s"), point.get("achieved_rate_per_s")
+    text = f"offered {fmt.num(target)}/s, achieved {fmt.num(achieved)}/s"
+    return point | {"label": f"{point.get('label')} ({text})"}
 
 
 def series_blocks(
     series: str, points: list[dict[str, Any]], axis: SeriesAxis, model: dict[str, Any] | None
 ) -> list[str | Figure]:
     groups = _groups(points, axis)
+    x_axis = plot_axis(axis)
+    rate_axis = axis.key == "target_rate_per_s"
+    # Headline percentiles (failures rank above every success); the mean is the OK
+    # requests' (knee.report.traces.stat), as the models predict.
+    dist = "latency_ns"
     traces: list[Trace] = []
     for i, (group, members) in enumerate(groups.items()):
+        stable = [_hover_label(p, rate_axis) for p in members if not _unstable(p)]
         if len(groups) == 1:
-            traces.extend(latency_traces(members, axis, group, color=0))
+            traces.extend(latency_traces(stable, x_axis, group, color=0, dist=dist))
         else:  # one colour per group; p99 dashed
             traces.extend(
-                latency_traces(members, axis, group, i, keys=("mean", "p99"), one_color=True)
+                latency_traces(
+                    stable, x_axis, group, i, keys=("mean", "p99"), dist=dist, one_color=True
+                )
             )
-    markers = []
+        traces.extend(_unstable_traces(members, x_axis, group, 0 if len(groups) == 1 else i, dist))
+    stable_points = [p for p in points if not _unstable(p)]
+    worst = max((stat(p, dist, "p99") or 0.0 for p in stable_points), default=0.0)
+    markers: list[Marker] = []
     if model is not None:
-        worst = max((stat(p, "latency_ns", "p99") or 0.0) for p in points)
-        x_max = max(axis.x(p) for p in by_x(points, axis))
+        x_max = max(x_axis.x(p) for p in by_x(points, x_axis))
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst if worst else None)
         traces.extend(extra)
+    highest = max((stat(p, dist, "mean") or 0.0 for p in points if _unstable(p)), default=0.0)
+    scale = "log" if worst and highest > LOG_AXIS_FACTOR * worst else "linear"
     fig = Figure(
         f"load-{series}",
-        f"{series}: latency vs {axis.title}",
-        Axis(axis.title),
-        Axis("latency (ms)"),
+        f"{series}: latency vs {x_axis.title}",
+        Axis(x_axis.title),
+        Axis("latency (ms)", scale),
         traces,
         markers,
-        caption=_caption(axis, model),
+        caption=_caption(x_axis, model, any(_unstable(p) for p in points), scale),
     )
     blocks: list[str | Figure] = [fig]
     if model is not None:
         blocks.append(_model_text(model, _labels(points)))
-    if axis.key == "target_rate_per_s":
+    if rate_axis:
         blocks.append(_rate_figure(series, groups, axis))
     return blocks
+
+
+def _unstable_traces(
+    members: list[dict[str, Any]], axis: SeriesAxis, group: str, color: int, dist: str
+) -> list[Trace]:
+    """Unstable points: their OK mean as open circles, the stability verdict in the hover.
+    Their mean depends on how long the point ran, so no line joins them to the curve."""
+    pts = by_x([p for p in members if _unstable(p)], axis)
+    if not pts:
+        return []
+    hover = []
+    for p in pts:
+        detail = (p.get("stability") or {}).get("detail") or "unstable"
+        hover.append(
+            f"{_hover_label(p, axis.key == 'target_rate_per_s').get('label')}: mean "
+            f"{fmt.num(stat(p, dist, 'mean'))} ms, p99 {fmt.num(stat(p, dist, 'p99'))} ms; "
+            f"{detail}"
+        )
+    return [
+        Trace(
+            "points",
+            f"{group} unstable (not fitted)".strip(),
+            [axis.x(p) for p in pts],
+            [stat(p, dist, "mean") for p in pts],
+            color=color,
+            symbol="circle-open",
+            hover=hover,
+        )
+    ]
+
+
+def _is_primary(m: dict[str, Any], entry: dict[str, Any]) -> bool:
+    flag = m.get("primary")
+    return bool(flag) if isinstance(flag, bool) else m.get("kind") == entry.get("primary")
+
+
+def model_traces(
+    entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
+) -> tuple[list[Trace], list[Marker]]:
+    """Each model's predicted mean: the primary model of each group and the source report's
+    reference (M/M/1) shown, the others one click away; the primary models' p99 where they
+    have one; points flagged as off a primary model; the primary models' knee and capacity
+    and each group's measured knee as vertical markers. Curves stop at X_SPAN * x_max, and
+    predictions above `cap_ms` are left out (near capacity they tend to infinity and would
+    flatten the measured curve)."""
+    models = entry.get("models") or []
+    groups = len({str(m.get("group")) for m in models})
+    x_limit = X_SPAN * x_max
+    tagged = sum(_is_primary(m, entry) for m in models) > 1
+    traces: list[Trace] = []
+    markers: list[Marker] = []
+    for i, m in enumerate(models):
+        primary = _is_primary(m, entry)
+        label = model_label(m, groups)
+        curve = [c for c in m.get("curve") or [] if (c.get("x") or 0) <= x_limit]
+        xs = [c.get("x") for c in curve]
+        shown = primary or bool(m.get("reference"))
+        for key, suffix in (("mean_ns", ""), ("p99_ns", " p99")):
+            values = [to_ms(c.get(key)) for c in curve]
+            if key == "p99_ns" and (not primary or all(v is None for v in values)):
+                continue
+            if cap_ms is not None:
+                values = [v if v is None or v <= cap_ms else None for v in values]
+            traces.append(
+                Trace(
+                    "line",
+                    label + suffix + (" (primary)" if primary and key == "mean_ns" else ""),
+                    xs,
+                    values,
+                    color=color + i,
+                    dash=True,
+                    hidden=not shown or key == "p99_ns",
+                    markers=False,
+                )
+            )
+        if not primary:
+            continue
+        flagged = [p for p in m.get("points") or [] if p.get("flag")]
+        if flagged:
+            traces.append(
+                Trace(
+                    "points",
+                    f"off {label} beyond the 95% interval",
+                    [p.get("x") for p in flagged],
+                    [to_ms(p.get("measured_mean_ns")) for p in flagged],
+                    color=3,
+                    symbol="x",
+                    hover=[str(p.get("detail", "")) for p in flagged],
+                )
+            )
+        tag = f" ({label})" if tagged else ""
+        knee, capacity = m.get("knee_x"), m.get("capacity_per_s")
+        if isinstance(knee, int | float) and knee <= x_limit:
+            markers.append(Marker(float(knee), f"knee {knee:.3g}{tag}", "#d62728"))
+        if isinstance(capacity, int | float) and capacity <= x_limit and _rate_entry(entry):
+            markers.append(Marker(float(capacity), f"capacity {capacity:.3g}/s{tag}"))
+    for g in entry.get("groups") or []:
+        measured = g.get("measured_knee")
+        if not measured or not isinstance(measured.get("x"), int | float):
+            continue
+        lo, hi = measured.get("interval_x") or [None, None]
+        where = _group_text(g.get("group") or {}) if groups > 1 else ""
+        span = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+        markers.append(
+            Marker(
+                float(measured["x"]),
+                f"measured knee {measured['x']:.3g}{span}{where}",
+                MEASURED_KNEE_COLOR,
+                dash=False,
+            )
+        )
+    return traces, markers
+
+
+def _rate_entry(entry: dict[str, Any]) -> bool:
+    return entry.get("x") == "rate_per_s"
+
+
+def _group_text(group: dict[str, Any]) -> str:
+    return " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
 
 
 def _groups(points: list[dict[str, Any]], axis: SeriesAxis) -> dict[str, list[dict[str, Any]]]:
@@ -74,15 +247,30 @@ def _groups(points: list[dict[str, Any]], axis: SeriesAxis) -> dict[str, list[di
     return groups
 
 
-def _caption(axis: SeriesAxis, model: dict[str, Any] | None) -> str:
+def _caption(axis: SeriesAxis, model: dict[str, Any] | None, any_unstable: bool, scale: str) -> str:
     text = (
-        "Latency from the intended send time (successful requests after warm-up); shaded: "
-        "95% distribution-free confidence intervals."
+        "Latency after warm-up, from the intended send time: the mean of the successful "
+        "requests; p50 and p99 over every request, a failure counting as slower than any "
+        "success (a percentile that lands on one is left out). Shaded: 95% confidence "
+        "intervals (mean: batch means; percentiles: distribution-free)."
     )
+    if isinstance(axis, AchievedAxis):
+        text += " x: the rate requests were really sent at (the offered rate is in the hover text)."
+    if any_unstable:
+        text += (
+            " Open circles: unstable points (over capacity: their mean grows with the run's "
+            "length), left out of the curves and of every model fit; the hover gives the "
+            "verdict."
+        )
+    if scale == "log":
+        text += " The latency axis is logarithmic."
     if model is not None:
         text += (
-            f" Dashed red-family lines: the {model.get('primary')} prediction (click the "
-            "legend for the other models); vertical lines: the knee and the capacity."
+            " Dashed lines: the primary model of each group (chosen from the measured service "
+            "time's variability) and M/M/1, the source report's reference; the other models "
+            "are one click away in the legend. Vertical lines: the primary model's knee and "
+            "capacity, and in green the knee measured from the data (the highest measured "
+            "throughput / mean latency, with the loads whose power is within its interval)."
         )
     return text
 
@@ -91,35 +279,65 @@ def _labels(points: list[dict[str, Any]]) -> dict[Any, str]:
     return {p.get("point"): str(p.get("label")) for p in points}
 
 
+def _knee_row(g: dict[str, Any], groups: int) -> str:
+    measured = g.get("measured_knee")
+    where = esc(_group_text(g.get("group") or {})) if groups > 1 else ""
+    if not measured:
+        return f"<li>Measured knee{where}: too few stable points.</li>"
+    lo, hi = measured.get("interval_x") or [None, None]
+    edge = {
+        "highest": " (the highest stable load measured: the knee may lie beyond)",
+        "lowest": " (the lowest load measured)",
+    }.get(measured.get("edge") or "", "")
+    unstable = measured.get("excluded_unstable") or []
+    left_out = f"; {len(unstable)} unstable point(s) left out" if unstable else ""
+    return (
+        f"<li>Measured knee{where}: {fmt.num(measured.get('x'))}{edge}, power "
+        f"{fmt.num(measured.get('power_per_s2'))} /s² "
+        f"{fmt.interval(measured.get('power_ci_per_s2'))}"
+        f"; loads with power within its interval: {fmt.num(lo)} to {fmt.num(hi)}{left_out}.</li>"
+    )
+
+
+def _compared(p: dict[str, Any]) -> bool:
+    """A stable point with a prediction (below capacity): one that can be flagged."""
+    return p.get("stable", True) is not False and p.get("predicted_mean_ns") is not None
+
+
 def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     rows = []
     models = model.get("models") or []
     groups = len({str(m.get("group")) for m in models})
     for m in models:
+        role = "primary" if _is_primary(m, model) else "reference" if m.get("reference") else ""
+        fitted = ", ".join(esc(labels.get(p, p)) for p in m.get("fit_points") or [])
         rows.append(
-            f'<tr><td class="l">{esc(model_label(m, groups))}</td><td>{esc(m.get("servers"))}</td>'
+            f'<tr><td class="l">{esc(model_label(m, groups))}</td><td class="l">{role}</td>'
+            f"<td>{esc(m.get('servers'))}</td>"
             f"<td>{fmt.ms(m.get('service_mean_ns'))}</td><td>{fmt.num(m.get('service_cs2'))}"
             f"</td><td>{fmt.num(m.get('capacity_per_s'))}</td><td>{fmt.num(m.get('knee_x'))}"
             f"</td><td>{sum(bool(p.get('flag')) for p in m.get('points') or [])} of "
-            f"{len(m.get('points') or [])}</td></tr>"
+            f"{sum(_compared(p) for p in m.get('points') or [])}</td>"
+            f'<td class="l">{fitted}</td></tr>'
         )
     flagged = [
         f"<li>{esc(labels.get(p.get('point'), p.get('point')))}: {esc(p.get('detail', ''))}</li>"
-        for m in model.get("models") or []
-        if m.get("kind") == model.get("primary")
+        for m in models
+        if _is_primary(m, model)
         for p in m.get("points") or []
         if p.get("flag")
     ]
+    knees = "".join(_knee_row(g, groups) for g in model.get("groups") or [])
     return (
         f'<p class="finding">{esc(model.get("note", ""))}</p>'
-        '<table><tr><th class="l">model</th><th>servers</th><th>service mean (ms)</th>'
-        "<th>service cs²</th><th>capacity (req/s)</th><th>knee</th><th>points off the model"
-        "</th></tr>"
+        '<table><tr><th class="l">model</th><th class="l">role</th><th>servers</th>'
+        "<th>service mean (ms)</th><th>service cs²</th><th>capacity (req/s)</th><th>knee</th>"
+        '<th>stable points below capacity off the model</th><th class="l">fitted on</th></tr>'
         + "".join(rows)
         + "</table>"
+        + (f"<ul>{knees}</ul>" if knees else "")
         + (
-            f"<p>Off the {esc(model.get('primary'))} model beyond the 95% interval:</p>"
-            f"<ul>{''.join(flagged)}</ul>"
+            f"<p>Off the primary model beyond the 95% interval:</p><ul>{''.join(flagged)}</ul>"
             if flagged
             else ""
         )
@@ -134,6 +352,7 @@ def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: Ser
         xs = [axis.x(p) for p in pts]
         top = max([top, *xs])
         ci = [p.get("achieved_rate_ci_per_s") or [None, None] for p in pts]
+        hover = [f"{p.get('label')}: {(p.get('stability') or {}).get('detail') or ''}" for p in pts]
         traces.append(
             Trace(
                 "line",
@@ -143,6 +362,7 @@ def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: Ser
                 lo=[c[0] for c in ci],
                 hi=[c[1] for c in ci],
                 color=i,
+                hover=hover,
             )
         )
         traces.append(
@@ -153,6 +373,7 @@ def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: Ser
                 [p.get("throughput_per_s") for p in pts],
                 color=i,
                 dash=True,
+                hover=hover,
             )
         )
     traces.append(Trace("line", "target", [0, top], [0, top], color=7, dash=True))
@@ -162,8 +383,10 @@ def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: Ser
         Axis(axis.title),
         Axis("requests/s"),
         traces,
-        caption="Achieved send rate (with its 95% interval where computed) and successful "
-        "replies per second; the dashed grey line is the target. Throughput below the target "
-        "means the system could not keep up.",
+        caption="Achieved send rate (requests really sent over the span of their send times, "
+        "with its 95% interval) and throughput (successful replies completed inside the "
+        "point's window; replies that drained a backlog after it are left out); the dashed "
+        "grey line is the target. Throughput below the send rate means the system could not "
+        "keep up.",
         height_px=360,
     )

@@ -9,33 +9,36 @@ from pandas.api.typing import SeriesGroupBy
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
+from knee.stats.quantiles import order_statistic
 
 #: Percentiles drawn per point: evenly spaced in logit from 1% up to 1 - 1/n.
 GRID_POINTS = 60
 
 
 def percentile_grid(n: int) -> np.ndarray:
-    """Percentiles (fractions) worth drawing for n samples: none beyond 1 - 1/n, where
-    the sample says nothing more."""
+    """Percentiles (fractions, with 8 decimals) worth drawing for n samples: none beyond
+    1 - 1/n, where the sample says nothing more (the last is rounded down, so that its order
+    statistic is x_(n-1), not the maximum)."""
     if n < 2:
         return np.array([0.5]) if n == 1 else np.array([])
     top = 1.0 - 1.0 / n
     lo, hi = np.log(0.01 / 0.99), np.log(top / (1.0 - top))
     grid = 1.0 / (1.0 + np.exp(-np.linspace(lo, hi, GRID_POINTS)))
-    return np.unique(np.round(grid, 8))
+    return np.unique(np.minimum(np.round(grid, 8), np.floor(top * 1e8) / 1e8))
 
 
 def spectrum(latency_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(percentiles, latency in ms at each)."""
+    """(percentiles, latency in ms at each: knee's order statistic x_(ceil(n q)))."""
     grid = percentile_grid(len(latency_ns))
     if not len(grid):
         return grid, grid
-    return grid, np.quantile(latency_ns, grid, method="inverted_cdf") / 1e6
+    return grid, order_statistic(latency_ns, grid) / 1e6
 
 
 def section(rr: ReportRun) -> Section:
     blocks: list[str | Figure] = [
-        "<p>Latency at each percentile (successful requests after warm-up). The x axis is "
+        "<p>Latency at each percentile (successful requests after warm-up; each the order "
+        "statistic x<sub>(&lceil;nq&rceil;)</sub>, a measured latency). The x axis is "
         "logit-scaled: 50, 90, 99, 99.9 are equally spaced, so the tail is as readable as "
         "the median. A curve stops at 1 - 1/n: beyond it the sample has nothing to say.</p>"
     ]

@@ -11,22 +11,30 @@ from knee.report.html import Section, esc
 from knee.results import STATUS_NAMES
 
 PERCENTILES = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"))
-CHECKS = ("rate", "poisson", "autocorrelation", "percentile_support")
-CHECK_TITLES = ("rate", "Poisson", "autocorr.", "support")
+CHECKS = ("sender", "poisson", "autocorrelation", "percentile_support", "interference")
+CHECK_TITLES = ("sender", "Poisson", "autocorr.", "support", "interference")
 
 
 def section(rr: ReportRun) -> Section:
     if not rr.points:
         return Section("summary", "Summary", ['<p class="note">No point was measured.</p>'])
     blocks = [
-        "<p>Latency in ms from the intended send time, successful requests after warm-up. "
-        "Grey brackets: 95% distribution-free confidence interval (order statistics for "
-        "percentiles); a percentile marked * has fewer than ~100 samples beyond it, so it is "
-        "not supported by the data. Status rates are over all post-warm-up requests (statuses "
-        "other than ok are listed when they happened); server and network mean in one cell, "
-        "network below. Hover a check's verdict for its detail.</p>",
+        "<p>Latency in ms from the intended send time, every request after warm-up: a "
+        "timeout, drop or error counts as slower than any success, so a percentile that lands "
+        "on one reads &gt; timeout (all failures timed out) or failed. The mean is over "
+        "successful requests only (a mean over failures has no value). Grey brackets: 95% "
+        "distribution-free confidence interval (order statistics for percentiles); a "
+        "percentile marked * has fewer than ~100 samples beyond it, so it is not supported by "
+        "the data. <i>sent/s</i>: requests really sent over the span of their send times; "
+        "<i>late</i>: sends later than load.late_ms; <i>done/s</i>: successful replies that "
+        "completed inside the point's window, with the replies that drained a backlog after "
+        "it below. An <i>unstable</i> point (shaded) was not keeping up: its mean and "
+        "percentiles depend on how long it ran. Server and network mean in one cell, network "
+        "below. Hover a verdict for its detail.</p>",
         _main_table(rr.points),
+        _unstable_notes(rr.points),
         _checks_table(rr.points),
+        _ok_only_table(rr.points),
         _breakdown(rr.points, "by_op", "operation"),
         _breakdown(rr.points, "by_service", "service"),
     ]
@@ -34,6 +42,10 @@ def section(rr: ReportRun) -> Section:
 
 
 def _dist_cell(dist: dict[str, Any] | None, key: str) -> str:
+    failed = ((dist or {}).get("failed") or {}).get(key)
+    if failed is not None:
+        text = "&gt; timeout" if failed == "timeout" else "failed"
+        return f'<td class="v-fail" title="this percentile lands on a failed request">{text}</td>'
     if not dist or dist.get(key) is None:
         return "<td>-</td>"
     supported = (dist.get("supported") or {}).get(key, True)
@@ -67,39 +79,103 @@ def _checks_by_name(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _main_table(points: list[dict[str, Any]]) -> str:
     head = (
-        '<tr><th class="l">point</th><th>n</th><th>target/s</th><th>achieved/s</th>'
+        '<tr><th class="l">point</th><th>n</th><th>target/s</th><th>sent/s</th><th>late</th>'
         f'<th title="{esc(", ".join(STATUS_NAMES))}">statuses</th>'
         + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
-        + "<th>max</th><th>server / network mean</th><th>throughput</th>"
+        + "<th>max</th><th>server / network mean</th><th>done/s</th><th>stability</th>"
         + "".join(f"<th>{esc(c)}</th>" for c in CHECK_TITLES)
         + "</tr>"
     )
     rows = []
     for p in points:
-        lat = p.get("latency_ns") or {}
+        lat = _with_ok_mean(p)
         rates = p.get("status_rates") or {}
         checks = _checks_by_name(p)
+        stability = p.get("stability") or {}
+        unstable = stability.get("verdict") == "unstable"
+        drain = (p.get("drain") or {}).get("replies")
         achieved_ci = fmt.interval(p.get("achieved_rate_ci_per_s"))
         bytes_per_s = p.get("throughput_bytes_per_s")
         if bytes_per_s is None and "bytes_in_per_s" in p:
             bytes_per_s = (p.get("bytes_in_per_s") or 0) + (p.get("bytes_out_per_s") or 0)
         rows.append(
-            f'<tr><td class="l">{esc(p.get("label", p.get("point")))}</td>'
+            f"<tr{' class=unstable' if unstable else ''}>"
+            f'<td class="l">{esc(p.get("label", p.get("point")))}</td>'
             f"<td>{esc(p.get('count', '-'))}</td>"
             f"<td>{fmt.num(p.get('target_rate_per_s'))}</td>"
             f"<td>{fmt.num(p.get('achieved_rate_per_s'))}"
             f'<span class="ci">{esc(achieved_ci)}</span></td>'
+            f"<td>{esc(p.get('late_sends', '-'))}</td>"
             f"<td>{_statuses(rates)}</td>"
             + "".join(_dist_cell(lat, key) for key, _ in PERCENTILES)
             + f"<td>{fmt.ms(lat.get('max'))}</td>"
             f"<td>{fmt.ms((p.get('server_ns') or {}).get('mean'))}"
             f'<span class="ci">{fmt.ms((p.get("network_ns") or {}).get("mean"))}</span></td>'
             f'<td>{fmt.num(p.get("throughput_per_s"))}/s<span class="ci">'
-            f"{fmt.bytes_rate(bytes_per_s)}</span></td>"
+            f"{fmt.bytes_rate(bytes_per_s)}"
+            + (f"; {drain} drained after" if drain else "")
+            + "</span></td>"
+            + _stability_cell(stability)
             + "".join(_verdict_cell(checks.get(c)) for c in CHECKS)
             + "</tr>"
         )
     return f'<div style="overflow-x:auto"><table>{head}{"".join(rows)}</table></div>'
+
+
+def _with_ok_mean(p: dict[str, Any]) -> dict[str, Any]:
+    """The headline distribution with the OK replies' mean and its interval (a mean over
+    failed requests has no value)."""
+    lat = dict(p.get("latency_ns") or {})
+    ok = p.get("latency_ok_ns") or {}
+    if ok:
+        lat["mean"] = ok.get("mean")
+        lat["ci"] = {**(lat.get("ci") or {}), "mean": (ok.get("ci") or {}).get("mean")}
+    return lat
+
+
+def _stability_cell(stability: dict[str, Any]) -> str:
+    verdict = str(stability.get("verdict", "n/a"))
+    css = {"stable": "v-pass", "unstable": "v-fail"}.get(verdict, "v-na")
+    return f'<td class="{css}" title="{esc(stability.get("detail", ""))}">{esc(verdict)}</td>'
+
+
+def _unstable_notes(points: list[dict[str, Any]]) -> str:
+    notes = [
+        f"<li><b>{esc(p.get('label'))}</b>: {esc((p.get('stability') or {}).get('detail'))}</li>"
+        for p in points
+        if (p.get("stability") or {}).get("verdict") == "unstable"
+    ]
+    if not notes:
+        return ""
+    return (
+        '<p class="note">Unstable points: the system did not keep up, so their means and '
+        "percentiles grow with the length of the run; models are not fitted to them.</p>"
+        f"<ul>{''.join(notes)}</ul>"
+    )
+
+
+def _ok_only_table(points: list[dict[str, Any]]) -> str:
+    """The distribution of successful requests alone, labelled as such."""
+    if not any(p.get("latency_ok_ns") for p in points):
+        return ""
+    rows = []
+    for p in points:
+        ok = p.get("latency_ok_ns") or {}
+        rows.append(
+            f'<tr><td class="l">{esc(p.get("label"))}</td><td>{esc(ok.get("n", "-"))}</td>'
+            + "".join(_dist_cell(ok, key) for key, _ in PERCENTILES)
+            + f"<td>{fmt.ms(ok.get('max'))}</td></tr>"
+        )
+    head = (
+        '<tr><th class="l">point</th><th>n ok</th>'
+        + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
+        + "<th>max</th></tr>"
+    )
+    return (
+        "<details><summary>Successful requests only (OK replies; failures left out, so "
+        f"these percentiles understate the tail when requests failed)</summary><table>{head}"
+        f"{''.join(rows)}</table></details>"
+    )
 
 
 def _checks_table(points: list[dict[str, Any]]) -> str:
@@ -116,9 +192,10 @@ def _checks_table(points: list[dict[str, Any]]) -> str:
     if not rows:
         return '<p class="note">This run\'s summary has no checks.</p>'
     return (
-        "<details><summary>Checks in detail (rate within 5% of target; Poisson "
-        "inter-arrivals by Anderson-Darling; lag-1 autocorrelation of latency; samples "
-        'beyond each percentile)</summary><table><tr><th class="l">point</th>'
+        "<details><summary>Checks in detail (sender: rate sent vs target and late sends; "
+        "Poisson inter-arrivals by Anderson-Darling; lag-1 autocorrelation of latency; samples "
+        "beyond each percentile; CPU used by other processes on the machine)</summary><table>"
+        '<tr><th class="l">point</th>'
         '<th class="l">check</th><th>verdict</th><th>value</th><th class="l">detail</th></tr>'
         + "".join(rows)
         + "</table></details>"

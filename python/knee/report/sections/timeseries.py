@@ -9,6 +9,7 @@ import pandas as pd
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
+from knee.stats.quantiles import order_statistics
 
 #: Width of a time bin for the sample-based series.
 BIN_S = 1.0
@@ -23,7 +24,8 @@ def section(rr: ReportRun) -> Section:
     blocks: list[str | Figure] = [
         "<p>Time since the start of the run. Grey lines: a point starts (pN is the point's "
         "number in the summary table); red: events of the spec's timeline or a failure. "
-        "Requests are binned by the second their reply arrived.</p>"
+        "Requests are binned by the second their reply arrived; the per-second p50 and p99 "
+        "are order statistics of that second's successful replies, as in the summary.</p>"
     ]
     if len(rr.samples):
         blocks.extend(_sample_figures(rr.samples, markers))
@@ -85,7 +87,7 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
             )
         )
     ok = frame[frame["status"] == "ok"]
-    q = ok.groupby("bin")["latency_ms"].quantile([0.5, 0.99]).unstack()
+    q = order_statistics(ok.groupby("bin")["latency_ms"], [0.5, 0.99])
     qx = (q.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     latency = [
         Trace("points", "p50", qx, q[0.5].tolist(), color=0),
@@ -128,10 +130,23 @@ def _node_figures(ts: pd.DataFrame, markers: list[Marker]) -> list[Figure]:
             )
             for i, n in enumerate(nodes)
         ]
+        if "foreign_cpu_percent" in ts:  # the runner's host rows (knee.monitor)
+            host = ts[ts["node"] == "host"]
+            cpu.append(
+                Trace(
+                    "points",
+                    "other processes (foreign)",
+                    host["t_s"].tolist(),
+                    host["foreign_cpu_percent"].tolist(),
+                    color=len(nodes),
+                    symbol="x",
+                )
+            )
         figs.append(
             Figure(
                 "ts-cpu",
-                "CPU per node (100% = one core)",
+                "CPU per node, the whole host, and other processes (foreign: neither the "
+                "run's nodes nor the runner; 100% = one core)",
                 Axis("time (s)"),
                 Axis("CPU %"),
                 cpu,

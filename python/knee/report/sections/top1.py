@@ -46,9 +46,10 @@ def section(rr: ReportRun) -> Section:
                 "bar", "network + middleware", cats, shares["network_share"], color=1, hover=hover
             ),
         ],
-        caption="Each point has two bars: the 99% of requests below the 99th percentile and "
-        "the 1% above it, each split into the shares of server and network time (hover for "
-        "the mean). The table gives the means with and without the top 1%.",
+        caption="Each point has two bars: its top 1% (of n successful requests after "
+        "warm-up, the floor(n/100) slowest: those ranked above the p99 order statistic) and "
+        "the rest, each split into the shares of server and network time (hover for the "
+        "mean). The table gives the means with and without the top 1%.",
         stacked=True,
         height_px=480,
     )

@@ -18,6 +18,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
+from knee.stats.quantiles import above
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
@@ -221,11 +222,11 @@ def _timeline_figure(
 def _thin(frame: pd.DataFrame) -> pd.DataFrame:
     if len(frame) <= MAX_DRAWN:
         return frame
-    slow = frame["latency_ms"] > frame["latency_ms"].quantile(0.99)
+    slow = above(frame["latency_ms"].to_numpy(), 0.99)  # ranked above the p99
     stride = int(np.ceil(len(frame) / MAX_DRAWN))
     even = np.zeros(len(frame), dtype=bool)
     even[::stride] = True
-    return frame[slow.to_numpy() | even]
+    return frame[slow | even]
 
 
 # ------------------------------------------------------------------ the sweep's five graphs
@@ -491,7 +492,8 @@ def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
         f"the top 1% carries {_span(m['top_share_of_time'], fmt.pct)} of the total latency, "
         "and without it the maximum falls by a factor of "
         f"{_span(m['max_ms'] / m['max_without_ms'], lambda v: f'{v:.3g}')}. The top 1% of "
-        f"the smallest configuration is {_count(int(counts.min()) // 100, 'request')}. Times "
+        f"the smallest configuration is {_count(int(m['top_count'].min()), 'request')} (the "
+        "top 1% of n requests is the floor(n/100) slowest, those above the p99). Times "
         "in ms; w/o = without the top 1%.</p>"
     )
     return Section("chat-magic", "Chat: the magic 1%", [text, head + "".join(rows) + "</table>"])

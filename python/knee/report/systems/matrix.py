@@ -5,6 +5,10 @@ cache's effect, and where adding threads stops helping on this machine, and why.
 Series are recognised by what they sweep and how their server is set, not by name, so a
 user's own matrix spec gets the findings its data supports; every sentence is computed from
 the run.
+
+Means are of the successful requests (`latency_ok_ns`, or `latency_ns` in a summary that
+has only that); percentiles are the summary's (`latency_ns`: over every request, a failure
+counting as slower than any success, null where a percentile lands on a failure).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
+from knee.report.sections.load_curve import plot_axis
 from knee.report.traces import by_x, latency_traces, model_traces, stat, to_ms
 
 #: A point whose mean latency exceeds this multiple of the lowest-load mean is past the
@@ -40,8 +45,36 @@ class PointFacts:
     """What the findings need per point, from the samples."""
 
     hit_ratio: float | None
-    completion_per_s: float | None  # ok replies / (last reply - first intended send)
     service_mean_ns: float | None
+
+
+def _ok(point: dict[str, Any]) -> dict[str, Any]:
+    """The latency distribution of a point's successful requests."""
+    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
+
+
+def _ok_mean(point: dict[str, Any]) -> float | None:
+    """Mean latency of a point's successful requests, in ms."""
+    return to_ms(_ok(point).get("mean"))
+
+
+def _measured(
+    points: list[dict[str, Any]],
+    axis: SeriesAxis,
+    name: str,
+    color: int,
+    percentiles: tuple[str, ...] = (),
+    one_color: bool = False,
+) -> list[Trace]:
+    """The mean of the successful requests and the summary's percentiles (gaps where null)."""
+    ok = [{**p, "latency_ok_ns": _ok(p)} for p in points]
+    out = latency_traces(
+        ok, axis, name, color, keys=("mean",), dist="latency_ok_ns", one_color=one_color
+    )
+    if percentiles:
+        start = color if one_color else color + 1
+        out += latency_traces(points, axis, name, start, keys=percentiles, one_color=one_color)
+    return out
 
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
@@ -75,20 +108,9 @@ def _facts(ok: pd.DataFrame) -> dict[Any, PointFacts]:
     agg = g.agg(
         n=("hit", "size"),
         hits=("hit", "mean"),
-        first=("intended_ns", "min"),
-        last=("received_ns", "max"),
         service=("service_ns", "mean"),
     )
-    span_s = (agg["last"] - agg["first"]) / 1e9
-    rate = (agg["n"] / span_s).where(span_s > 0)
-    return {
-        k: PointFacts(float(agg.at[k, "hits"]), _opt(rate[k]), float(agg.at[k, "service"]))
-        for k in agg.index
-    }
-
-
-def _opt(v: Any) -> float | None:
-    return None if v is None or not np.isfinite(v) else float(v)
+    return {k: PointFacts(float(agg.at[k, "hits"]), float(agg.at[k, "service"])) for k in agg.index}
 
 
 def _find(rr: ReportRun, pred: Any) -> str | None:
@@ -126,7 +148,7 @@ def _difficulty(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[
         return "", []
     axis = SeriesAxis(series, "driver.p", "P (matrix power)", [])
     pts = by_x(rr.points_of(series), axis)
-    traces = latency_traces(pts, axis, "response", 0, keys=("mean",))
+    traces = _measured(pts, axis, "response", 0)
     traces += latency_traces(pts, axis, "server (compute)", 1, keys=("mean",), dist="server_ns")
     traces += latency_traces(
         pts, axis, "network + middleware", 2, keys=("mean",), dist="network_ns"
@@ -163,28 +185,31 @@ def _load(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure
     series = _baseline(rr)
     if series is None:
         return "", []
-    axis = rr.axes[series]
+    axis = plot_axis(rr.axes[series])  # the achieved arrival rate, where the models put points
     pts = by_x(rr.points_of(series), axis)
     model = rr.model_for(series)
-    traces = latency_traces(pts, axis, "measured", 0)
+    traces = _measured(pts, axis, "measured", 0, ("p50", "p99"))
     markers = []
-    worst = max((stat(p, "latency_ns", "mean") or 0.0) for p in pts)
+    worst = max((_ok_mean(p) or 0.0) for p in pts)
     if model is not None:
         x_max = max(axis.x(p) for p in pts)
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
     fig = Figure(
         "matrix-load",
-        "one thread: response time vs Poisson rate, with the M/M/1 prediction",
-        Axis("offered load (requests/s)"),
+        "one thread: response time vs Poisson rate, with the fitted queueing model and the "
+        "report's M/M/1",
+        Axis("achieved arrival rate (requests/s)"),
         Axis("latency (ms)"),
         traces,
         markers,
-        caption="Measured mean, p50 and p99 with 95% bands; the dashed model lines are "
-        "predictions from the service time measured at the lowest load.",
+        caption="Measured mean (successful requests), p50 and p99 (every request, a failure "
+        "counting as slower than any success: a gap where the percentile is a failure) with "
+        "95% bands; the dashed model lines are predictions from the service time measured "
+        "over the stable points (docs/statistics.md, Models).",
     )
-    means = [stat(p, "latency_ns", "mean") for p in pts]
-    if len(pts) < 2 or means[0] is None:
+    means = [_ok_mean(p) for p in pts]
+    if len(pts) < 2 or means[0] is None or means[-1] is None:
         return "", [fig]
     rates = [axis.x(p) for p in pts]
     past = next(
@@ -211,7 +236,12 @@ def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
     if model is None:
         return None
     return next(
-        (m for m in model.get("models") or [] if m.get("kind") == model.get("primary")), None
+        (
+            m
+            for m in model.get("models") or []
+            if m.get("primary", m.get("kind") == model.get("primary"))
+        ),
+        None,
     )
 
 
@@ -223,7 +253,7 @@ def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
     flagged = sum(bool(p.get("flag")) for p in m.get("points") or [])
     text = (
         f" The {esc(m.get('label') or m.get('kind'))} model, with the service time measured "
-        "at the lowest load "
+        "over the stable points "
         f"({fmt.ms(m.get('service_mean_ns'))} ms), puts the capacity at {fmt.num(cap)} "
         f"req/s and the knee at {fmt.num(m.get('knee_x'))} req/s; "
         f"{flagged} of {len(m.get('points') or [])} points differ from it beyond their 95% "
@@ -274,9 +304,7 @@ def _cache(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figur
     names = [s for s in (base, cached) if s is not None]
     for i, s in enumerate(names):
         label = f"{s} (cache {rr.setting(rr.points_of(s)[0], 'server.cache') or 'off'})"
-        traces += latency_traces(
-            rr.points_of(s), rr.axes[s], label, i, keys=("mean", "p99"), one_color=True
-        )
+        traces += _measured(rr.points_of(s), rr.axes[s], label, i, ("p99",), one_color=True)
     cpts = by_x(rr.points_of(cached), rr.axes[cached])
     hits = [facts[p["point"]].hit_ratio for p in cpts if p.get("point") in facts]
     fig = Figure(
@@ -285,7 +313,8 @@ def _cache(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figur
         Axis("offered load (requests/s)"),
         Axis("latency (ms)"),
         traces,
-        caption="Solid: mean; dashed: p99; shaded: 95% intervals.",
+        caption="Solid: mean of the successful requests; dashed: p99 over every request (a gap "
+        "where it is a failure); shaded: 95% intervals.",
     )
     size = rr.setting(cpts[0], "server.cache") if cpts else "?"
     hit = float(np.mean([h for h in hits if h is not None])) if hits else None
@@ -308,8 +337,8 @@ def _cache_comparison(rr: ReportRun, base: str, cached: str, facts: dict[Any, Po
     if not common:
         return " The run has no rate measured both with and without the cache."
     parts = [
-        f"{r:g} req/s: {fmt.ms(b[r]['latency_ns'].get('mean'))} ms without, "
-        f"{fmt.ms(c[r]['latency_ns'].get('mean'))} ms with"
+        f"{r:g} req/s: {fmt.ms(_ok(b[r]).get('mean'))} ms without, "
+        f"{fmt.ms(_ok(c[r]).get('mean'))} ms with"
         for r in common
     ]
     text = " Mean response time at " + "; ".join(parts) + "."
@@ -345,12 +374,13 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
         by_threads.setdefault(int(p["swept"]["server.threads"]), []).append(p)
     if axis.key == "target_rate_per_s" and any(len(v) > 1 for v in by_threads.values()):
         traces: list[Trace] = []
+        axis = plot_axis(axis)  # the achieved arrival rate, where the models put points
         for i, (t, members) in enumerate(sorted(by_threads.items())):
-            traces += latency_traces(members, axis, f"{t} threads", i, keys=("mean",))
+            traces += _measured(members, axis, f"{t} threads", i)
         model = rr.model_for(series)
         markers = []
         if model is not None:
-            worst = max((stat(p, "latency_ns", "mean") or 0.0) for p in pts)
+            worst = max((_ok_mean(p) or 0.0) for p in pts)
             x_max = max(axis.x(p) for p in by_x(pts, axis))
             extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
             traces += extra
@@ -358,7 +388,7 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
             Figure(
                 "matrix-threads-load",
                 "response time vs rate per thread count, with the M/M/c predictions",
-                Axis("offered load (requests/s)"),
+                Axis("achieved arrival rate (requests/s)"),
                 Axis("mean latency (ms)"),
                 traces,
                 markers,
@@ -374,10 +404,10 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
             {
                 "threads": t,
                 "capacity": t / (service / 1e9) if service else None,
-                "completion": f.completion_per_s if f else None,
+                "completion": top.get("throughput_per_s"),
                 "service_ms": to_ms(service),
                 "cpu": cpu,
-                "latency_ms": stat(top, "latency_ns", "mean"),
+                "latency_ms": _ok_mean(top),
                 "rate": top.get("target_rate_per_s"),
             }
         )
@@ -405,7 +435,7 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
                 ),
                 Trace(
                     "bar",
-                    "M/M/c capacity (service time at low load)",
+                    "M/M/c capacity (fitted service time)",
                     cats,
                     [_model_capacity(rr.model_for(series), r["threads"]) for r in rows],
                     color=2,
@@ -415,10 +445,10 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
                 ),
             ],
             caption="At each thread count's highest offered rate: capacity estimated from the "
-            "mean compute time the threads got, the measured completion rate (ok replies from "
-            "the first intended send to the last reply), the M/M/c model's capacity (threads / "
-            "the service time fitted at the lowest load: what the pool would give with a core "
-            "per thread) and the server's CPU.",
+            "mean compute time the threads got, the measured throughput (ok replies completed "
+            "inside the point's window), the M/M/c model's capacity (threads / the service time "
+            "fitted over the stable points: what the pool would give with a core per thread) "
+            "and the server's CPU.",
         )
     )
     return _threads_text(rr, rows), figs

@@ -1,0 +1,98 @@
+"""Was the machine disturbed during a point? From the host rows of timeseries.parquet
+(knee.monitor: foreign CPU, steal and iowait per sample, in core-percent, 100 = one core).
+
+The `interference` check warns when, over the point's post-warm-up samples:
+
+- other processes used more than FOREIGN_MEAN_WARN_PERCENT of a core on average, or more
+  than FOREIGN_MAX_WARN_PERCENT in one sample of at least MAX_MIN_INTERVAL_S;
+- the hypervisor stole more than STEAL_WARN_PERCENT of a core on average.
+
+Means are weighted by each sample's interval (a point's last sample is usually short).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from knee.stats.checks import Check, check
+
+#: Mean foreign CPU (core-percent) above which a point is disturbed. On 2 cores a tenth of
+#: a core is 5% of the machine, and it is well above the floor of the measurement: host and
+#: process ticks are counted apart (10 ms each), so a quiet host shows a few percent.
+FOREIGN_MEAN_WARN_PERCENT = 10.0
+#: A half core taken by others for a whole second delays the requests of that second (a
+#: tail effect) even when the point's mean stays low.
+FOREIGN_MAX_WARN_PERCENT = 50.0
+#: Samples shorter than this do not count for the maximum: over 0.1 s one 10 ms tick is 10%.
+MAX_MIN_INTERVAL_S = 0.5
+#: Mean steal (core-percent). Steal is counted in 10 ms ticks; a tick now and then is the
+#: hypervisor's background (0.1-0.3% of a core on the VM this was written on) and would
+#: mark every point. 1% is one tick per second on average.
+STEAL_WARN_PERCENT = 1.0
+
+
+def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Check]:
+    """The point's interference summary and check, from its host rows (post-warm-up)."""
+    summary: dict[str, Any] = {
+        "foreign_cpu_percent_mean": None,
+        "foreign_cpu_percent_max": None,
+        "steal_percent_mean": None,
+        "iowait_percent_mean": None,
+        "samples": len(rows),
+    }
+    if not rows:
+        return summary, check(
+            "interference",
+            "n/a",
+            None,
+            "no host CPU samples after the warm-up (no /proc/stat, or the point was shorter "
+            "than one sample interval)",
+        )
+    weight = _column(rows, "interval_s", default=1.0)
+    foreign = _column(rows, "foreign_cpu_percent")
+    steal = _column(rows, "steal_percent")
+    long_enough = weight >= MAX_MIN_INTERVAL_S
+    summary.update(
+        foreign_cpu_percent_mean=_mean(foreign, weight),
+        foreign_cpu_percent_max=float(foreign[long_enough].max()) if long_enough.any() else None,
+        steal_percent_mean=_mean(steal, weight),
+        iowait_percent_mean=_mean(_column(rows, "iowait_percent"), weight),
+    )
+    return summary, _verdict(summary)
+
+
+def _column(rows: Sequence[Mapping[str, Any]], key: str, default: float = 0.0) -> np.ndarray:
+    values = [r.get(key) for r in rows]
+    return np.array([default if v is None else v for v in values], dtype=np.float64)
+
+
+def _mean(values: np.ndarray, weight: np.ndarray) -> float:
+    total = float(weight.sum())
+    return float((values * weight).sum() / total) if total > 0 else float(values.mean())
+
+
+def _verdict(s: dict[str, Any]) -> Check:
+    mean, peak, steal = (
+        s["foreign_cpu_percent_mean"],
+        s["foreign_cpu_percent_max"],
+        s["steal_percent_mean"],
+    )
+    shown_peak = "" if peak is None else f" (max {peak:.0f}% in one second)"
+    detail = (
+        f"other processes used {mean:.1f}% of a core{shown_peak} during the point; "
+        f"steal {steal:.1f}%, iowait {s['iowait_percent_mean']:.1f}% of a core; "
+        f"{s['samples']} samples"
+    )
+    over = []
+    if mean > FOREIGN_MEAN_WARN_PERCENT:
+        over.append(f"mean above {FOREIGN_MEAN_WARN_PERCENT:g}% of a core")
+    if peak is not None and peak > FOREIGN_MAX_WARN_PERCENT:
+        over.append(f"one second above {FOREIGN_MAX_WARN_PERCENT:g}%")
+    if steal > STEAL_WARN_PERCENT:
+        over.append(f"steal above {STEAL_WARN_PERCENT:g}%")
+    if over:
+        return check("interference", "warn", mean, f"{detail}: {', '.join(over)}")
+    return check("interference", "pass", mean, detail)
