@@ -75,6 +75,8 @@ def latency_traces(
 #: Model curves are drawn up to this multiple of the largest measured x (a capacity far
 #: beyond the measurements would squash them), markers only within that range.
 X_SPAN = 1.25
+#: Colour of the knee measured from the data.
+MEASURED_KNEE_COLOR = "#2ca02c"
 
 
 def model_label(m: dict[str, Any], groups: int) -> str:
@@ -83,54 +85,55 @@ def model_label(m: dict[str, Any], groups: int) -> str:
     label = str(m.get("label") or m.get("kind"))
     group = m.get("group") or {}
     if groups > 1 and group:
-        label += " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
+        label += group_text(group)
     return label
+
+
+def is_primary(m: dict[str, Any], entry: dict[str, Any]) -> bool:
+    flag = m.get("primary")
+    return bool(flag) if isinstance(flag, bool) else m.get("kind") == entry.get("primary")
 
 
 def model_traces(
     entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
 ) -> tuple[list[Trace], list[Marker]]:
-    """Each model's predicted mean (the primary ones and the source report's M/M/1 reference
-    shown, the others one click away), the primary models' p99 where they have one, points
-    flagged as off the model, and the primary models' knee and capacity as vertical
-    markers. Curves stop at X_SPAN * x_max and predictions above `cap_ms` are left out (near
-    capacity they tend to infinity and would flatten the measured curve)."""
+    """Each model's predicted mean: the primary model of each group and the source report's
+    reference (M/M/1) shown, the others one click away; the primary models' p99 where they
+    have one; points flagged as off a primary model; the primary models' knee and capacity
+    and each group's measured knee as vertical markers. Curves stop at X_SPAN * x_max, and
+    predictions above `cap_ms` are left out (near capacity they tend to infinity and would
+    flatten the measured curve)."""
     models = entry.get("models") or []
-    primary = entry.get("primary")
-
-    def is_primary_model(m: dict[str, Any]) -> bool:  # older runs name one kind per series
-        return bool(m.get("primary", m.get("kind") == primary))
-
-    primaries = [m for m in models if is_primary_model(m)]
     groups = len({str(m.get("group")) for m in models})
     x_limit = X_SPAN * x_max
+    tagged = sum(is_primary(m, entry) for m in models) > 1
     traces: list[Trace] = []
     markers: list[Marker] = []
     for i, m in enumerate(models):
-        is_primary = is_primary_model(m)
-        shown = is_primary or bool(m.get("reference"))
+        primary = is_primary(m, entry)
         label = model_label(m, groups)
         curve = [c for c in m.get("curve") or [] if (c.get("x") or 0) <= x_limit]
         xs = [c.get("x") for c in curve]
-        for key, suffix, hidden in (("mean_ns", "", not shown), ("p99_ns", " p99", True)):
+        shown = primary or bool(m.get("reference"))
+        for key, suffix in (("mean_ns", ""), ("p99_ns", " p99")):
             values = [to_ms(c.get(key)) for c in curve]
-            if key == "p99_ns" and (not is_primary or all(v is None for v in values)):
+            if key == "p99_ns" and (not primary or all(v is None for v in values)):
                 continue
             if cap_ms is not None:
                 values = [v if v is None or v <= cap_ms else None for v in values]
             traces.append(
                 Trace(
                     "line",
-                    label + suffix,
+                    label + suffix + (" (primary)" if primary and key == "mean_ns" else ""),
                     xs,
                     values,
                     color=color + i,
                     dash=True,
-                    hidden=hidden,
+                    hidden=not shown or key == "p99_ns",
                     markers=False,
                 )
             )
-        if not is_primary:
+        if not primary:
             continue
         flagged = [p for p in m.get("points") or [] if p.get("flag")]
         if flagged:
@@ -145,13 +148,32 @@ def model_traces(
                     hover=[str(p.get("detail", "")) for p in flagged],
                 )
             )
-        tag = f" ({label})" if len(primaries) > 1 else ""
+        tag = f" ({label})" if tagged else ""
         knee, capacity = m.get("knee_x"), m.get("capacity_per_s")
         if isinstance(knee, int | float) and knee <= x_limit:
             markers.append(Marker(float(knee), f"knee {knee:.3g}{tag}", "#d62728"))
         if isinstance(capacity, int | float) and capacity <= x_limit and axis_is_rate(entry):
             markers.append(Marker(float(capacity), f"capacity {capacity:.3g}/s{tag}"))
+    for g in entry.get("groups") or []:
+        measured = g.get("measured_knee")
+        if not measured or not isinstance(measured.get("x"), int | float):
+            continue
+        lo, hi = measured.get("interval_x") or [None, None]
+        where = group_text(g.get("group") or {}) if groups > 1 else ""
+        span = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+        markers.append(
+            Marker(
+                float(measured["x"]),
+                f"measured knee {measured['x']:.3g}{span}{where}",
+                MEASURED_KNEE_COLOR,
+                dash=False,
+            )
+        )
     return traces, markers
+
+
+def group_text(group: dict[str, Any]) -> str:
+    return " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
 
 
 def axis_is_rate(entry: dict[str, Any]) -> bool:

@@ -14,7 +14,15 @@ from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
-from knee.report.traces import X_SPAN, by_x, latency_traces, model_label, stat, to_ms
+from knee.report.traces import (
+    by_x,
+    group_text,
+    is_primary,
+    latency_traces,
+    model_label,
+    model_traces,
+    stat,
+)
 
 #: Model predictions are drawn up to this multiple of the largest measured p99 of the
 #: stable points.
@@ -22,8 +30,6 @@ MODEL_CAP = 3.0
 #: The latency axis turns logarithmic when an unstable point's mean exceeds the stable
 #: points' largest p99 by this factor (a growing queue would flatten the curve).
 LOG_AXIS_FACTOR = 10.0
-#: Colour of the knee measured from the data.
-MEASURED_KNEE_COLOR = "#2ca02c"
 
 
 @dataclass
@@ -149,97 +155,6 @@ def _unstable_traces(
     ]
 
 
-def _is_primary(m: dict[str, Any], entry: dict[str, Any]) -> bool:
-    flag = m.get("primary")
-    return bool(flag) if isinstance(flag, bool) else m.get("kind") == entry.get("primary")
-
-
-def model_traces(
-    entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
-) -> tuple[list[Trace], list[Marker]]:
-    """Each model's predicted mean: the primary model of each group and the source report's
-    reference (M/M/1) shown, the others one click away; the primary models' p99 where they
-    have one; points flagged as off a primary model; the primary models' knee and capacity
-    and each group's measured knee as vertical markers. Curves stop at X_SPAN * x_max, and
-    predictions above `cap_ms` are left out (near capacity they tend to infinity and would
-    flatten the measured curve)."""
-    models = entry.get("models") or []
-    groups = len({str(m.get("group")) for m in models})
-    x_limit = X_SPAN * x_max
-    tagged = sum(_is_primary(m, entry) for m in models) > 1
-    traces: list[Trace] = []
-    markers: list[Marker] = []
-    for i, m in enumerate(models):
-        primary = _is_primary(m, entry)
-        label = model_label(m, groups)
-        curve = [c for c in m.get("curve") or [] if (c.get("x") or 0) <= x_limit]
-        xs = [c.get("x") for c in curve]
-        shown = primary or bool(m.get("reference"))
-        for key, suffix in (("mean_ns", ""), ("p99_ns", " p99")):
-            values = [to_ms(c.get(key)) for c in curve]
-            if key == "p99_ns" and (not primary or all(v is None for v in values)):
-                continue
-            if cap_ms is not None:
-                values = [v if v is None or v <= cap_ms else None for v in values]
-            traces.append(
-                Trace(
-                    "line",
-                    label + suffix + (" (primary)" if primary and key == "mean_ns" else ""),
-                    xs,
-                    values,
-                    color=color + i,
-                    dash=True,
-                    hidden=not shown or key == "p99_ns",
-                    markers=False,
-                )
-            )
-        if not primary:
-            continue
-        flagged = [p for p in m.get("points") or [] if p.get("flag")]
-        if flagged:
-            traces.append(
-                Trace(
-                    "points",
-                    f"off {label} beyond the 95% interval",
-                    [p.get("x") for p in flagged],
-                    [to_ms(p.get("measured_mean_ns")) for p in flagged],
-                    color=3,
-                    symbol="x",
-                    hover=[str(p.get("detail", "")) for p in flagged],
-                )
-            )
-        tag = f" ({label})" if tagged else ""
-        knee, capacity = m.get("knee_x"), m.get("capacity_per_s")
-        if isinstance(knee, int | float) and knee <= x_limit:
-            markers.append(Marker(float(knee), f"knee {knee:.3g}{tag}", "#d62728"))
-        if isinstance(capacity, int | float) and capacity <= x_limit and _rate_entry(entry):
-            markers.append(Marker(float(capacity), f"capacity {capacity:.3g}/s{tag}"))
-    for g in entry.get("groups") or []:
-        measured = g.get("measured_knee")
-        if not measured or not isinstance(measured.get("x"), int | float):
-            continue
-        lo, hi = measured.get("interval_x") or [None, None]
-        where = _group_text(g.get("group") or {}) if groups > 1 else ""
-        span = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
-        markers.append(
-            Marker(
-                float(measured["x"]),
-                f"measured knee {measured['x']:.3g}{span}{where}",
-                MEASURED_KNEE_COLOR,
-                dash=False,
-            )
-        )
-    return traces, markers
-
-
-def _rate_entry(entry: dict[str, Any]) -> bool:
-    return entry.get("x") == "rate_per_s"
-
-
-def _group_text(group: dict[str, Any]) -> str:
-    return " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
-
-
 def _groups(points: list[dict[str, Any]], axis: SeriesAxis) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in points:
@@ -281,7 +196,7 @@ def _labels(points: list[dict[str, Any]]) -> dict[Any, str]:
 
 def _knee_row(g: dict[str, Any], groups: int) -> str:
     measured = g.get("measured_knee")
-    where = esc(_group_text(g.get("group") or {})) if groups > 1 else ""
+    where = esc(group_text(g.get("group") or {})) if groups > 1 else ""
     if not measured:
         return f"<li>Measured knee{where}: too few stable points.</li>"
     lo, hi = measured.get("interval_x") or [None, None]
@@ -309,7 +224,7 @@ def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     models = model.get("models") or []
     groups = len({str(m.get("group")) for m in models})
     for m in models:
-        role = "primary" if _is_primary(m, model) else "reference" if m.get("reference") else ""
+        role = "primary" if is_primary(m, model) else "reference" if m.get("reference") else ""
         fitted = ", ".join(esc(labels.get(p, p)) for p in m.get("fit_points") or [])
         rows.append(
             f'<tr><td class="l">{esc(model_label(m, groups))}</td><td class="l">{role}</td>'
@@ -323,7 +238,7 @@ def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     flagged = [
         f"<li>{esc(labels.get(p.get('point'), p.get('point')))}: {esc(p.get('detail', ''))}</li>"
         for m in models
-        if _is_primary(m, model)
+        if is_primary(m, model)
         for p in m.get("points") or []
         if p.get("flag")
     ]
