@@ -113,7 +113,7 @@ def test_interference_check_on_fixed_rows() -> None:
     assert check["name"] == "interference" and check["verdict"] == "warn"
     assert check["value"] == pytest.approx(85.0) == summary["foreign_cpu_percent_mean"]
     assert summary["foreign_cpu_percent_max"] == 100.0 and summary["samples"] == 4
-    assert "85.0% of a core" in check["detail"] and "max 100%" in check["detail"]
+    assert "85.0% ± 0.0% of a core" in check["detail"] and "max 100%" in check["detail"]
     assert "steal 0.0%" in check["detail"]
 
     _, quiet = intf.interference(_rows([2.0, 5.0, 1.0]))
@@ -128,6 +128,20 @@ def test_interference_check_on_fixed_rows() -> None:
 
     summary, none = intf.interference([])
     assert none["verdict"] == "n/a" and summary["samples"] == 0
+
+
+def test_a_short_point_is_not_called_disturbed_by_tick_rounding() -> None:
+    """Over 0.1 s, one 10 ms tick of the host, the runner or a node is 10% of a core: a
+    25% reading from 5 rounded counts (tick error 50%) is no evidence of interference."""
+    rows = [{**_rows([25.0], interval_s=0.1)[0], "tick_error_percent": 50.0}]
+    summary, check = intf.interference(rows)
+    assert check["verdict"] == "pass" and summary["tick_error_percent"] == pytest.approx(50.0)
+    assert "25.0% ± 50.0% of a core" in check["detail"]
+    # The same over ten 1 s samples (tick error 5% each, 1.6% for the mean) is disturbed.
+    rows = [{**r, "tick_error_percent": 5.0} for r in _rows([25.0] * 10)]
+    summary, check = intf.interference(rows)
+    assert check["verdict"] == "warn"
+    assert summary["tick_error_percent"] == pytest.approx(5.0 / np.sqrt(10))
 
 
 def test_interference_weights_by_interval_and_ignores_short_samples_for_the_max() -> None:
@@ -259,6 +273,7 @@ def test_a_busy_process_during_a_point_raises_the_interference_warning(
             "foreign_cpu_percent_max",
             "steal_percent_mean",
             "iowait_percent_mean",
+            "tick_error_percent",
             "samples",
         }
         assert HOST_NODE not in p["resources"]  # per-node resources stay per node
@@ -281,7 +296,7 @@ def test_a_busy_process_during_a_point_raises_the_interference_warning(
     cores = os.cpu_count() or 1
     assert busy_percent * 0.85 - 5 <= check["value"] <= 100 * cores + 5, (busy_percent, check)
     print(f"busy {busy_percent:.1f}%, interference {check}, quiet {checks[0]['interference']}")
-    assert f"{check['value']:.1f}% of a core" in check["detail"]
+    assert f"{check['value']:.1f}% ± " in check["detail"]
     # Node rows are as before: CPU and memory, no host fields.
     nodes = ts[ts["node"] != HOST_NODE]
     assert nodes["cpu_percent"].notna().all() and nodes["foreign_cpu_percent"].isna().all()

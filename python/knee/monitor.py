@@ -158,6 +158,11 @@ class Monitor:
             node.seen_cpu_s = cpu_s
             out[node.name] = {"cpu_percent": cpu_percent, "rss_bytes": rss}
         self.host = self._host_row(host_ticks, now, nodes_s)
+        if self.host is not None:
+            # The host, the runner and each node are counted in whole ticks: the foreign
+            # figure of this interval may be off by one tick of each.
+            ticks = len(out) + 2
+            self.host["tick_error_percent"] = 100.0 * self._tick_s * ticks / self.host["interval_s"]
         return out
 
     def _runner_times(self) -> tuple[float, float]:
