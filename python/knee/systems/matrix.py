@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from knee.params import Param, RuleError, Sections
+from knee.stats.cache import CACHE_HIT_FLAG
 from knee.systems.base import System
 
 
@@ -55,5 +56,5 @@ MATRIX = System(
         "p_max": Param("int", None, "P drawn uniformly from [p_min, p_max]", min=1, max=1_000_000),
     },
     rules=(_matrix_rule,),
-    cache_hit_flag=1,  # FLAG_CACHE_HIT in knee-node's matrix server
+    cache_hit_flag=CACHE_HIT_FLAG,
 )

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
@@ -36,15 +35,14 @@ HELPS = 0.10
 CONTENDED = 0.85
 #: Model predictions are drawn up to this multiple of the largest measured mean.
 MODEL_CAP = 3.0
-#: Reply flag bit set when the result came from the cache (docs/wire.md).
-CACHE_HIT = 1
 
 
 @dataclass
 class PointFacts:
-    """What the findings need per point, from the samples."""
+    """What the findings need per point, from summary.json."""
 
-    hit_ratio: float | None
+    hit_ratio: float | None  # the whole point's (`cache`; None without a cache)
+    hit_ratio_steady: float | None  # once the cache filled (the point's second half)
     service_mean_ns: float | None
 
 
@@ -78,7 +76,7 @@ def _measured(
 
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
-    facts = _facts(rr.ok)
+    facts = _facts(rr.points)
     findings: list[str] = []
     blocks: list[str | Figure] = []
     for part in (_difficulty, _load, _cache, _threads):
@@ -101,16 +99,17 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     ]
 
 
-def _facts(ok: pd.DataFrame) -> dict[Any, PointFacts]:
-    if ok.empty:
-        return {}
-    g = ok.assign(hit=(ok["flags"] & CACHE_HIT) > 0).groupby("point")
-    agg = g.agg(
-        n=("hit", "size"),
-        hits=("hit", "mean"),
-        service=("service_ns", "mean"),
-    )
-    return {k: PointFacts(float(agg.at[k, "hits"]), float(agg.at[k, "service"])) for k in agg.index}
+def _facts(points: list[dict[str, Any]]) -> dict[Any, PointFacts]:
+    """Hit ratios (summary.json `cache`, knee.stats.cache) and mean service time per point."""
+    out = {}
+    for p in points:
+        cache = p.get("cache") or {}
+        out[p.get("point")] = PointFacts(
+            cache.get("hit_ratio"),
+            cache.get("hit_ratio_steady"),
+            (p.get("service_ns") or {}).get("mean"),
+        )
+    return out
 
 
 def _find(rr: ReportRun, pred: Any) -> str | None:
@@ -307,6 +306,7 @@ def _cache(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figur
         traces += _measured(rr.points_of(s), rr.axes[s], label, i, ("p99",), one_color=True)
     cpts = by_x(rr.points_of(cached), rr.axes[cached])
     hits = [facts[p["point"]].hit_ratio for p in cpts if p.get("point") in facts]
+    steady = [facts[p["point"]].hit_ratio_steady for p in cpts if p.get("point") in facts]
     fig = Figure(
         "matrix-cache",
         "response time vs rate, without and with the result cache",
@@ -317,11 +317,18 @@ def _cache(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figur
         "where it is a failure); shaded: 95% intervals.",
     )
     size = rr.setting(cpts[0], "server.cache") if cpts else "?"
-    hit = float(np.mean([h for h in hits if h is not None])) if hits else None
-    text = f"<b>Cache.</b> The {size}-entry FIFO cache answered {fmt.pct(hit)} of requests."
+    hit = _mean_of(hits)
+    text = f"<b>Cache.</b> The {size}-entry FIFO cache answered {fmt.pct(hit)} of requests"
+    warm = _mean_of(steady)
+    text += f" ({fmt.pct(warm)} once full: every point starts with it empty)." if warm else "."
     if base is not None:
         text += _cache_comparison(rr, base, cached, facts)
     return text, [fig]
+
+
+def _mean_of(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
 
 
 def _cache_comparison(rr: ReportRun, base: str, cached: str, facts: dict[Any, PointFacts]) -> str:
