@@ -5,6 +5,8 @@
 //! knee-node serve <system> [--name NAME] [--config JSON|@FILE]
 //! knee-node load  <system> [--name NAME]  --config JSON|@FILE
 //! knee-node gemm-rate [N] [REPS]      GFLOP/s of the matrix product, for bench/
+//! knee-node describe                  the contract with knee, as JSON (systems, statuses,
+//!                                     the sample record's size)
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
@@ -13,6 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use knee_node::load::config::LoadConfig;
+use knee_node::load::recorder::{Status, SAMPLE_BYTES};
 use knee_node::serve::{self, ServeConfig};
 use knee_node::systems::matrix::power;
 use knee_node::{clock, report, signals, systems, wire};
@@ -21,7 +24,8 @@ use serde::Deserialize;
 const USAGE: &str = "usage: knee-node --version
        knee-node serve <system> [--name NAME] [--config JSON|@FILE]
        knee-node load <system> [--name NAME] --config JSON|@FILE
-       knee-node gemm-rate [N] [REPS]";
+       knee-node gemm-rate [N] [REPS]
+       knee-node describe";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +58,17 @@ fn run(args: &[String]) -> Result<(), String> {
             }
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),
+        Some("describe") => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "systems": systems::NAMES,
+                    "statuses": Status::NAMES,
+                    "sample_bytes": SAMPLE_BYTES,
+                })
+            );
+            Ok(())
+        }
         _ => Err(USAGE.into()),
     }
 }

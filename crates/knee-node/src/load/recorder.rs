@@ -42,6 +42,12 @@ pub enum Status {
     Late = 4,
 }
 
+impl Status {
+    /// Every status in code order: the names `knee.results.STATUS_NAMES` reads the codes as
+    /// (`knee-node describe` prints them; a test holds the two sides together).
+    pub const NAMES: [&'static str; 5] = ["ok", "timeout", "drop", "error", "late"];
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sample {
     pub request_id: u64,
@@ -239,6 +245,19 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_names_follow_the_codes() {
+        for (status, name) in [
+            (Status::Ok, "ok"),
+            (Status::Timeout, "timeout"),
+            (Status::Drop, "drop"),
+            (Status::Error, "error"),
+            (Status::Late, "late"),
+        ] {
+            assert_eq!(Status::NAMES[status as usize], name);
+        }
+    }
 
     #[test]
     fn record_is_96_bytes_in_the_documented_layout() {
