@@ -2,12 +2,13 @@
 
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::pool::{Job, Pool};
+use super::reply::{finish, Replier};
 use super::{Outcome, ServerStats, Service};
 use crate::wire::arrival::{self, StampedSocket};
-use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus};
+use crate::wire::{FrameError, FrameReader, RequestHeader, WireStatus};
 use crate::{clock, report};
 
 pub(super) struct Context {
@@ -15,22 +16,6 @@ pub(super) struct Context {
     pub pool: Option<Arc<Pool>>,
     pub stats: Arc<ServerStats>,
     pub max_frame_bytes: usize,
-}
-
-/// The write half of a connection, shared by its reader thread and the pool's workers.
-pub(super) struct Replier {
-    stream: Mutex<(TcpStream, Vec<u8>)>,
-}
-
-impl Replier {
-    /// Writes one reply frame. A failed write means the client left; its reader sees that.
-    pub fn send(&self, header: &ReplyHeader, body: &[u8], stats: &ServerStats) {
-        let Ok(mut guard) = self.stream.lock() else { return };
-        let (stream, scratch) = &mut *guard;
-        if write_frame(stream, scratch, &[&header.encode(), body]).is_ok() {
-            stats.bytes_tx.fetch_add(scratch.len() as u64, Ordering::Relaxed);
-        }
-    }
 }
 
 pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
@@ -51,9 +36,7 @@ pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
 fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
     stream.set_nodelay(true).map_err(FrameError::Io)?;
     arrival::enable_rx_timestamps(stream);
-    let replier = Arc::new(Replier {
-        stream: Mutex::new((stream.try_clone().map_err(FrameError::Io)?, Vec::new())),
-    });
+    let replier = Arc::new(Replier::new(stream.try_clone().map_err(FrameError::Io)?));
     let mut reader = FrameReader::new(ctx.max_frame_bytes);
     let mut src = StampedSocket(stream);
     let mut reply = Vec::new();
@@ -122,32 +105,4 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
             }
         }
     }
-}
-
-/// Counts a served request and writes its reply with the residence time and its parts.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn finish(
-    replier: &Replier,
-    stats: &ServerStats,
-    request_id: u64,
-    outcome: &Outcome,
-    server_ns: u64,
-    queue_ns: u64,
-    service_ns: u64,
-    body: &[u8],
-) {
-    stats.requests.fetch_add(1, Ordering::Relaxed);
-    if outcome.status != WireStatus::Ok {
-        stats.errors.fetch_add(1, Ordering::Relaxed);
-    }
-    let header = ReplyHeader {
-        request_id,
-        status: outcome.status as u16,
-        flags: outcome.flags,
-        server_ns,
-        queue_ns,
-        service_ns,
-        detail_ns: outcome.detail_ns,
-    };
-    replier.send(&header, body, stats);
 }

@@ -8,6 +8,7 @@
 
 mod connection;
 mod pool;
+mod reply;
 mod stats;
 
 use std::net::TcpListener;

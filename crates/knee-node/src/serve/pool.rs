@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::connection::{finish, Replier};
+use super::reply::{finish, Replier};
 use super::{ServerStats, Service};
 use crate::clock;
 use crate::wire::RequestHeader;
