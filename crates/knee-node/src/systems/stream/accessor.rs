@@ -12,9 +12,10 @@ use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
-use super::client::{emit_progress, ClientConfig};
+use super::config::ClientConfig;
 use super::datagram::{self, BlockId, ReplyHeader, Request, REPLY_OK, REQUEST_BYTES};
 use super::frames::Frame;
+use super::lines::emit_progress;
 use super::rto::Rto;
 use crate::load::recorder::{Recorder, Sample, Status};
 use crate::{clock, signals};

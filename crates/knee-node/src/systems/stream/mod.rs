@@ -6,8 +6,10 @@
 
 mod accessor;
 mod client;
+mod config;
 mod datagram;
 mod frames;
+mod lines;
 mod link;
 mod rto;
 mod service;
