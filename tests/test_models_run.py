@@ -39,7 +39,8 @@ import knee
 from knee.models import analyze
 from knee.runner import run_experiment
 from knee.runner.display import Display
-from knee.spec import dump_toml, load_spec
+from knee.spec import load_spec
+from knee.toml_writer import dump_toml
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "experiments" / "matrix.toml"

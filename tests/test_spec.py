@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from knee.spec import SpecError, dump_toml, load_spec
+from knee.spec import SpecError, load_spec
 from knee.systems import SYSTEMS
+from knee.toml_writer import dump_toml
 
 HEAD = """
 [experiment]

@@ -1,7 +1,7 @@
-"""Parameter schemas: what a spec section may contain, its type, default and range.
-
-The spec validator (spec.py) checks every section of an experiment against these schemas,
-and the runner hands the validated values to knee-node as JSON.
+"""Parameter schemas: what a spec section may contain, its type, default and range; and
+`Point`, one measurement with every section resolved. Plain data: the spec validator
+(spec.py) builds points against these schemas, the systems read them to plan their nodes,
+and neither imports the other.
 """
 
 from __future__ import annotations
@@ -138,3 +138,38 @@ LOAD: Schema = {
     ),
     "warmup_requests": Param("int", 0, "the first requests of each point excluded as well", min=0),
 }
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: fully defaulted sections after series overrides and sweep values."""
+
+    index: int
+    series: str
+    swept: dict[str, Any]
+    experiment: dict[str, Any]
+    server: dict[str, Any]
+    load: dict[str, Any]
+    driver: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """Series name plus the swept values, e.g. ``"rate rate_per_s=10 threads=2"``."""
+        shorts = [k.partition(".")[2] for k in self.swept]
+        parts = [self.series]
+        for key, value in self.swept.items():
+            short = key.partition(".")[2]
+            parts.append(f"{short if shorts.count(short) == 1 else key}={fmt_value(value)}")
+        return " ".join(parts)
+
+
+def fmt_value(value: Any) -> str:
+    """Short, unambiguous rendering of a swept value for labels."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(fmt_value(v) for v in value) + "]"
+    return str(value)

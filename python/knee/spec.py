@@ -17,7 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knee.params import EXPERIMENT, LOAD, REQUIRED, Param, Rule, RuleError, Schema, Sections
+from knee.params import (
+    EXPERIMENT,
+    LOAD,
+    REQUIRED,
+    Param,
+    Point,
+    Rule,
+    RuleError,
+    Schema,
+    Sections,
+)
 from knee.systems import SYSTEMS
 
 SECTIONS = ("server", "load", "driver")  # the sections a series overrides and a sweep varies
@@ -50,29 +60,6 @@ class SpecError(Exception):
         self.key = key
         self.message = " ".join(message.splitlines())
         super().__init__(f"{self.path}: {self.key}: {self.message}")
-
-
-@dataclass(frozen=True)
-class Point:
-    """One measurement: fully defaulted sections after series overrides and sweep values."""
-
-    index: int
-    series: str
-    swept: dict[str, Any]
-    experiment: dict[str, Any]
-    server: dict[str, Any]
-    load: dict[str, Any]
-    driver: dict[str, Any]
-
-    @property
-    def label(self) -> str:
-        """Series name plus the swept values, e.g. ``"rate rate_per_s=10 threads=2"``."""
-        shorts = [k.partition(".")[2] for k in self.swept]
-        parts = [self.series]
-        for key, value in self.swept.items():
-            short = key.partition(".")[2]
-            parts.append(f"{short if shorts.count(short) == 1 else key}={_fmt(value)}")
-        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -147,18 +134,6 @@ def _show(value: Any, limit: int = 60) -> str:
 
 def _given(value: Any) -> str:
     return f"{_show(value)} ({_toml_type(value)})"
-
-
-def _fmt(value: Any) -> str:
-    """Short, unambiguous rendering of a swept value for labels."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        short = f"{value:g}"
-        return short if float(short) == value else repr(value)
-    if isinstance(value, list):
-        return "[" + ",".join(_fmt(v) for v in value) + "]"
-    return str(value)
 
 
 def _type_ok(kind: str, value: Any) -> bool:
@@ -467,56 +442,3 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
         list(presets),
         checked["events"],
     )
-
-
-# ---------------------------------------------------------------- TOML writer
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _toml_str(text: str) -> str:
-    def escape(c: str) -> str:
-        if c in _ESCAPES:
-            return _ESCAPES[c]
-        return f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
-
-    return '"' + "".join(escape(c) for c in text) + '"'
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _toml_str(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)  # also right for inf, -inf and nan
-    if isinstance(value, str):
-        return _toml_str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):  # inline table, e.g. an element of a list of tables
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"dump_toml cannot write {type(value).__name__} {value!r}")
-
-
-def _dump_table(table: Doc, header: list[str], lines: list[str]) -> None:
-    scalars = {k: v for k, v in table.items() if v is not None and not isinstance(v, dict)}
-    tables = {k: v for k, v in table.items() if isinstance(v, dict)}
-    if header and (scalars or not tables):
-        lines += ["", "[" + ".".join(_toml_key(k) for k in header) + "]"]
-    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
-    for name, sub in tables.items():
-        _dump_table(sub, [*header, name], lines)
-
-
-def dump_toml(data: dict[str, Any]) -> str:
-    """Minimal TOML writer: nested tables, strings, numbers, booleans and (nested) lists.
-    None values are left out."""
-    lines: list[str] = []
-    _dump_table(data, [], lines)
-    return "\n".join(lines).lstrip("\n") + "\n"

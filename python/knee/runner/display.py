@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from knee.spec import Point
+from knee.params import Point
 
 
 def fmt_ms(ns: float | None) -> str:

@@ -20,12 +20,14 @@ from typing import Any
 
 from knee import env, results, systems
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
+from knee.params import Point
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
-from knee.spec import Point, Spec, dump_toml
+from knee.spec import Spec
 from knee.stats import point_stats
 from knee.stats.interference import interference
 from knee.systems import NodePlan
+from knee.toml_writer import dump_toml
 
 #: How often CPU and node counters go into the time series.
 SAMPLE_INTERVAL_S = 1.0

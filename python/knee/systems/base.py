@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from knee.params import Rule, Schema
-
-if TYPE_CHECKING:
-    from knee.spec import Point
+from knee.params import Point, Rule, Schema
 
 
 @dataclass
@@ -33,7 +30,7 @@ class NodePlan:
     records: bool = False
 
 
-Topology = Callable[["Point"], list[NodePlan]]
+Topology = Callable[[Point], list[NodePlan]]
 
 
 def default_topology(point: Point) -> list[NodePlan]:

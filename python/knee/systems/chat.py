@@ -10,13 +10,10 @@ counts requests *per client*, as in the report (10,000 each).
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from knee.params import Param, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
-
-if TYPE_CHECKING:
-    from knee.spec import Point
 
 #: How an experiment's events name the nodes.
 LOAD_NODE = "load"

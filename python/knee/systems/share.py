@@ -9,13 +9,10 @@ docs/share.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from knee.params import Param, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
-
-if TYPE_CHECKING:
-    from knee.spec import Point
 
 #: Sample `op` codes (crates/knee-node/src/systems/share/mod.rs).
 OPS = {1: "register", 2: "unregister", 3: "search", 4: "obtain"}

@@ -8,13 +8,10 @@ request. See docs/stream.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from knee.params import Param, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
-
-if TYPE_CHECKING:
-    from knee.spec import Point
 
 BLOCK_SIDE_PX = 16
 BLOCK_BYTES = BLOCK_SIDE_PX * BLOCK_SIDE_PX * 3
