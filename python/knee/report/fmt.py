@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def _missing(value: float | None) -> bool:
+    """None, or NaN (what pandas leaves for an empty group)."""
+    return value is None or value != value
+
+
 def num(value: float | None, digits: int = 3) -> str:
-    """`digits` significant digits; large values in full ("-" for none)."""
-    if value is None:
+    """`digits` significant digits; large values in full ("-" for none or NaN)."""
+    if _missing(value):
         return "-"
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
@@ -18,7 +23,7 @@ def ms(ns: float | None, digits: int = 3) -> str:
 
 
 def pct(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{100 * fraction:.1f}%"
+    return "-" if _missing(fraction) else f"{100 * fraction:.1f}%"
 
 
 def _pair(ci: Any) -> bool:

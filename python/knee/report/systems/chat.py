@@ -479,16 +479,17 @@ def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
             f"<td>{int(counts.get(r.point, 0))}</td>"
             + "".join(f"<td>{fmt.num(v)}</td>" for v in cells)
             + f"<td>{fmt.pct(r.top_share_of_time)}</td><td>{fmt.num(r.top_db_ms)}</td>"
-            + f'<td class="{"v-pass" if r.holds else "v-warn"}">'
-            + ("yes" if r.holds else "no")
-            + "</td></tr>"
+            + _holds_cell(r.holds, int(counts.get(r.point, 0)))
+            + "</tr>"
         )
-    held = int(m["holds"].sum())
+    judged = m[m["point"].map(lambda pt: counts.get(pt, 0) >= 100)]
+    held = int(judged["holds"].sum())
     text = (
         f"<p>{SOURCE_MAGIC} The rule (Dumitras and Narasimhan): leaving out the highest 1% of "
         "requests makes latency bounded and predictable. Here it holds for a configuration "
         f"when leaving out the 1% divides the standard deviation by at least "
-        f"{chat.MAGIC_STD_FACTOR:g}. This run: it holds in {held} of {len(m)} configurations; "
+        f"{chat.MAGIC_STD_FACTOR:g}. This run: it holds in {held} of {len(judged)} configurations "
+        "with at least 100 requests; "
         f"the top 1% carries {_span(m['top_share_of_time'], fmt.pct)} of the total latency, "
         "and without it the maximum falls by a factor of "
         f"{_span(m['max_ms'] / m['max_without_ms'], lambda v: f'{v:.3g}')}. The top 1% of "
@@ -497,3 +498,10 @@ def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
         "in ms; w/o = without the top 1%.</p>"
     )
     return Section("chat-magic", "Chat: the magic 1%", [text, head + "".join(rows) + "</table>"])
+
+
+def _holds_cell(holds: bool, requests: int) -> str:
+    """The magic-1% verdict; n/a below 100 requests, where the slowest 1% is empty."""
+    if requests < 100:
+        return '<td class="v-na" title="fewer than 100 requests: no slowest 1%">n/a</td>'
+    return f'<td class="{"v-pass" if holds else "v-warn"}">{"yes" if holds else "no"}</td>'
