@@ -2,9 +2,12 @@
 
 - `point_stats`: everything summary.json holds for one sweep point (point.py);
 - `distribution`: count, mean, percentiles, max, their 95% intervals and support;
-- intervals.py (order statistics, batch means, Poisson counts), checks.py (rate, Poisson
-  arrivals, autocorrelation, percentile support), tail.py (the top 1%), groups.py (per
-  operation and per service).
+- rates.py (the send rate, throughput inside the window, drain, backlog, late sends),
+  stability.py (is the system keeping up?), quantiles.py (the one percentile definition),
+  intervals.py (order statistics, batch means, Poisson counts), checks.py (sender, Poisson
+  arrivals, autocorrelation, percentile support), interference.py (other processes' CPU),
+  cache.py (a result cache's hit ratio), tail.py (the top 1%), groups.py (per operation
+  and per service).
 """
 
 from knee.stats.distribution import QUANTILES, distribution
