@@ -15,10 +15,10 @@ docs/statistics.md). The long warm-up fills the cache before the window opens, a
 never empties in it (requests are still waiting when it closes): the server's output there is
 its capacity.
 
-This machine is shared: when other processes take more than half a core, service times move
-by more than the tolerance from one point to the next, whatever the model. A run that misses
-with such interference (knee's own per-point figures) is repeated once, then skipped with
-the figures; without interference a miss fails.
+The machine's compute speed drifts: a cache miss took 16.4 ms at saturation in one quiet
+run and 19 ms in the next, so either side can move by up to ~10% whatever the model. A run
+that misses is repeated once; a second miss fails, unless other processes took more than
+half a core (knee's own per-point figures) in it, when the test is skipped with the figures.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ TOLERANCE = 0.10
 #: Other processes' CPU (core-percent, knee's interference figures) beyond which a point's
 #: service time is no longer this machine's own: with more than half a core taken on 2
 #: cores, service times moved by 10-50% from point to point while this test was written.
-#: A run that misses the tolerance with such a point is run once more, then skipped.
+#: A second miss with such a point is skipped, not failed.
 DISTURBED_PERCENT = 50.0
 
 
@@ -184,8 +184,12 @@ def measure(run_dir: Path) -> Outcome:
 def test_cache_fit_capacity_matches_saturation_throughput(tmp_path: Path) -> None:
     outcome = measure(run_cache_series(tmp_path / "first"))
     print(f"\n{outcome.text()}")
-    if not outcome.ok and outcome.foreign_percent > DISTURBED_PERCENT:
-        outcome = measure(run_cache_series(tmp_path / "again"))  # once, on a busy machine
+    if not outcome.ok:
+        # Once more: this VM's compute speed drifts between points of one run even when
+        # nothing else runs (a miss took 16.4 ms at saturation in one run, 19 ms in the
+        # next), which moves either side by up to ~10%. A wrong fit (the lowest point's:
+        # 22-33% low) misses twice.
+        outcome = measure(run_cache_series(tmp_path / "again"))
         print(f"again: {outcome.text()}")
     if not outcome.ok and outcome.foreign_percent > DISTURBED_PERCENT:
         pytest.skip(
