@@ -11,7 +11,7 @@ use super::driver::DriverFactory;
 use super::recorder::{Recorder, Sample, Status};
 use super::{reply_sample, Limits, SendWindow};
 use crate::rng::Rng;
-use crate::wire::{write_frame, FrameReader, ReplyHeader, RequestHeader};
+use crate::wire::{frame_bytes, request_frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
 use crate::{clock, report, signals};
 
 /// Granularity at which a waiting client checks its request's timeout and the stop flag.
@@ -103,7 +103,7 @@ impl Client {
             body.clear();
             let (op, arg) = driver.next_request(&mut body);
             let sent_ns = clock::now_ns();
-            let bytes_out = (4 + 12 + body.len()) as u64;
+            let bytes_out = request_frame_bytes(body.len()) as u64;
             let mut sample = Sample {
                 request_id,
                 intended_ns: next_ns,
@@ -148,7 +148,8 @@ impl Client {
                             // Read after its deadline: a timeout, as if the tick had come first.
                             break Err(Status::Timeout);
                         }
-                        let mut s = reply_sample(&h, reply_body, &*self.factory, op, payload.len() + 4);
+                        let mut s =
+                            reply_sample(&h, reply_body, &*self.factory, op, frame_bytes(payload.len()));
                         s.received_ns = received_ns;
                         break Ok(s);
                     }

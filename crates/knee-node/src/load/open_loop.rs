@@ -18,7 +18,9 @@ use super::recorder::{Recorder, Sample, Status};
 use super::schedule::Schedule;
 use super::{reply_sample, Limits, SendWindow};
 use crate::rng::Rng;
-use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader};
+use crate::wire::{
+    frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
+};
 use crate::{clock, report, signals};
 use std::sync::atomic::Ordering;
 
@@ -210,7 +212,7 @@ impl Engine<'_> {
             self.close(slot);
             return 0;
         }
-        let bytes_out = (4 + 12 + body.len()) as u64;
+        let bytes_out = request_frame_bytes(body.len()) as u64;
         conn.pending.insert(
             id,
             InFlight {
@@ -275,7 +277,13 @@ impl Engine<'_> {
                 continue;
             }
             self.outstanding -= 1;
-            let mut sample = reply_sample(&header, reply_body, self.factory, f.op, payload.len() + 4);
+            let mut sample = reply_sample(
+                &header,
+                reply_body,
+                self.factory,
+                f.op,
+                frame_bytes(payload.len()),
+            );
             sample.intended_ns = f.intended_ns;
             sample.sent_ns = f.sent_ns;
             sample.received_ns = received_ns;

@@ -8,7 +8,7 @@ use super::pool::{Job, Pool};
 use super::reply::{finish, Replier};
 use super::{Outcome, ServerStats, Service};
 use crate::wire::arrival::{self, StampedSocket};
-use crate::wire::{FrameError, FrameReader, RequestHeader, WireStatus};
+use crate::wire::{frame_bytes, FrameError, FrameReader, RequestHeader, WireStatus};
 use crate::{clock, report};
 
 pub(super) struct Context {
@@ -53,7 +53,7 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
         let arrived_ns = read_stamp_ns.map_or(taken_ns, |t| t.min(taken_ns));
         ctx.stats
             .bytes_rx
-            .fetch_add((payload.len() + 4) as u64, Ordering::Relaxed);
+            .fetch_add(frame_bytes(payload.len()) as u64, Ordering::Relaxed);
         let Some((header, body)) = RequestHeader::decode(payload) else {
             return Err(FrameError::Malformed(format!(
                 "{} bytes is shorter than a request header",

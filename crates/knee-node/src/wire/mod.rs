@@ -16,3 +16,13 @@ mod header;
 pub use body::BodyReader;
 pub use frame::{write_frame, FrameError, FrameReader, StampedRead, DEFAULT_MAX_FRAME_BYTES, LENGTH_BYTES};
 pub use header::{ReplyHeader, RequestHeader, WireStatus, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
+
+/// Bytes on the wire of a frame carrying `payload_bytes`: the length prefix and the payload.
+pub fn frame_bytes(payload_bytes: usize) -> usize {
+    LENGTH_BYTES + payload_bytes
+}
+
+/// Bytes on the wire of a request frame with a body of `body_bytes`.
+pub fn request_frame_bytes(body_bytes: usize) -> usize {
+    frame_bytes(REQUEST_HEADER_BYTES + body_bytes)
+}

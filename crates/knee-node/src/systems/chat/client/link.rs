@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::load::recorder::Status;
 use crate::systems::chat::replica::UNKNOWN;
 use crate::systems::chat::FLAG_NOT_PRIMARY;
-use crate::wire::{write_frame, FrameReader, ReplyHeader, RequestHeader};
+use crate::wire::{frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
 use crate::{clock, signals};
 
 /// Granularity at which a waiting client checks its timeout and the stop flag.
@@ -157,7 +157,7 @@ impl Link {
                             // Read after its deadline: a timeout, as if the tick had come first.
                             return Attempt::Failed(Status::Timeout);
                         }
-                        return Attempt::Reply(h, b.to_vec(), payload.len() + 4);
+                        return Attempt::Reply(h, b.to_vec(), frame_bytes(payload.len()));
                     }
                     Ok(None) => {
                         let now = clock::now_ns();

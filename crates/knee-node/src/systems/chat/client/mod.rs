@@ -20,7 +20,7 @@ use session::Session;
 use super::{ACK_DONE, FLAG_DUPLICATE};
 use crate::load::recorder::{Recorder, Sample, Status};
 use crate::load::Progress;
-use crate::wire::WireStatus;
+use crate::wire::{request_frame_bytes, WireStatus};
 use crate::{clock, report, signals};
 
 pub fn run(config: &serde_json::Value) -> Result<(), String> {
@@ -149,7 +149,7 @@ fn client_loop(
             bytes_out: if outcome.sent_ns == 0 {
                 0
             } else {
-                (4 + 12 + body.len()) as u64
+                request_frame_bytes(body.len()) as u64
             },
             client: index as u32,
             arg: outcome.attempts,
