@@ -18,7 +18,7 @@ use knee_node::load::config::LoadConfig;
 use knee_node::load::recorder::{Status, SAMPLE_BYTES};
 use knee_node::serve::{self, ServeConfig};
 use knee_node::systems::matrix::power;
-use knee_node::{clock, report, signals, systems, wire};
+use knee_node::{clock, signals, stdio, systems, wire};
 use serde::Deserialize;
 
 const USAGE: &str = "usage: knee-node --version
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            report::log(&format!("error: {e}"));
+            stdio::log(&format!("error: {e}"));
             ExitCode::from(2)
         }
     }
@@ -49,7 +49,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 .get(1)
                 .ok_or_else(|| format!("{role}: which system? ({})", systems::NAMES.join(", ")))?;
             let (name, config) = options(&args[2..])?;
-            report::set_node_name(name.as_deref().unwrap_or(role));
+            stdio::set_node_name(name.as_deref().unwrap_or(role));
             signals::install();
             if role == "serve" {
                 serve_role(system, &config)
@@ -125,7 +125,7 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     // Before `ready`: accepted sockets inherit it, and the kernel is stamping by then.
     wire::arrival::enable_rx_timestamps(&listener);
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
     }));
     let cfg = ServeConfig {

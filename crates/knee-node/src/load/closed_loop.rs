@@ -12,7 +12,7 @@ use super::recorder::{Recorder, Sample, Status};
 use super::{reply_sample, Limits, SendWindow};
 use crate::rng::Rng;
 use crate::wire::{frame_bytes, request_frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 
 /// Granularity at which a waiting client checks its request's timeout and the stop flag.
 const READ_TICK: Duration = Duration::from_millis(20);
@@ -54,7 +54,7 @@ pub fn run(
                 think,
             };
             if let Err(e) = client.run(stream, &tickets, &last_sent) {
-                report::log(&format!("client {i}: {e}"));
+                stdio::log(&format!("client {i}: {e}"));
             }
         }));
     }

@@ -19,7 +19,7 @@ use recorder::{Recorder, Sample, Status};
 use schedule::Schedule;
 
 use crate::wire::{ReplyHeader, WireStatus};
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 /// Bounds of one run, in the units the loops use.
 #[derive(Clone, Debug)]
@@ -70,7 +70,7 @@ pub(crate) fn reply_sample(
         Some(WireStatus::Ok) => match factory.check_reply(op, body) {
             Ok(()) => Status::Ok,
             Err(reason) => {
-                report::log(&format!("request {}: bad reply: {reason}", h.request_id));
+                stdio::log(&format!("request {}: bad reply: {reason}", h.request_id));
                 Status::Error
             }
         },
@@ -135,7 +135,7 @@ pub fn run(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<(), Strin
     let c = &recorder.counters;
     let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
     let send_s = window.last_sent_ns.saturating_sub(start) as f64 / 1e9;
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "done",
         "sent": get(&c.sent), "completed": c.completed(), "ok": get(&c.ok),
         "timeouts": get(&c.timeouts), "drops": get(&c.drops), "errors": get(&c.errors),
@@ -176,7 +176,7 @@ impl Progress {
         let start = clock::now_ns();
         self.start_ns.store(start, Ordering::SeqCst);
         recorder.set_warmup_end(start + (warmup_s * 1e9) as u64);
-        report::emit(&serde_json::json!({"event": "start", "start_ns": start}));
+        stdio::emit(&serde_json::json!({"event": "start", "start_ns": start}));
         start
     }
 
@@ -206,7 +206,7 @@ fn progress_loop(recorder: &Recorder, done: &AtomicBool, start: &AtomicU64, rate
         let (completed, sent) = (c.completed(), get(&c.sent));
         recorder.flush();
         let dt_s = (now - last_ns) as f64 / 1e9;
-        report::emit(&serde_json::json!({
+        stdio::emit(&serde_json::json!({
             "event": "progress",
             "t_s": (now - start_ns) as f64 / 1e9,
             "sent": sent, "completed": completed, "ok": get(&c.ok), "timeouts": get(&c.timeouts),

@@ -21,7 +21,7 @@ use crate::rng::Rng;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
 };
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 use std::sync::atomic::Ordering;
 
 /// Within this of the next send, wait by polling without sleeping: a sleep can end late.
@@ -207,7 +207,7 @@ impl Engine<'_> {
         };
         let conn = &mut self.conns[slot];
         if let Err(e) = write_frame(&mut conn.stream, scratch, &[&header.encode(), body]) {
-            report::log(&format!("connection {slot}: send failed: {e}"));
+            stdio::log(&format!("connection {slot}: send failed: {e}"));
             self.record_unanswered(slot, id, &f, Status::Drop);
             self.close(slot);
             return 0;
@@ -293,7 +293,7 @@ impl Engine<'_> {
             self.recorder.record(&sample);
         };
         if let Some(reason) = failure {
-            report::log(&format!("connection {slot}: {reason}; closing it"));
+            stdio::log(&format!("connection {slot}: {reason}; closing it"));
         }
         self.close(slot);
     }

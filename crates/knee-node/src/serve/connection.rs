@@ -9,7 +9,7 @@ use super::reply::{finish, Replier};
 use super::{Outcome, ServerStats, Service};
 use crate::wire::arrival::{self, StampedSocket};
 use crate::wire::{frame_bytes, FrameError, FrameReader, RequestHeader, WireStatus};
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 pub(super) struct Context {
     pub service: Arc<dyn Service>,
@@ -26,7 +26,7 @@ pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
     if let Err(e) = serve_frames(&stream, &ctx) {
         if !matches!(e, FrameError::Closed) {
             ctx.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-            report::log(&format!("closing connection from {peer}: {e}"));
+            stdio::log(&format!("closing connection from {peer}: {e}"));
         }
     }
     let _ = stream.shutdown(Shutdown::Both);

@@ -15,7 +15,7 @@ use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::report;
+use crate::stdio;
 use crate::wire::{RequestHeader, WireStatus};
 
 pub use stats::ServerStats;
@@ -101,13 +101,13 @@ pub fn run(listener: TcpListener, service: Arc<dyn Service>, cfg: ServeConfig) -
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                report::log(&format!("accept failed: {e}"));
+                stdio::log(&format!("accept failed: {e}"));
                 continue;
             }
         };
         let open = stats.connections.load(Ordering::Relaxed) as usize;
         if open >= cfg.max_connections {
-            report::log(&format!(
+            stdio::log(&format!(
                 "refusing a connection: {open} open, the limit is {}",
                 cfg.max_connections
             ));

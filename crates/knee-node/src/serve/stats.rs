@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::pool::Pool;
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 #[derive(Default)]
 pub struct ServerStats {
@@ -23,7 +23,7 @@ pub(super) fn spawn_reporter(stats: Arc<ServerStats>, pool: Option<Arc<Pool>>) {
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_secs(1));
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        report::emit(&serde_json::json!({
+        stdio::emit(&serde_json::json!({
             "event": "stats",
             "t_ns": clock::now_ns(),
             "requests": get(&stats.requests),

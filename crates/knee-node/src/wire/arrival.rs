@@ -18,13 +18,13 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::frame::StampedRead;
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 static FALLBACK_SAID: AtomicBool = AtomicBool::new(false);
 
 fn say_fallback_once(why: &str) {
     if !FALLBACK_SAID.swap(true, Ordering::Relaxed) {
-        report::log(&format!(
+        stdio::log(&format!(
             "{why}: a request's arrival is then the time its bytes were read, which misses the \
              time they waited in the socket buffer (said once)"
         ));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::store::{DbConfig, Store, Value};
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 /// No primary is known (this replica cannot reach the database).
 pub const UNKNOWN: u32 = u32::MAX;
@@ -100,7 +100,7 @@ pub fn start(
         me,
         primary: AtomicU32::new(detector.beat(&mut store)?),
     });
-    report::log(&format!("replica {me}: primary is {}", view.primary()));
+    stdio::log(&format!("replica {me}: primary is {}", view.primary()));
     let shared = view.clone();
     std::thread::Builder::new()
         .name("heartbeat".into())
@@ -110,7 +110,7 @@ pub fn start(
             let now_primary = match detector.beat(&mut store) {
                 Ok(p) => p,
                 Err(e) => {
-                    report::log(&format!("heartbeat failed: {e}"));
+                    stdio::log(&format!("heartbeat failed: {e}"));
                     if clock::now_ns() - detector.last_ok_ns > detector.timeout_ns {
                         UNKNOWN // cut off from the state: stop serving
                     } else {
@@ -120,10 +120,10 @@ pub fn start(
             };
             if now_primary != before {
                 shared.primary.store(now_primary, Ordering::Relaxed);
-                report::log(&format!(
+                stdio::log(&format!(
                     "replica {me}: primary is now {now_primary} (was {before})"
                 ));
-                report::emit(&serde_json::json!({
+                stdio::emit(&serde_json::json!({
                     "event": "primary", "replica": me, "primary": now_primary,
                     "was": before, "t_ns": clock::now_ns(),
                 }));

@@ -127,7 +127,7 @@ impl Service for Replica {
                 }
             }
             Err(e) => {
-                crate::report::log(&format!("request {}: database: {e}", header.request_id));
+                crate::stdio::log(&format!("request {}: database: {e}", header.request_id));
                 reply.clear();
                 reply.extend_from_slice(format!("database: {e}").as_bytes());
                 server_error(0, db_ns)

@@ -29,7 +29,7 @@ use crate::load::recorder::{Recorder, Sample, Status};
 use crate::rng::Rng;
 use crate::wire::BodyReader;
 use crate::wire::{ReplyHeader, WireStatus};
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
 #[serde(rename_all = "lowercase")]
@@ -124,14 +124,14 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     c.last_progress_ns = start_ns;
     c.recorder
         .set_warmup_end(start_ns + (c.cfg.warmup_s * 1e9) as u64);
-    report::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
+    stdio::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
     let result = c.phases(&own);
     let latency = c.recorder.finish(&c.cfg.histogram_path)?;
     result?;
     let counters = &c.recorder.counters;
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     let elapsed_s = (clock::now_ns() - start_ns) as f64 / 1e9;
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "done",
         "sent": get(&counters.sent), "completed": counters.completed(), "ok": get(&counters.ok),
         "timeouts": get(&counters.timeouts), "drops": get(&counters.drops), "errors": get(&counters.errors),
@@ -430,9 +430,9 @@ impl Client {
     fn log_error(&mut self, msg: &str) {
         self.logged += 1;
         if self.logged <= MAX_LOGGED_ERRORS {
-            report::log(msg);
+            stdio::log(msg);
         } else if self.logged == MAX_LOGGED_ERRORS + 1 {
-            report::log("further errors are counted, not logged");
+            stdio::log("further errors are counted, not logged");
         }
     }
 
@@ -597,7 +597,7 @@ impl Client {
         let completed = c.completed();
         self.recorder.flush();
         let dt_s = (now - self.last_progress_ns) as f64 / 1e9;
-        report::emit(&serde_json::json!({
+        stdio::emit(&serde_json::json!({
             "event": "progress", "completed": completed, "sent": c.sent.load(Ordering::Relaxed),
             "ok": c.ok.load(Ordering::Relaxed), "errors": c.errors.load(Ordering::Relaxed),
             "rate_per_s": (completed - self.last_completed) as f64 / dt_s,

@@ -20,7 +20,7 @@ use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
 use crate::serve::ServerStats;
 use crate::wire::BodyReader;
 use crate::wire::{write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader, WireStatus};
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 
 /// Control frames are small: a name, an address, a few integers (a list of 100,000 files
 /// fits too). The obtain body is not a frame: it streams after the reply.
@@ -131,7 +131,7 @@ pub fn serve(config: &serde_json::Value) -> Result<(), String> {
         stats: ServerStats::default(),
         max_frame_bytes: opts.max_frame_bytes.min(MAX_CONTROL_FRAME_BYTES),
     });
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
     }));
     // Files are generated after `ready`, so that peers generate in parallel and a 1 GB file
@@ -146,7 +146,7 @@ pub fn serve(config: &serde_json::Value) -> Result<(), String> {
                     let _ = share.files.set(list);
                 }
                 Err(e) => {
-                    report::log(&format!("error: generating the shared files: {e}"));
+                    stdio::log(&format!("error: generating the shared files: {e}"));
                     std::process::exit(2);
                 }
             }
@@ -163,7 +163,7 @@ pub fn serve(config: &serde_json::Value) -> Result<(), String> {
         let Ok(stream) = stream else { continue };
         let open = state.stats.connections.load(Ordering::Relaxed) as usize;
         if open >= opts.max_connections {
-            report::log(&format!(
+            stdio::log(&format!(
                 "refusing a connection: {open} open, the limit is {}",
                 opts.max_connections
             ));
@@ -184,7 +184,7 @@ fn spawn_reporter(state: Arc<State>) {
         std::thread::sleep(Duration::from_secs(1));
         let s = &state.stats;
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        report::emit(&serde_json::json!({
+        stdio::emit(&serde_json::json!({
             "event": "stats", "t_ns": clock::now_ns(),
             "requests": get(&s.requests), "errors": get(&s.errors), "overloaded": 0,
             "bytes_rx": get(&s.bytes_rx), "bytes_tx": get(&s.bytes_tx),
@@ -202,7 +202,7 @@ fn connection(stream: TcpStream, state: &State) {
     if let Err(e) = frames(&stream, state) {
         if !matches!(e, FrameError::Closed) {
             state.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-            report::log(&format!("closing connection from {peer}: {e}"));
+            stdio::log(&format!("closing connection from {peer}: {e}"));
         }
     }
     let _ = stream.shutdown(Shutdown::Both);

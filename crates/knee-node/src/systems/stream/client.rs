@@ -8,7 +8,7 @@ use super::accessor::Accessor;
 use super::config::ClientConfig;
 use super::lines::summary;
 use crate::load::recorder::Recorder;
-use crate::{clock, report};
+use crate::{clock, stdio};
 
 pub fn run(config: &serde_json::Value) -> Result<(), String> {
     let cfg: ClientConfig =
@@ -30,7 +30,7 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     clock::tighten_timer_slack();
     let start_ns = clock::now_ns();
     recorder.set_warmup_end(start_ns + (cfg.warmup_s * 1e9) as u64);
-    report::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
+    stdio::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
     let mut accessor = Accessor::new(&cfg, sockets, &recorder, start_ns);
     accessor.run();
     let totals = accessor.totals();
@@ -38,6 +38,6 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     let mut done = summary(&totals, clock::now_ns() - start_ns);
     done["event"] = "done".into();
     done["latency"] = latency;
-    report::emit(&done);
+    stdio::emit(&done);
     Ok(())
 }

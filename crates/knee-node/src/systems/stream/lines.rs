@@ -2,7 +2,7 @@
 
 use super::accessor::Totals;
 use crate::load::recorder::Recorder;
-use crate::report;
+use crate::stdio;
 
 /// Every second: counts so far (the runner shows `completed`, `rate_per_s` and `p99_ns`).
 pub fn emit_progress(totals: &Totals, elapsed_ns: u64, recorder: &Recorder, rate_per_s: f64) {
@@ -11,7 +11,7 @@ pub fn emit_progress(totals: &Totals, elapsed_ns: u64, recorder: &Recorder, rate
     line["t_s"] = (elapsed_ns as f64 / 1e9).into();
     line["rate_per_s"] = rate_per_s.into();
     line["p99_ns"] = recorder.quantile_ns(0.99).into();
-    report::emit(&line);
+    stdio::emit(&line);
 }
 
 pub(super) fn summary(t: &Totals, elapsed_ns: u64) -> serde_json::Value {

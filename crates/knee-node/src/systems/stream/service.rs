@@ -13,7 +13,7 @@ use super::datagram::{self, BlockId, ReplyHeader, Request, BLOCK_SIDE_PX, REPLY_
 use super::link::{Delay, Loss, LossProcess};
 use super::timer::{Pending, TimerQueue};
 use crate::rng::Rng;
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 
 /// Largest frame side, in pixels; the catalog is checked against it.
 const MAX_SIDE_PX: u32 = 4096;
@@ -127,7 +127,7 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     socket.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = socket.local_addr().map_err(|e| e.to_string())?;
     clock::tighten_timer_slack();
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
     }));
     Service {
@@ -209,7 +209,7 @@ impl Service {
             Err(why) => {
                 self.counts.malformed += 1;
                 if self.counts.malformed <= MAX_LOGGED_MALFORMED {
-                    report::log(&format!("malformed datagram from {from} ignored: {why}"));
+                    stdio::log(&format!("malformed datagram from {from} ignored: {why}"));
                 }
                 return;
             }
@@ -278,7 +278,7 @@ impl Service {
 
     fn emit_stats(&self, last: bool) {
         let c = &self.counts;
-        report::emit(&serde_json::json!({
+        stdio::emit(&serde_json::json!({
             "event": "stats", "t_ns": clock::now_ns(), "final": last,
             "received": c.received, "replied": c.replied, "dropped": c.dropped,
             "overflow": c.overflow, "malformed": c.malformed, "bad_requests": c.bad_requests,

@@ -21,7 +21,7 @@ use super::{ACK_DONE, FLAG_DUPLICATE};
 use crate::load::recorder::{Recorder, Sample, Status};
 use crate::load::Progress;
 use crate::wire::{request_frame_bytes, WireStatus};
-use crate::{clock, report, signals};
+use crate::{clock, signals, stdio};
 
 pub fn run(config: &serde_json::Value) -> Result<(), String> {
     let cfg: ChatLoadConfig =
@@ -70,12 +70,12 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     let latency = recorder.finish(&cfg.histogram_path)?;
     let audit = audit::write(&cfg, link(&cfg, replicas));
     if let Err(e) = &audit {
-        report::log(&format!("audit: {e}"));
+        stdio::log(&format!("audit: {e}"));
     }
     let c = &recorder.counters;
     let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
     let send_s = get(&last_sent).saturating_sub(start) as f64 / 1e9;
-    report::emit(&serde_json::json!({
+    stdio::emit(&serde_json::json!({
         "event": "done",
         "sent": get(&c.sent), "completed": c.completed(), "ok": get(&c.ok),
         "timeouts": get(&c.timeouts), "drops": get(&c.drops), "errors": get(&c.errors),
@@ -172,7 +172,7 @@ fn client_loop(
                 } else {
                     if h.flags & FLAG_DUPLICATE == 0 {
                         let why = String::from_utf8_lossy(&reply[..reply.len().min(200)]).into_owned();
-                        report::log(&format!(
+                        stdio::log(&format!(
                             "client {index} request {request_id}: status {} {why}",
                             h.status
                         ));
