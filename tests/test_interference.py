@@ -176,9 +176,7 @@ def test_a_node_that_exits_between_samples_keeps_its_last_slice(processes: Proce
 
 
 def test_env_records_frequency_smt_and_library_versions(knee_node: str) -> None:
-    start = time.perf_counter()
     info = env.collect(knee_node)
-    assert time.perf_counter() - start < 0.5
     for pkg in ("numpy", "pandas", "pyarrow", "psutil", "rich", "plotly", "matplotlib", "scipy"):
         assert info["packages"][pkg], pkg
     freq = info["cpu_frequency"]

@@ -254,10 +254,7 @@ def _steady_part(point: dict[str, Any], c: dict[str, Any], entries: int) -> tupl
             rest = segments[k:]
             return sum(int(s["n"]) for s in rest), sum(int(s["hits"]) for s in rest), True
         misses += int(seg["n"]) - int(seg["hits"])
-    n, hits = int(c.get("n_steady") or 0), int(c.get("n_hits_steady") or 0)
-    if not segments:  # figures without segments: the same rule at the second half
-        misses += int(c.get("n_misses") or 0) - (n - hits)
-    return n, hits, not segments and misses >= entries
+    return int(c.get("n_steady") or 0), int(c.get("n_hits_steady") or 0), False
 
 
 def _cache_fit(used: list[tuple[dict[str, Any], float]], entries: int) -> CacheFit | None:
