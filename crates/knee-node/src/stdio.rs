@@ -1,7 +1,7 @@
 //! What a node tells the runner: JSON lines on stdout, reasons on stderr.
 //!
-//! Every stdout line is one JSON object with an `event` field: `ready`, `stats`, `progress`,
-//! `done`. The format is documented in `docs/node-protocol.md`.
+//! Every stdout line is one JSON object with an `event` field; the events are typed in
+//! `events.rs` and documented in `docs/node-protocol.md`.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -13,8 +13,9 @@ pub fn set_node_name(name: &str) {
     let _ = NODE_NAME.set(name.to_string());
 }
 
-/// Prints one JSON line to stdout, whole (stdout is locked for the line).
-pub fn emit(value: &serde_json::Value) {
+/// Prints one JSON line to stdout, whole (stdout is locked for the line). Events go through
+/// `events::emit`, which gives each line its name.
+pub fn emit_line<T: serde::Serialize>(value: &T) {
     let mut out = std::io::stdout().lock();
     // A closed stdout (the runner went away) must not crash the node mid-measurement.
     let _ = serde_json::to_writer(&mut out, value);
@@ -26,4 +27,9 @@ pub fn emit(value: &serde_json::Value) {
 pub fn log(msg: &str) {
     let name = NODE_NAME.get().map(String::as_str).unwrap_or("knee-node");
     let _ = writeln!(std::io::stderr().lock(), "[{name}] {msg}");
+}
+
+/// Untyped lines, until every caller emits a typed event (`events.rs`).
+pub fn emit(value: &serde_json::Value) {
+    emit_line(value);
 }
