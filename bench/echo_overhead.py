@@ -333,7 +333,7 @@ def bench_poisson(knee: Path, addr: str, work: Path, plan: Plan) -> Section:
         done = result.done
         first_late.append(first_send_lateness_ns(result.samples_path))
         achieved.append(done["achieved_rate_per_s"] / rate)
-        late_pct.append(100.0 * done["late"] / max(1, done["sent"]))
+        late_pct.append(100.0 * done["late_sends"] / max(1, done["sent"]))
         p99.append(done["latency"]["p99_ns"])
     a, late = median(achieved), median(late_pct)
     rows = [

@@ -219,7 +219,7 @@ def test_late_sends_in_the_done_line_match_the_samples(
     echo_server: Server, spawn_load: SpawnLoad
 ) -> None:
     """Freeze the generator itself for 300 ms: every request due while it was frozen leaves
-    late, and the `late` count equals the samples with sent - intended > late_ms."""
+    late, and the `late_sends` count equals the samples with sent - intended > late_ms."""
     late_ms = 5
     load = spawn_load(
         "echo",
@@ -240,13 +240,13 @@ def test_late_sends_in_the_done_line_match_the_samples(
 
     assert len(r) == 1500 and np.all(r["status"] == STATUS_OK)
     lateness_ns = r["sent_ns"].astype(np.int64) - r["intended_ns"].astype(np.int64)
-    assert done["late"] == int(np.count_nonzero(lateness_ns > late_ms * MS))
+    assert done["late_sends"] == int(np.count_nonzero(lateness_ns > late_ms * MS))
     # Due while the generator was frozen, more than late_ms before it resumed: late.
     intended = r["intended_ns"].astype(np.int64)
     due_frozen = (intended >= stopped_ns) & (intended < resumed_ns - late_ms * MS)
     assert due_frozen.sum() >= 200
     assert np.all(lateness_ns[due_frozen] > late_ms * MS)
-    assert done["late"] >= due_frozen.sum()
+    assert done["late_sends"] >= due_frozen.sum()
     # Their lateness is part of their latency (measured from the intended time).
     latency_ns = r["received_ns"].astype(np.int64) - intended
     assert np.all(latency_ns[due_frozen] >= lateness_ns[due_frozen])
@@ -284,7 +284,7 @@ def test_requests_beyond_max_outstanding_are_drops_never_sent(
     assert done["bytes_tx"] == 10 * ECHO_REQUEST_BYTES
     # Only a request that left can be a late send (late_ms is 1 by default).
     lateness_ns = sent["sent_ns"].astype(np.int64) - sent["intended_ns"].astype(np.int64)
-    assert done["late"] == int(np.count_nonzero(lateness_ns > MS))
+    assert done["late_sends"] == int(np.count_nonzero(lateness_ns > MS))
 
 
 # --- overloaded ---------------------------------------------------------------------------

@@ -12,9 +12,7 @@
 
 use std::net::TcpListener;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use knee_node::load::config::LoadConfig;
 use knee_node::load::recorder::{Status, SAMPLE_BYTES};
 use knee_node::serve::{self, ServeConfig};
 use knee_node::systems::matrix::power;
@@ -145,18 +143,7 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
-    if system == "share" {
-        return systems::share::client::run(config); // phases of operations, not a schedule
-    }
-    if system == "stream" {
-        return systems::stream::load(config); // its own client loop (FrameAccessor)
-    }
-    if system == "chat" {
-        return systems::chat::client::run(config); // its own client loop, with failover
-    }
-    let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
-    let factory = systems::driver(system, &cfg.driver)?;
-    knee_node::load::run(cfg, Arc::clone(&factory))
+    systems::client(system, config)?.run_in_harness()
 }
 
 fn gemm_rate(n: Option<&String>, reps: Option<&String>) -> Result<(), String> {

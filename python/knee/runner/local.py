@@ -345,7 +345,8 @@ def _sample(state: RunState, point: int) -> None:
             "connections",
             "rate_per_s",
             "p99_ns",
-            "late",
+            "late_sends",
+            "late_replies",
         ):
             if key in counters:
                 row[key] = counters[key]

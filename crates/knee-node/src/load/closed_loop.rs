@@ -6,96 +6,106 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::Think;
+use super::config::{LoadConfig, ScheduleConfig, Think};
 use super::driver::DriverFactory;
-use super::recorder::{Recorder, Sample, Status};
-use super::{reply_sample, Limits, SendWindow};
+use super::harness::{Plan, Role, RunContext};
+use super::recorder::{Sample, Status};
+use super::reply_sample;
+use crate::events::NoExtra;
 use crate::rng::Rng;
 use crate::wire::{frame_bytes, request_frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
-use crate::{clock, signals, stdio};
+use crate::{clock, stdio};
 
 /// Granularity at which a waiting client checks its request's timeout and the stop flag.
 const READ_TICK: Duration = Duration::from_millis(20);
-/// After a stop request, how long a reply in flight is still waited for (as in the open
-/// loop); a request still unanswered then is a drop.
-const STOP_GRACE_NS: u64 = 1_000_000_000;
 
+/// The closed-loop role: one connection per client, the clients still to start.
 pub struct ClosedLoop {
-    pub think_ns: f64,
-    pub think: Think,
-}
-
-pub fn run(
+    cfg: LoadConfig,
     streams: Vec<TcpStream>,
-    params: &ClosedLoop,
     factory: Arc<dyn DriverFactory>,
-    recorder: Arc<Recorder>,
-    limits: &Limits,
-) -> Result<SendWindow, String> {
-    let tickets = Arc::new(AtomicU64::new(0));
-    let last_sent = Arc::new(AtomicU64::new(0));
-    let mut clients = Vec::new();
-    for (i, stream) in streams.into_iter().enumerate() {
-        let (factory, recorder, tickets, last_sent) = (
-            factory.clone(),
-            recorder.clone(),
-            tickets.clone(),
-            last_sent.clone(),
-        );
-        let limits = limits.clone();
-        let (think_ns, think) = (params.think_ns, params.think);
-        clients.push(std::thread::spawn(move || {
-            let client = Client {
-                index: i as u32,
-                factory,
-                recorder,
-                limits,
-                think_ns,
-                think,
-            };
-            if let Err(e) = client.run(stream, &tickets, &last_sent) {
-                stdio::log(&format!("client {i}: {e}"));
-            }
-        }));
-    }
-    for c in clients {
-        let _ = c.join();
-    }
-    Ok(SendWindow {
-        last_sent_ns: last_sent.load(Ordering::Relaxed),
-    })
 }
 
-struct Client {
+impl ClosedLoop {
+    pub fn new(cfg: LoadConfig, streams: Vec<TcpStream>, factory: Arc<dyn DriverFactory>) -> ClosedLoop {
+        ClosedLoop {
+            cfg,
+            streams,
+            factory,
+        }
+    }
+}
+
+impl Role for ClosedLoop {
+    type Progress = NoExtra;
+    type Done = NoExtra;
+
+    /// One request in flight per client by construction: no in-flight bound.
+    fn plan(&mut self) -> Plan {
+        super::plan(&self.cfg, None, None)
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
+        let (think_ns, think) = match &self.cfg.schedule {
+            ScheduleConfig::Closed { think_ms, think, .. } => (think_ms * 1e6, *think),
+            _ => return Err("the closed loop needs a closed schedule".into()),
+        };
+        let tickets = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for (i, stream) in std::mem::take(&mut self.streams).into_iter().enumerate() {
+                let client = Client {
+                    index: i as u32,
+                    factory: &*self.factory,
+                    ctx,
+                    timeout_ns: (self.cfg.timeout_ms * 1e6) as u64,
+                    max_frame_bytes: self.cfg.max_frame_bytes,
+                    seed: self.cfg.seed,
+                    think_ns,
+                    think,
+                };
+                let tickets = &tickets;
+                s.spawn(move || {
+                    if let Err(e) = client.run(stream, tickets) {
+                        stdio::log(&format!("client {i}: {e}"));
+                    }
+                });
+            }
+        });
+        Ok(NoExtra {})
+    }
+}
+
+struct Client<'a> {
     index: u32,
-    factory: Arc<dyn DriverFactory>,
-    recorder: Arc<Recorder>,
-    limits: Limits,
+    factory: &'a dyn DriverFactory,
+    ctx: &'a RunContext,
+    timeout_ns: u64,
+    max_frame_bytes: usize,
+    seed: u64,
     think_ns: f64,
     think: Think,
 }
 
-impl Client {
-    fn run(&self, stream: TcpStream, tickets: &AtomicU64, last_sent: &AtomicU64) -> Result<(), String> {
+impl Client<'_> {
+    fn run(&self, stream: TcpStream, tickets: &AtomicU64) -> Result<(), String> {
         stream
             .set_read_timeout(Some(READ_TICK))
             .map_err(|e| e.to_string())?;
         let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
         let mut src = &stream;
-        let mut reader = FrameReader::new(self.limits.max_frame_bytes);
-        let mut driver = self.factory.driver(self.limits.seed, self.index as u64 + 1);
-        let mut rng = Rng::new(self.limits.seed ^ (0xC1E7 + self.index as u64));
-        let counters = &self.recorder.counters;
+        let mut reader = FrameReader::new(self.max_frame_bytes);
+        let mut driver = self.factory.driver(self.seed, self.index as u64 + 1);
+        let mut rng = Rng::new(self.seed ^ (0xC1E7 + self.index as u64));
+        let recorder = &self.ctx.recorder;
         let (mut body, mut scratch) = (Vec::new(), Vec::new());
         let mut next_ns = clock::now_ns();
         loop {
-            if !clock::wait_until_unless_stopped(next_ns)
-                || self.limits.end_ns.is_some_and(|end| next_ns >= end)
+            if !clock::wait_until_unless_stopped(next_ns) || self.ctx.stopping() || self.ctx.past_end(next_ns)
             {
                 return Ok(());
             }
             let ticket = tickets.fetch_add(1, Ordering::Relaxed);
-            if self.limits.requests.is_some_and(|max| ticket >= max) {
+            if !self.ctx.allows_request(ticket) {
                 return Ok(());
             }
             // Ids are unique across clients: client index in the high bits.
@@ -124,17 +134,11 @@ impl Client {
                 sample.sent_ns = 0;
                 sample.bytes_out = 0;
                 sample.status = Status::Drop as u8;
-                self.recorder.record(&sample);
+                recorder.record(&sample);
                 return Err(format!("send failed: {e}; this client stops"));
             }
-            if sent_ns.saturating_sub(next_ns) > self.limits.late_ns {
-                counters.late.fetch_add(1, Ordering::Relaxed);
-            }
-            counters.sent.fetch_add(1, Ordering::Relaxed);
-            counters.bytes_tx.fetch_add(bytes_out, Ordering::Relaxed);
-            last_sent.fetch_max(sent_ns, Ordering::Relaxed);
-            let deadline_ns = sent_ns + self.limits.timeout_ns;
-            let mut stop_deadline_ns: Option<u64> = None;
+            self.ctx.count_send(next_ns, sent_ns, bytes_out);
+            let deadline_ns = sent_ns + self.timeout_ns;
             let got = loop {
                 match reader.read_frame(&mut src) {
                     Ok(Some(payload)) => {
@@ -149,7 +153,7 @@ impl Client {
                             break Err(Status::Timeout);
                         }
                         let mut s =
-                            reply_sample(&h, reply_body, &*self.factory, op, frame_bytes(payload.len()));
+                            reply_sample(&h, reply_body, self.factory, op, frame_bytes(payload.len()));
                         s.received_ns = received_ns;
                         break Ok(s);
                     }
@@ -158,17 +162,14 @@ impl Client {
                         if now >= deadline_ns {
                             break Err(Status::Timeout);
                         }
-                        if signals::stop_requested() {
+                        if self.ctx.grace_over(now) {
                             // Stopped with this request in flight: after the grace, a drop.
-                            let stop_at = *stop_deadline_ns.get_or_insert(now + STOP_GRACE_NS);
-                            if now >= stop_at {
-                                break Err(Status::Drop);
-                            }
+                            break Err(Status::Drop);
                         }
                     }
                     Err(e) => {
                         sample.status = Status::Drop as u8;
-                        self.recorder.record(&sample);
+                        recorder.record(&sample);
                         return Err(format!("{e}; this client stops"));
                     }
                 }
@@ -186,7 +187,7 @@ impl Client {
                 }
                 Err(status) => sample.status = status as u8,
             }
-            self.recorder.record(&sample);
+            recorder.record(&sample);
             let think_ns = match self.think {
                 Think::Fixed => self.think_ns,
                 Think::Exponential => rng.exponential(self.think_ns),

@@ -13,16 +13,18 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use super::config::LoadConfig;
 use super::driver::{Driver, DriverFactory};
-use super::recorder::{Recorder, Sample, Status};
+use super::harness::{Plan, Role, RunContext};
+use super::recorder::{Sample, Status};
+use super::reply_sample;
 use super::schedule::Schedule;
-use super::{reply_sample, Limits, SendWindow};
+use crate::events::NoExtra;
 use crate::rng::Rng;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
 };
-use crate::{clock, signals, stdio};
-use std::sync::atomic::Ordering;
+use crate::{clock, stdio};
 
 /// Within this of the next send, wait by polling without sleeping: a sleep can end late.
 const SPIN_NS: u64 = 50_000;
@@ -33,8 +35,6 @@ const SPIN_AFTER_SEND_NS: u64 = 50_000;
 const IDLE_WAIT_NS: u64 = 20_000_000;
 /// How often requests past their timeout are looked for.
 const EXPIRY_EVERY_NS: u64 = 5_000_000;
-/// After a stop request, how long replies already in flight are still waited for.
-const STOP_GRACE_NS: u64 = 1_000_000_000;
 
 struct InFlight {
     intended_ns: u64,
@@ -80,25 +80,60 @@ struct Engine<'a> {
     conns: Vec<Conn>,
     pollfds: Vec<libc::pollfd>,
     factory: &'a dyn DriverFactory,
-    recorder: &'a Recorder,
-    limits: &'a Limits,
+    ctx: &'a RunContext,
+    timeout_ns: u64,
+    max_outstanding: usize,
     outstanding: usize,
 }
 
-pub fn run(
+/// The open-loop role: connected, its schedule still to run.
+pub struct OpenLoop {
+    cfg: LoadConfig,
+    streams: Vec<TcpStream>,
+    factory: Arc<dyn DriverFactory>,
+}
+
+impl OpenLoop {
+    pub fn new(cfg: LoadConfig, streams: Vec<TcpStream>, factory: Arc<dyn DriverFactory>) -> OpenLoop {
+        OpenLoop {
+            cfg,
+            streams,
+            factory,
+        }
+    }
+}
+
+impl Role for OpenLoop {
+    type Progress = NoExtra;
+    type Done = NoExtra;
+
+    fn plan(&mut self) -> Plan {
+        let schedule = Schedule::new(&self.cfg.schedule);
+        super::plan(&self.cfg, schedule, Some(self.cfg.max_outstanding))
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
+        let schedule = Schedule::new(&self.cfg.schedule).ok_or("the open loop needs a schedule")?;
+        let streams = std::mem::take(&mut self.streams);
+        run(streams, schedule, &self.cfg, &*self.factory, ctx);
+        Ok(NoExtra {})
+    }
+}
+
+fn run(
     streams: Vec<TcpStream>,
     mut schedule: Schedule,
-    factory: Arc<dyn DriverFactory>,
-    recorder: Arc<Recorder>,
-    limits: &Limits,
-) -> Result<SendWindow, String> {
+    cfg: &LoadConfig,
+    factory: &dyn DriverFactory,
+    ctx: &RunContext,
+) {
     let conns: Vec<Conn> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| Conn {
             index: i as u32,
             stream,
-            reader: FrameReader::new(limits.max_frame_bytes),
+            reader: FrameReader::new(cfg.max_frame_bytes),
             pending: HashMap::new(),
             deadlines: VecDeque::new(),
             alive: true,
@@ -115,26 +150,26 @@ pub fn run(
     let mut engine = Engine {
         conns,
         pollfds,
-        factory: &*factory,
-        recorder: &recorder,
-        limits,
+        factory,
+        ctx,
+        timeout_ns: (cfg.timeout_ms * 1e6) as u64,
+        max_outstanding: ctx.bounds.max_in_flight.unwrap_or(usize::MAX),
         outstanding: 0,
     };
-    let mut driver = factory.driver(limits.seed, 0);
-    let mut rng = Rng::new(limits.seed ^ 0x5EED_5C4E_D01E);
+    let mut driver = factory.driver(cfg.seed, 0);
+    let mut rng = Rng::new(cfg.seed ^ 0x5EED_5C4E_D01E);
     let mut next_due = |next_id: u64, rng: &mut Rng| -> Option<u64> {
-        if limits.requests.is_some_and(|max| next_id >= max) {
+        if !ctx.allows_request(next_id) {
             return None;
         }
-        let due_ns = limits.start_ns + schedule.next_offset_ns(rng)?;
-        limits.end_ns.is_none_or(|end| due_ns < end).then_some(due_ns)
+        let due_ns = ctx.start_ns + schedule.next_offset_ns(rng)?;
+        (!ctx.past_end(due_ns)).then_some(due_ns)
     };
-    let mut window = SendWindow::default();
     let (mut body, mut scratch) = (Vec::new(), Vec::new());
     let mut next_id = 0;
     let mut due = next_due(next_id, &mut rng);
     let mut next_expiry_ns = 0;
-    let mut stop_deadline_ns: Option<u64> = None;
+    let mut last_sent_ns = 0;
     loop {
         let now = clock::now_ns();
         // Checked on every pass, also while the sender is behind and sends back to back.
@@ -142,13 +177,12 @@ pub fn run(
             engine.expire(now);
             next_expiry_ns = now + EXPIRY_EVERY_NS;
         }
-        if signals::stop_requested() && stop_deadline_ns.is_none() {
+        if ctx.stopping() {
             due = None;
-            stop_deadline_ns = Some(now + STOP_GRACE_NS);
         }
         if let Some(intended_ns) = due.filter(|&t| now >= t) {
             let sent_ns = engine.send(next_id, intended_ns, &mut *driver, &mut body, &mut scratch);
-            window.last_sent_ns = window.last_sent_ns.max(sent_ns);
+            last_sent_ns = last_sent_ns.max(sent_ns);
             next_id += 1;
             due = next_due(next_id, &mut rng);
             // Read what has arrived before the next send, even when behind schedule, so
@@ -159,18 +193,17 @@ pub fn run(
         if due.is_none() && engine.outstanding == 0 {
             break;
         }
-        if stop_deadline_ns.is_some_and(|t| now >= t) {
+        if ctx.grace_over(now) {
             engine.abandon_all();
             break;
         }
         let wait_ns = match due {
-            _ if engine.outstanding > 0 && now < window.last_sent_ns + SPIN_AFTER_SEND_NS => 0,
+            _ if engine.outstanding > 0 && now < last_sent_ns + SPIN_AFTER_SEND_NS => 0,
             Some(t) => (t - now).saturating_sub(SPIN_NS),
             None => IDLE_WAIT_NS,
         };
         engine.poll_replies(wait_ns.min(IDLE_WAIT_NS));
     }
-    Ok(window)
 }
 
 impl Engine<'_> {
@@ -194,11 +227,10 @@ impl Engine<'_> {
             arg,
             bytes_out: 0,
         };
-        if self.outstanding >= self.limits.max_outstanding || !self.conns[slot].alive {
+        if self.outstanding >= self.max_outstanding || !self.conns[slot].alive {
             self.record_unanswered(slot, id, &f, Status::Drop);
             return 0;
         }
-        let counters = &self.recorder.counters;
         let sent_ns = clock::now_ns();
         let header = RequestHeader {
             request_id: id,
@@ -221,13 +253,9 @@ impl Engine<'_> {
                 ..f
             },
         );
-        conn.deadlines.push_back((sent_ns + self.limits.timeout_ns, id));
+        conn.deadlines.push_back((sent_ns + self.timeout_ns, id));
         self.outstanding += 1;
-        if sent_ns.saturating_sub(intended_ns) > self.limits.late_ns {
-            counters.late.fetch_add(1, Ordering::Relaxed);
-        }
-        counters.sent.fetch_add(1, Ordering::Relaxed);
-        counters.bytes_tx.fetch_add(bytes_out, Ordering::Relaxed);
+        self.ctx.count_send(intended_ns, sent_ns, bytes_out);
         sent_ns
     }
 
@@ -270,7 +298,7 @@ impl Engine<'_> {
             let Some(f) = pending.remove(&header.request_id) else {
                 continue;
             };
-            if received_ns >= f.sent_ns + self.limits.timeout_ns {
+            if received_ns >= f.sent_ns + self.timeout_ns {
                 // Read after its deadline: a timeout, as if the expiry had come first.
                 let id = header.request_id;
                 self.record_unanswered(slot, id, &f, Status::Timeout);
@@ -290,7 +318,7 @@ impl Engine<'_> {
             sample.bytes_out = f.bytes_out;
             sample.client = *index;
             sample.arg = f.arg;
-            self.recorder.record(&sample);
+            self.ctx.recorder.record(&sample);
         };
         if let Some(reason) = failure {
             stdio::log(&format!("connection {slot}: {reason}; closing it"));
@@ -317,7 +345,7 @@ impl Engine<'_> {
         if f.sent_ns != 0 {
             self.outstanding -= 1;
         }
-        self.recorder.record(&Sample {
+        self.ctx.recorder.record(&Sample {
             request_id: id,
             intended_ns: f.intended_ns,
             sent_ns: f.sent_ns,

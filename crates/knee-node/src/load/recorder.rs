@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use hdrhistogram::Histogram;
 
 use crate::clock;
+use crate::events::{Counts, LatencySummary};
 
 pub const SAMPLE_BYTES: usize = 96;
 const FLUSH_EVERY_NS: u64 = 100_000_000;
@@ -93,11 +94,14 @@ impl Sample {
     }
 }
 
-/// Counts shown in progress lines; updated without taking the recorder's lock.
+/// Counts shown in progress and done lines; updated without taking the recorder's lock.
+/// `record` counts the outcomes and `bytes_rx`; the sender counts `sent`, `late_sends` and
+/// `bytes_tx` (`load::harness::RunContext::count_send`).
 #[derive(Default)]
 pub struct Counters {
     pub sent: AtomicU64,
-    pub late: AtomicU64,
+    /// Sends more than `late_ms` behind their intended time.
+    pub late_sends: AtomicU64,
     pub ok: AtomicU64,
     pub timeouts: AtomicU64,
     pub drops: AtomicU64,
@@ -112,6 +116,23 @@ impl Counters {
     pub fn completed(&self) -> u64 {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         get(&self.ok) + get(&self.timeouts) + get(&self.drops) + get(&self.errors) + get(&self.late_replies)
+    }
+
+    /// The counts now, as the progress and done lines carry them.
+    pub fn snapshot(&self) -> Counts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Counts {
+            sent: get(&self.sent),
+            completed: self.completed(),
+            ok: get(&self.ok),
+            timeouts: get(&self.timeouts),
+            drops: get(&self.drops),
+            errors: get(&self.errors),
+            late_sends: get(&self.late_sends),
+            late_replies: get(&self.late_replies),
+            bytes_tx: get(&self.bytes_tx),
+            bytes_rx: get(&self.bytes_rx),
+        }
     }
 }
 
@@ -204,7 +225,7 @@ impl Recorder {
 
     /// Flushes, writes the histogram as `value_ns,count` lines, and returns the quantiles
     /// for the summary, or the first write error.
-    pub fn finish(&self, histogram_path: &str) -> Result<serde_json::Value, String> {
+    pub fn finish(&self, histogram_path: &str) -> Result<LatencySummary, String> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.flush(clock::now_ns());
         if let Some(e) = inner.write_error.take() {
@@ -221,12 +242,15 @@ impl Recorder {
         }
         std::fs::write(histogram_path, text).map_err(|e| format!("writing {histogram_path}: {e}"))?;
         let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
-        Ok(serde_json::json!({
-            "count": h.len(),
-            "mean_ns": if h.is_empty() { 0.0 } else { h.mean() },
-            "p50_ns": q(0.5), "p90_ns": q(0.9), "p99_ns": q(0.99), "p999_ns": q(0.999),
-            "max_ns": if h.is_empty() { 0 } else { h.max() },
-        }))
+        Ok(LatencySummary {
+            count: h.len(),
+            mean_ns: if h.is_empty() { 0.0 } else { h.mean() },
+            p50_ns: q(0.5),
+            p90_ns: q(0.9),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            max_ns: if h.is_empty() { 0 } else { h.max() },
+        })
     }
 }
 

@@ -1,5 +1,5 @@
 //! The systems knee-node can serve and drive. Each lives in its own folder with its server
-//! side and its client driver; this file only maps names to them.
+//! side and its client role; this file only maps names to them.
 
 pub mod chat;
 pub mod echo;
@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use crate::load::config::LoadConfig;
 use crate::load::driver::DriverFactory;
+use crate::load::harness::ClientRole;
 use crate::serve::Service;
 
 /// A system's server: its logic and the pool size / queue bound it asks for.
@@ -28,6 +30,22 @@ pub fn server(system: &str, params: &serde_json::Value) -> Result<ServerParts, S
         "chat" => chat::server::build(parse(params, "server")?),
         "echo" => echo::server(parse(params, "server")?),
         "matrix" => matrix::server::build(parse(params, "server")?),
+        _ => Err(unknown(system)),
+    }
+}
+
+/// A system's client role (`knee-node load <system>`), set up and ready for the harness.
+pub fn client(system: &str, config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
+    match system {
+        "chat" => chat::client::role(config), // closed-loop clients with failover
+        "share" => share::client::role(config), // phases of operations, not a schedule
+        "stream" => stream::client(config),   // the FrameAccessor, over UDP
+        "echo" | "matrix" => {
+            let cfg: LoadConfig =
+                serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
+            let factory = driver(system, &cfg.driver)?;
+            crate::load::role(cfg, factory)
+        }
         _ => Err(unknown(system)),
     }
 }

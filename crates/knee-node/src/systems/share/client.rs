@@ -14,10 +14,9 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::codec::{self, Entry};
@@ -25,7 +24,9 @@ use super::conn::{Conns, OpError};
 use super::files::{file_name, SharedFile, CHUNK_BYTES};
 use super::route::{owner, replica};
 use super::*;
-use crate::load::recorder::{Recorder, Sample, Status};
+use crate::events::NoExtra;
+use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
+use crate::load::recorder::{Sample, Status};
 use crate::rng::Rng;
 use crate::wire::BodyReader;
 use crate::wire::{ReplyHeader, WireStatus};
@@ -85,7 +86,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// Error lines logged per run; the rest are counted in the `done` line.
 const MAX_LOGGED_ERRORS: u64 = 20;
 
-pub fn run(config: &serde_json::Value) -> Result<(), String> {
+pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg: ClientConfig =
         serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     if cfg.peers.is_empty() || cfg.peers.len() > MAX_PEERS || cfg.peer_index >= cfg.peers.len() {
@@ -107,41 +108,59 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
         end_ns: begin_ns + (cfg.duration_s * 1e9) as u64,
         conns: Conns::new(Duration::from_secs_f64(cfg.timeout_ms / 1e3)),
         data: Conns::new(Duration::from_secs_f64(cfg.timeout_ms / 1e3)),
-        recorder: Recorder::create(&cfg.samples_path)
-            .map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
         rng: Rng::new(cfg.seed ^ (0x5A4E + cfg.peer_index as u64)),
         next_id: 0,
+        own: Vec::new(),
         mismatches: 0,
         fallbacks: 0,
         logged: 0,
         buf: vec![0u8; CHUNK_BYTES],
-        last_progress_ns: 0,
-        last_completed: 0,
         cfg,
     };
-    let own = c.own_files()?;
-    let start_ns = clock::now_ns();
-    c.last_progress_ns = start_ns;
-    c.recorder
-        .set_warmup_end(start_ns + (c.cfg.warmup_s * 1e9) as u64);
-    stdio::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
-    let result = c.phases(&own);
-    let latency = c.recorder.finish(&c.cfg.histogram_path)?;
-    result?;
-    let counters = &c.recorder.counters;
-    let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
-    let elapsed_s = (clock::now_ns() - start_ns) as f64 / 1e9;
-    stdio::emit(&serde_json::json!({
-        "event": "done",
-        "sent": get(&counters.sent), "completed": counters.completed(), "ok": get(&counters.ok),
-        "timeouts": get(&counters.timeouts), "drops": get(&counters.drops), "errors": get(&counters.errors),
-        "late": 0, "bytes_tx": get(&counters.bytes_tx), "bytes_rx": get(&counters.bytes_rx),
-        "elapsed_s": elapsed_s,
-        "achieved_rate_per_s": counters.completed() as f64 / elapsed_s.max(1e-9),
-        "checksum_mismatches": c.mismatches, "replica_fallbacks": c.fallbacks,
-        "latency": latency,
-    }));
-    Ok(())
+    // Setup, before the start: the peer may still be generating its files.
+    c.own = c.own_files()?;
+    Ok(Box::new(c))
+}
+
+/// share's own fields of the `done` line.
+#[derive(Serialize, Debug)]
+pub struct ShareDone {
+    /// Downloads whose size or checksum did not match the index entry.
+    pub checksum_mismatches: u64,
+    /// Index operations the replica answered because the owner was down.
+    pub replica_fallbacks: u64,
+}
+
+impl Role for Client {
+    type Progress = NoExtra;
+    type Done = ShareDone;
+
+    /// The bound counts from the process start (setup included); operations are closed
+    /// loop, one at a time, so there is no in-flight bound.
+    fn plan(&mut self) -> Plan {
+        let cfg = &self.cfg;
+        let bounds = Bounds {
+            deadline_ns: Some(self.end_ns),
+            ..Bounds::default()
+        };
+        // An operation's intended time is its send: no late sends by construction.
+        Plan::new(
+            &cfg.samples_path,
+            &cfg.histogram_path,
+            cfg.warmup_s,
+            f64::INFINITY,
+            bounds,
+        )
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<ShareDone, String> {
+        let own = std::mem::take(&mut self.own);
+        self.phases(ctx, &own)?;
+        Ok(ShareDone {
+            checksum_mismatches: self.mismatches,
+            replica_fallbacks: self.fallbacks,
+        })
+    }
 }
 
 struct Client {
@@ -151,15 +170,14 @@ struct Client {
     /// connection (and a broken download never desynchronizes one).
     conns: Conns,
     data: Conns,
-    recorder: Recorder,
     rng: Rng,
     next_id: u64,
+    /// Its peer's files, listed during setup.
+    own: Vec<SharedFile>,
     mismatches: u64,
     fallbacks: u64,
     logged: u64,
     buf: Vec<u8>,
-    last_progress_ns: u64,
-    last_completed: u64,
 }
 
 /// What one index operation got back.
@@ -172,6 +190,7 @@ struct Answer {
 }
 
 impl Client {
+    /// During setup, before the harness's bounds apply.
     fn over(&self) -> bool {
         signals::stop_requested() || clock::now_ns() >= self.end_ns
     }
@@ -208,7 +227,7 @@ impl Client {
         }
     }
 
-    fn phases(&mut self, own: &[SharedFile]) -> Result<(), String> {
+    fn phases(&mut self, ctx: &RunContext, own: &[SharedFile]) -> Result<(), String> {
         let registered = (self.cfg.ops as usize).min(own.len());
         let universe: Vec<usize> = match &self.cfg.search_peers {
             Some(p) => p.clone(),
@@ -228,14 +247,14 @@ impl Client {
         let mut found = false;
         for phase in self.cfg.phases.clone() {
             if matches!(phase, Phase::Search | Phase::Obtain) && !found && registered > 0 {
-                self.wait_findable(&universe, registered)?;
+                self.wait_findable(ctx, &universe, registered)?;
                 found = true;
             }
             if phase == Phase::Unregister && universe.len() > 1 {
-                self.wait_markers(&universe)?;
+                self.wait_markers(ctx, &universe)?;
             }
             for k in 0..self.cfg.ops {
-                if self.over() {
+                if ctx.over() {
                     return Ok(());
                 }
                 match phase {
@@ -247,16 +266,16 @@ impl Client {
                             size_bytes: f.size_bytes,
                             checksum: f.checksum,
                         };
-                        self.register(&e);
+                        self.register(ctx, &e);
                     }
                     Phase::Search => {
                         let name = self.pick(&universe, registered);
-                        self.search(&name, 0);
+                        self.search(ctx, &name, 0);
                     }
                     Phase::Obtain => {
                         let name = self.pick(&obtain_from, registered);
-                        if let Some(holders) = self.search(&name, FLAG_FOR_OBTAIN) {
-                            self.obtain(&name, &holders);
+                        if let Some(holders) = self.search(ctx, &name, FLAG_FOR_OBTAIN) {
+                            self.obtain(ctx, &name, &holders);
                         }
                     }
                     Phase::Unregister => {
@@ -264,10 +283,9 @@ impl Client {
                             break;
                         }
                         let name = own[k as usize].name.clone();
-                        self.unregister(&name);
+                        self.unregister(ctx, &name);
                     }
                 }
-                self.progress();
             }
         }
         Ok(())
@@ -280,16 +298,16 @@ impl Client {
     }
 
     /// Unmeasured: polls until the last registered file of every peer is findable.
-    fn wait_findable(&mut self, peers: &[usize], per_peer: usize) -> Result<(), String> {
+    fn wait_findable(&mut self, ctx: &RunContext, peers: &[usize], per_peer: usize) -> Result<(), String> {
         for &p in peers {
             let name = file_name(p, per_peer - 1);
-            self.wait_for(&name, &format!("peer {p}'s files"))?;
+            self.wait_for(ctx, &name, &format!("peer {p}'s files"))?;
         }
         Ok(())
     }
 
     /// Posts this client's marker, then waits for every peer's: all phases before are over.
-    fn wait_markers(&mut self, peers: &[usize]) -> Result<(), String> {
+    fn wait_markers(&mut self, ctx: &RunContext, peers: &[usize]) -> Result<(), String> {
         let mine = Entry {
             peer: self.own_addr().to_string(),
             name: format!("done-{}", self.cfg.peer_index),
@@ -301,12 +319,12 @@ impl Client {
         self.index_write(OP_REGISTER, &mine.name, &body)
             .map_err(|e| format!("posting {}: {e}", mine.name))?;
         for &p in peers {
-            self.wait_for(&format!("done-{p}"), &format!("client {p} to finish"))?;
+            self.wait_for(ctx, &format!("done-{p}"), &format!("client {p} to finish"))?;
         }
         Ok(())
     }
 
-    fn wait_for(&mut self, name: &str, what: &str) -> Result<(), String> {
+    fn wait_for(&mut self, ctx: &RunContext, name: &str, what: &str) -> Result<(), String> {
         loop {
             let mut body = Vec::new();
             codec::put_str16(&mut body, name);
@@ -315,35 +333,35 @@ impl Client {
                     return Ok(());
                 }
             }
-            if self.over() {
+            if ctx.over() {
                 return Err(format!("waited for {what} until the end of duration_s"));
             }
             std::thread::sleep(POLL);
         }
     }
 
-    fn register(&mut self, e: &Entry) {
+    fn register(&mut self, ctx: &RunContext, e: &Entry) {
         let mut body = Vec::new();
         codec::register_body(&mut body, e);
-        self.measured(OP_REGISTER, &body, 0, |c| {
+        self.measured(ctx, OP_REGISTER, &body, 0, |c| {
             c.index_write(OP_REGISTER, &e.name, &body)
         });
     }
 
-    fn unregister(&mut self, name: &str) {
+    fn unregister(&mut self, ctx: &RunContext, name: &str) {
         let mut body = Vec::new();
         codec::unregister_body(&mut body, self.own_addr(), name);
-        self.measured(OP_UNREGISTER, &body, 0, |c| {
+        self.measured(ctx, OP_UNREGISTER, &body, 0, |c| {
             c.index_write(OP_UNREGISTER, name, &body)
         });
     }
 
     /// A measured search; the holders when it found some.
-    fn search(&mut self, name: &str, flags: u16) -> Option<Vec<Entry>> {
+    fn search(&mut self, ctx: &RunContext, name: &str, flags: u16) -> Option<Vec<Entry>> {
         let mut body = Vec::new();
         codec::put_str16(&mut body, name);
         let mut holders = None;
-        self.measured(OP_SEARCH, &body, 0, |c| {
+        self.measured(ctx, OP_SEARCH, &body, 0, |c| {
             let mut a = c.index_read(name, &body)?;
             a.flags |= flags;
             if a.header.status == WireStatus::Ok as u16 {
@@ -364,6 +382,7 @@ impl Client {
     /// Runs one operation and records its sample.
     fn measured(
         &mut self,
+        ctx: &RunContext,
         op: u16,
         body: &[u8],
         arg: u32,
@@ -419,12 +438,10 @@ impl Client {
                 } as u8;
             }
         }
-        let counters = &self.recorder.counters;
         if sent {
-            counters.sent.fetch_add(1, Ordering::Relaxed);
-            counters.bytes_tx.fetch_add(s.bytes_out, Ordering::Relaxed);
+            ctx.count_send(s.intended_ns, s.sent_ns, s.bytes_out);
         }
-        self.recorder.record(&s);
+        ctx.recorder.record(&s);
     }
 
     fn log_error(&mut self, msg: &str) {
@@ -499,7 +516,7 @@ impl Client {
 
     /// Downloads `name` from a holder (another peer when there is one), streaming it through
     /// the checksum (and to `download_dir` if set), and records the sample.
-    fn obtain(&mut self, name: &str, holders: &[Entry]) {
+    fn obtain(&mut self, ctx: &RunContext, name: &str, holders: &[Entry]) {
         let own = self.own_addr().to_string();
         let others: Vec<&Entry> = holders.iter().filter(|h| h.peer != own).collect();
         let pool: Vec<&Entry> = if others.is_empty() {
@@ -519,7 +536,7 @@ impl Client {
         let body_for_sample = body.clone();
         // arg: the file's size in KiB (saturating at u32), for grouping obtains by size.
         let size_kib = (holder.size_bytes / 1024).min(u32::MAX as u64) as u32;
-        self.measured(OP_OBTAIN, &body_for_sample, size_kib, |c| {
+        self.measured(ctx, OP_OBTAIN, &body_for_sample, size_kib, |c| {
             c.next_id += 1;
             let id = c.next_id;
             let (header, reply, frame_bytes) = c.data.request(&holder.peer, id, OP_OBTAIN, &body)?;
@@ -585,26 +602,6 @@ impl Client {
         )
         .into_bytes();
         a
-    }
-
-    /// A progress line (and a flush) once a second.
-    fn progress(&mut self) {
-        let now = clock::now_ns();
-        if now - self.last_progress_ns < 1_000_000_000 {
-            return;
-        }
-        let c = &self.recorder.counters;
-        let completed = c.completed();
-        self.recorder.flush();
-        let dt_s = (now - self.last_progress_ns) as f64 / 1e9;
-        stdio::emit(&serde_json::json!({
-            "event": "progress", "completed": completed, "sent": c.sent.load(Ordering::Relaxed),
-            "ok": c.ok.load(Ordering::Relaxed), "errors": c.errors.load(Ordering::Relaxed),
-            "rate_per_s": (completed - self.last_completed) as f64 / dt_s,
-            "p99_ns": self.recorder.quantile_ns(0.99),
-        }));
-        self.last_progress_ns = now;
-        self.last_completed = completed;
     }
 }
 

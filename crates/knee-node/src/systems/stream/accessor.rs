@@ -5,20 +5,23 @@
 //! next block (so faster services take more). A request that gets no reply within its
 //! timeout is given up (or retransmitted, if asked); a reply that comes after that is
 //! recorded as *late*, once, and does not fill the block. One sample per request:
-//! op 0, client = frame, arg = block, service = the service's index.
+//! op 0, client = frame, arg = block, service = the service's index. It runs inside the load
+//! harness (`load/harness.rs`): bounds, stop and the common counts are the harness's.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
 
 use super::config::ClientConfig;
 use super::datagram::{self, BlockId, ReplyHeader, Request, REPLY_OK, REQUEST_BYTES};
 use super::frames::Frame;
-use super::lines::emit_progress;
+use super::lines::{add, Live};
 use super::rto::Rto;
-use crate::load::recorder::{Recorder, Sample, Status};
-use crate::{clock, signals};
+use crate::clock;
+use crate::load::harness::RunContext;
+use crate::load::recorder::{Sample, Status};
 
 /// Sample flags.
 pub const FLAG_REDUNDANT: u16 = 1; // the block was already done (the losing hedge copy)
@@ -29,8 +32,6 @@ pub const FLAG_HEDGED: u16 = 4;
 const MAX_EXPIRED: usize = 100_000;
 /// Longest wait in one poll, so the clock-driven work is never far behind.
 const MAX_WAIT_NS: u64 = 20_000_000;
-/// After a stop request, how long replies in flight are still waited for.
-const STOP_GRACE_NS: u64 = 1_000_000_000;
 const RECV_BUFFER_BYTES: usize = 2048;
 
 struct Flight {
@@ -50,42 +51,12 @@ struct Service {
     rto: Rto,
 }
 
-/// What the client counted (the `progress` and `done` lines).
-#[derive(Default, Clone)]
-pub struct Totals {
-    pub sent: u64,
-    pub ok: u64,
-    pub timeouts: u64,
-    pub late: u64,
-    pub errors: u64,
-    /// Ok replies for blocks already done (hedge losers): on the wire, not goodput.
-    pub redundant: u64,
-    pub useful_blocks: u64,
-    pub retransmissions: u64,
-    pub hedged: u64,
-    pub stray: u64,
-    pub bad_replies: u64,
-    pub send_errors: u64,
-    pub frames: u64,
-    pub complete_frames: u64,
-    pub blocks_missing: u64,
-    pub bytes_tx: u64,
-    pub bytes_rx: u64,
-}
-
-impl Totals {
-    pub fn completed(&self) -> u64 {
-        self.ok + self.timeouts + self.late + self.errors
-    }
-}
-
 pub struct Accessor<'a> {
     cfg: &'a ClientConfig,
     services: Vec<Service>,
     pollfds: Vec<libc::pollfd>,
-    recorder: &'a Recorder,
-    start_ns: u64,
-    end_ns: u64,
+    ctx: &'a RunContext,
+    live: &'a Live,
     frame: Option<Frame>,
     next_frame: u32,
     in_flight: HashMap<u64, Flight>,
@@ -95,17 +66,11 @@ pub struct Accessor<'a> {
     late_windows: VecDeque<(u64, u64)>,
     next_request_id: u64,
     next_slot: usize,
-    totals: Totals,
     buf: Vec<u8>,
 }
 
 impl<'a> Accessor<'a> {
-    pub fn new(
-        cfg: &'a ClientConfig,
-        sockets: Vec<UdpSocket>,
-        recorder: &'a Recorder,
-        start_ns: u64,
-    ) -> Self {
+    pub fn new(cfg: &'a ClientConfig, sockets: Vec<UdpSocket>, ctx: &'a RunContext, live: &'a Live) -> Self {
         let timeout_ns = cfg.timeout_ms * 1e6;
         let services: Vec<Service> = sockets
             .into_iter()
@@ -129,9 +94,8 @@ impl<'a> Accessor<'a> {
             cfg,
             services,
             pollfds,
-            recorder,
-            start_ns,
-            end_ns: start_ns + (cfg.duration_s * 1e9) as u64,
+            ctx,
+            live,
             frame: Some(Frame::new(cfg.first_frame, cfg.blocks_per_frame)),
             next_frame: cfg.first_frame + 1,
             in_flight: HashMap::new(),
@@ -139,63 +103,46 @@ impl<'a> Accessor<'a> {
             late_windows: VecDeque::new(),
             next_request_id: 0,
             next_slot: 0,
-            totals: Totals::default(),
             buf: vec![0; RECV_BUFFER_BYTES],
         }
     }
 
-    pub fn totals(&self) -> Totals {
-        self.totals.clone()
-    }
-
     /// Fetches every frame (or until the time is up or a stop is asked), then waits for the
-    /// requests in flight and the late-reply window of those that timed out.
+    /// requests in flight and the late-reply window of those that timed out. After a stop,
+    /// the harness's grace cuts both waits short.
     pub fn run(&mut self) {
-        let mut next_progress_ns = self.start_ns + 1_000_000_000;
-        let (mut last_completed, mut last_progress_ns) = (0, self.start_ns);
-        let mut stop_deadline_ns: Option<u64> = None;
+        let mut ending = false;
         let mut out = Vec::with_capacity(REQUEST_BYTES);
         loop {
             let now = clock::now_ns();
-            if stop_deadline_ns.is_none() && (signals::stop_requested() || now >= self.end_ns) {
-                // No new requests; a stop request also cuts the wait for replies short.
+            if !ending && (self.ctx.stopping() || self.ctx.past_end(now)) {
+                ending = true; // no new requests
                 if let Some(mut frame) = self.frame.take() {
                     frame.abandon();
                     self.count_frame(&frame);
                 }
-                if signals::stop_requested() {
-                    stop_deadline_ns = Some(now + STOP_GRACE_NS);
-                }
             }
+            let give_up = self.ctx.grace_over(now);
             self.expire(now);
-            self.finalize_expired(now, stop_deadline_ns.is_some_and(|t| now >= t));
+            self.finalize_expired(now, give_up);
             self.advance_frame();
             self.send_requests(&mut out);
-            if now >= next_progress_ns {
-                let completed = self.totals.completed();
-                let rate = (completed - last_completed) as f64 / ((now - last_progress_ns) as f64 / 1e9);
-                self.recorder.flush();
-                emit_progress(&self.totals, now - self.start_ns, self.recorder, rate);
-                (last_completed, last_progress_ns) = (completed, now);
-                next_progress_ns += 1_000_000_000;
-            }
             if self.frame.is_none() && self.in_flight.is_empty() && self.expired.is_empty() {
                 return;
             }
-            if stop_deadline_ns.is_some_and(|t| now >= t) {
+            if give_up {
                 self.abandon_in_flight();
                 return;
             }
-            let wake = self.next_wake_ns().min(next_progress_ns);
-            self.poll(wake.saturating_sub(now).min(MAX_WAIT_NS));
+            self.poll(self.next_wake_ns().saturating_sub(now).min(MAX_WAIT_NS));
         }
     }
 
     fn count_frame(&mut self, frame: &Frame) {
-        self.totals.frames += 1;
-        self.totals.blocks_missing += frame.missing as u64;
+        add(&self.live.frames, 1);
+        add(&self.live.blocks_missing, frame.missing as u64);
         if frame.missing == 0 {
-            self.totals.complete_frames += 1;
+            add(&self.live.complete_frames, 1);
         }
     }
 
@@ -240,7 +187,7 @@ impl<'a> Accessor<'a> {
                 };
                 if let Some(other) = partner {
                     frame.add_copy(block);
-                    self.totals.hedged += 1;
+                    add(&self.live.hedged, 1);
                     self.send(other, id, attempt, true, out);
                 }
                 self.send(slot, id, attempt, partner.is_some(), out);
@@ -266,13 +213,13 @@ impl<'a> Accessor<'a> {
         let sent_ns = clock::now_ns();
         // A failed send (the service is gone) is a request lost on the way: it times out.
         if service.socket.send(out).is_err() {
-            self.totals.send_errors += 1;
+            add(&self.live.send_errors, 1);
         }
         service.in_flight += 1;
-        self.totals.sent += 1;
-        self.totals.bytes_tx += out.len() as u64;
+        // Intended = sent (see `sample`): never a late send.
+        self.ctx.count_send(sent_ns, sent_ns, out.len() as u64);
         if attempt > 1 {
-            self.totals.retransmissions += 1;
+            add(&self.live.retransmissions, 1);
         }
         self.in_flight.insert(
             request_id,
@@ -351,12 +298,14 @@ impl<'a> Accessor<'a> {
         }
     }
 
-    /// On a stop: what is still in flight is recorded as timed out, at once.
+    /// After a stop's grace: what is still in flight is a drop (its timeout did not pass, so
+    /// it is no loss of the link), and what timed out is recorded as such at once.
     fn abandon_in_flight(&mut self) {
         let ids: Vec<u64> = self.in_flight.keys().copied().collect();
         for request_id in ids {
             if let Some(f) = self.in_flight.remove(&request_id) {
-                self.record_timeout(request_id, &f);
+                let s = self.sample(request_id, &f, Status::Drop as u8);
+                self.ctx.recorder.record(&s);
             }
         }
         self.finalize_expired(u64::MAX, true);
@@ -364,10 +313,9 @@ impl<'a> Accessor<'a> {
 
     /// A request without a reply; its detail_ns is the timeout it was given.
     fn record_timeout(&mut self, request_id: u64, f: &Flight) {
-        self.totals.timeouts += 1;
         let mut s = self.sample(request_id, f, Status::Timeout as u8);
         s.detail_ns = f.timeout_ns;
-        self.recorder.record(&s);
+        self.ctx.recorder.record(&s);
     }
 
     fn poll(&mut self, wait_ns: u64) {
@@ -390,7 +338,6 @@ impl<'a> Accessor<'a> {
                 Err(_) => continue,
             };
             let received_ns = clock::now_ns();
-            self.totals.bytes_rx += n as u64;
             let buf = std::mem::take(&mut self.buf);
             self.on_reply(slot, &buf[..n], received_ns);
             self.buf = buf;
@@ -399,7 +346,7 @@ impl<'a> Accessor<'a> {
 
     fn on_reply(&mut self, slot: usize, datagram: &[u8], received_ns: u64) {
         let Ok((h, pixels)) = ReplyHeader::decode(datagram) else {
-            self.totals.bad_replies += 1;
+            self.unrecorded(&self.live.bad_replies, datagram);
             return;
         };
         if self
@@ -415,14 +362,13 @@ impl<'a> Accessor<'a> {
             if flight.slot != slot || flight.block != h.id {
                 // Not the reply to this request: put it back and ignore the datagram.
                 self.in_flight.insert(h.request_id, flight);
-                self.totals.bad_replies += 1;
+                self.unrecorded(&self.live.bad_replies, datagram);
                 return;
             }
             self.services[slot].in_flight -= 1;
             let good = h.status == REPLY_OK && datagram::block_matches(&h.id, pixels);
             let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
             if good {
-                self.totals.ok += 1;
                 if flight.attempt == 1 && self.cfg.adaptive_timeout {
                     // Karn: only requests sent once give RTT samples.
                     self.services[slot]
@@ -435,30 +381,35 @@ impl<'a> Accessor<'a> {
                     .filter(|f| f.number == h.id.frame)
                     .is_some_and(|f| f.on_ok(h.id.block));
                 if useful {
-                    self.totals.useful_blocks += 1;
+                    add(&self.live.useful_blocks, 1);
                 } else {
-                    self.totals.redundant += 1;
+                    add(&self.live.redundant, 1);
                     s.flags |= FLAG_REDUNDANT;
                 }
             } else {
-                self.totals.errors += 1;
                 s.status = Status::Error as u8;
                 self.block_failed(&flight);
             }
-            self.recorder.record(&s);
+            self.ctx.recorder.record(&s);
             return;
         }
         let Some(flight) = self.expired.remove(&h.request_id) else {
-            self.totals.stray += 1; // a reply after its late window, or never asked for
+            // A reply after its late window, or never asked for.
+            self.unrecorded(&self.live.stray, datagram);
             return;
         };
         // Late: recorded once, with the timeout it missed as detail_ns; the block stays
         // given up (or retransmitted).
-        self.totals.late += 1;
         let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
         s.status = Status::Late as u8;
         s.detail_ns = flight.timeout_ns;
-        self.recorder.record(&s);
+        self.ctx.recorder.record(&s);
+    }
+
+    /// A datagram no sample records: counted in `counter`, its bytes in `bytes_rx`.
+    fn unrecorded(&self, counter: &AtomicU64, datagram: &[u8]) {
+        add(counter, 1);
+        self.ctx.count_unrecorded_rx(datagram.len() as u64);
     }
 
     fn sample(&self, request_id: u64, f: &Flight, status: u8) -> Sample {

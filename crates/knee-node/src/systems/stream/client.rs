@@ -1,16 +1,23 @@
-//! The FrameAccessor client role (`knee-node load stream`): sockets, recorder, the `start` and
-//! `done` lines. Its config and bounds are in `config.rs`, its line contents in `lines.rs`,
-//! the fetching itself in `accessor.rs`.
+//! The FrameAccessor client role (`knee-node load stream`): its sockets, set up before the
+//! start, and the role the load harness runs. Its config and bounds are in `config.rs`, its
+//! own line fields in `lines.rs`, the fetching itself in `accessor.rs`.
 
 use std::net::UdpSocket;
+use std::sync::Arc;
 
 use super::accessor::Accessor;
 use super::config::ClientConfig;
-use super::lines::summary;
-use crate::load::recorder::Recorder;
-use crate::{clock, stdio};
+use super::lines::{Live, StreamFields};
+use crate::clock;
+use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
 
-pub fn run(config: &serde_json::Value) -> Result<(), String> {
+pub struct StreamClient {
+    cfg: ClientConfig,
+    sockets: Vec<UdpSocket>,
+    live: Arc<Live>,
+}
+
+pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg: ClientConfig =
         serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
     cfg.check().map_err(|e| format!("load config: {e}"))?;
@@ -25,19 +32,44 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
             Ok(s)
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let recorder =
-        Recorder::create(&cfg.samples_path).map_err(|e| format!("creating {}: {e}", cfg.samples_path))?;
-    clock::tighten_timer_slack();
-    let start_ns = clock::now_ns();
-    recorder.set_warmup_end(start_ns + (cfg.warmup_s * 1e9) as u64);
-    stdio::emit(&serde_json::json!({"event": "start", "start_ns": start_ns}));
-    let mut accessor = Accessor::new(&cfg, sockets, &recorder, start_ns);
-    accessor.run();
-    let totals = accessor.totals();
-    let latency = recorder.finish(&cfg.histogram_path)?;
-    let mut done = summary(&totals, clock::now_ns() - start_ns);
-    done["event"] = "done".into();
-    done["latency"] = latency;
-    stdio::emit(&done);
-    Ok(())
+    Ok(Box::new(StreamClient {
+        cfg,
+        sockets,
+        live: Arc::default(),
+    }))
+}
+
+impl Role for StreamClient {
+    type Progress = StreamFields;
+    type Done = StreamFields;
+
+    /// In flight: `outstanding` per service, a slot count of the accessor's own.
+    fn plan(&mut self) -> Plan<StreamFields> {
+        let cfg = &self.cfg;
+        let bounds = Bounds {
+            duration_s: Some(cfg.duration_s),
+            ..Bounds::default()
+        };
+        let live = self.live.clone();
+        // A block request's intended time is its send (it leaves as soon as a slot is
+        // free): no late sends by construction.
+        Plan {
+            progress: Some(Box::new(move |counts, elapsed_ns| {
+                live.fields(counts, elapsed_ns)
+            })),
+            ..Plan::new(
+                &cfg.samples_path,
+                &cfg.histogram_path,
+                cfg.warmup_s,
+                f64::INFINITY,
+                bounds,
+            )
+        }
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<StreamFields, String> {
+        let sockets = std::mem::take(&mut self.sockets);
+        Accessor::new(&self.cfg, sockets, ctx, &self.live).run();
+        Ok(self.live.fields(&ctx.counts(), clock::now_ns() - ctx.start_ns))
+    }
 }

@@ -21,6 +21,6 @@ pub fn serve(config: &serde_json::Value) -> Result<(), String> {
 }
 
 /// `knee-node load stream`: the FrameAccessor client, which records one sample per request.
-pub fn load(config: &serde_json::Value) -> Result<(), String> {
-    client::run(config)
+pub fn client(config: &serde_json::Value) -> Result<Box<dyn crate::load::harness::ClientRole>, String> {
+    client::role(config)
 }

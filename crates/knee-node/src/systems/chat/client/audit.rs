@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::config::ChatLoadConfig;
 use super::link::Link;
 use super::session::Session;
+use crate::load::harness::RunContext;
 use crate::systems::chat::codec::{Op, Request};
 use crate::systems::chat::OP_AUDIT;
 use crate::wire::BodyReader;
@@ -16,7 +17,7 @@ use crate::wire::WireStatus;
 const AUDIT_ID_BASE: u64 = 1 << 62;
 
 /// Returns the number of rows written.
-pub fn write(cfg: &ChatLoadConfig, mut link: Link) -> Result<usize, String> {
+pub fn write(cfg: &ChatLoadConfig, mut link: Link, ctx: &RunContext) -> Result<usize, String> {
     let mut csv = String::from("client,request_id,op,applied\n");
     let mut rows = 0;
     for index in 0..cfg.clients {
@@ -28,7 +29,7 @@ pub fn write(cfg: &ChatLoadConfig, mut link: Link) -> Result<usize, String> {
             op: Op::Audit,
         }
         .encode(&mut body);
-        let out = link.call(AUDIT_ID_BASE + index as u64, OP_AUDIT, &body, |_| {});
+        let out = link.call(ctx, AUDIT_ID_BASE + index as u64, OP_AUDIT, &body, |_, _| {});
         let (h, reply, _) = out.reply.map_err(|s| format!("{client}: no answer ({s:?})"))?;
         if h.status != WireStatus::Ok as u16 {
             return Err(format!("{client}: status {}", h.status));

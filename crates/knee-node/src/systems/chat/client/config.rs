@@ -14,6 +14,10 @@ fn default_backoff_ms() -> f64 {
 fn default_max_backoff_ms() -> f64 {
     200.0
 }
+/// As `load.late_ms`'s default (`load/config.rs`).
+fn default_late_ms() -> f64 {
+    1.0
+}
 fn default_reply_bytes() -> u32 {
     4
 }
@@ -81,6 +85,9 @@ pub struct ChatLoadConfig {
     pub backoff_ms: f64,
     #[serde(default = "default_max_backoff_ms")]
     pub max_backoff_ms: f64,
+    /// A request's first attempt sent more than this behind its intended time is late.
+    #[serde(default = "default_late_ms")]
+    pub late_ms: f64,
     #[serde(default)]
     pub warmup_s: f64,
     #[serde(default)]
@@ -115,8 +122,16 @@ impl ChatLoadConfig {
             return Err(format!("retries must be <= {MAX_RETRIES}"));
         }
         let positive = |x: f64| x.is_finite() && x > 0.0;
-        if !positive(self.timeout_ms) || !positive(self.backoff_ms) || !positive(self.max_backoff_ms) {
-            return Err("timeout_ms, backoff_ms and max_backoff_ms must be > 0".into());
+        if [
+            self.timeout_ms,
+            self.backoff_ms,
+            self.max_backoff_ms,
+            self.late_ms,
+        ]
+        .iter()
+        .any(|&x| !positive(x))
+        {
+            return Err("timeout_ms, backoff_ms, max_backoff_ms and late_ms must be > 0".into());
         }
         if !(self.think_ms.is_finite() && self.think_ms >= 0.0) {
             return Err("think_ms must be >= 0".into());

@@ -5,17 +5,15 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::clock;
+use crate::load::harness::RunContext;
 use crate::load::recorder::Status;
 use crate::systems::chat::replica::UNKNOWN;
 use crate::systems::chat::FLAG_NOT_PRIMARY;
 use crate::wire::{frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
-use crate::{clock, signals};
 
 /// Granularity at which a waiting client checks its timeout and the stop flag.
 const READ_TICK: Duration = Duration::from_millis(10);
-/// After a stop request, how long a reply in flight is still waited for; a request still
-/// unanswered then is a drop (not a timeout: its timeout did not pass).
-const STOP_GRACE_NS: u64 = 1_000_000_000;
 
 pub struct Policy {
     pub timeout_ns: u64,
@@ -73,9 +71,17 @@ impl Link {
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    /// Sends `body` as request `request_id` until a replica that is primary answers, or the
-    /// attempts run out. `on_send` is told of each attempt's bytes.
-    pub fn call(&mut self, request_id: u64, op: u16, body: &[u8], mut on_send: impl FnMut(usize)) -> Outcome {
+    /// Sends `body` as request `request_id` until a replica that is primary answers, the
+    /// attempts run out or a stop is asked (a reply in flight then gets the harness's grace).
+    /// `on_send` is told of each written attempt's send time and bytes.
+    pub fn call(
+        &mut self,
+        ctx: &RunContext,
+        request_id: u64,
+        op: u16,
+        body: &[u8],
+        mut on_send: impl FnMut(u64, usize),
+    ) -> Outcome {
         let header = RequestHeader {
             request_id,
             op,
@@ -90,11 +96,11 @@ impl Link {
             replica: self.target,
         };
         let mut backoff_ns = self.policy.backoff_ns;
-        while out.attempts <= self.policy.retries && !signals::stop_requested() {
+        while out.attempts <= self.policy.retries && !ctx.stopping() {
             out.attempts += 1;
             out.replica = self.target;
             let next = self.target + 1;
-            match self.attempt(&header, body, &mut out, &mut on_send) {
+            match self.attempt(ctx, &header, body, &mut out, &mut on_send) {
                 Attempt::Reply(h, b, n) if h.flags & FLAG_NOT_PRIMARY != 0 => {
                     let hint = b
                         .get(..4)
@@ -123,10 +129,11 @@ impl Link {
 
     fn attempt(
         &mut self,
+        ctx: &RunContext,
         header: &[u8],
         body: &[u8],
         out: &mut Outcome,
-        on_send: &mut impl FnMut(usize),
+        on_send: &mut impl FnMut(u64, usize),
     ) -> Attempt {
         let timeout_ns = self.policy.timeout_ns;
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -139,9 +146,8 @@ impl Link {
                 return Attempt::Failed(Status::Drop); // not sent: `sent_ns` stays the last sent attempt's
             }
             out.sent_ns = sent_ns;
-            on_send(4 + header.len() + body.len());
+            on_send(sent_ns, 4 + header.len() + body.len());
             let deadline_ns = out.sent_ns + timeout_ns;
-            let mut stop_deadline_ns: Option<u64> = None;
             let request_id = u64::from_le_bytes(header[..8].try_into().expect("8-byte id"));
             loop {
                 match reader.read_frame(&mut &*read) {
@@ -164,9 +170,8 @@ impl Link {
                         if now >= deadline_ns {
                             return Attempt::Failed(Status::Timeout);
                         }
-                        if signals::stop_requested()
-                            && now >= *stop_deadline_ns.get_or_insert(now + STOP_GRACE_NS)
-                        {
+                        if ctx.grace_over(now) {
+                            // Stopped: not a timeout, its timeout did not pass.
                             return Attempt::Failed(Status::Drop);
                         }
                     }

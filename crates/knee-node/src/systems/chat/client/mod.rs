@@ -1,8 +1,9 @@
-//! The chat client role (`knee-node load chat`): N closed-loop clients, each with its own
-//! session and its own failover (`link.rs`), recording every request with the shared
-//! recorder. A retried request keeps its request id and its intended time, so the
-//! failover gap shows in its latency. At the end the node asks the primary how many times
-//! the database applied each of its writes and writes that next to its samples.
+//! The chat client role (`knee-node load chat`, run by the load harness): N closed-loop
+//! clients, each with its own session and its own failover (`link.rs`), recording every
+//! request with the harness's recorder. A retried request keeps its request id and its
+//! intended time, so the failover gap shows in its latency. At the end the node asks the
+//! primary how many times the database applied each of its writes and writes that next to
+//! its samples.
 
 mod audit;
 pub mod config;
@@ -11,23 +12,41 @@ mod session;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+
+use serde::Serialize;
 
 use config::ChatLoadConfig;
 use link::{Link, Policy};
 use session::Session;
 
 use super::{ACK_DONE, FLAG_DUPLICATE};
-use crate::load::recorder::{Recorder, Sample, Status};
-use crate::load::Progress;
+use crate::events::NoExtra;
+use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
+use crate::load::recorder::{Sample, Status};
 use crate::wire::{request_frame_bytes, WireStatus};
-use crate::{clock, signals, stdio};
+use crate::{clock, stdio};
 
-pub fn run(config: &serde_json::Value) -> Result<(), String> {
+/// The chat client role: its config and the replicas' addresses.
+pub struct ChatClient {
+    cfg: ChatLoadConfig,
+    replicas: Vec<SocketAddr>,
+}
+
+/// chat's own fields of the `done` line.
+#[derive(Serialize, Debug)]
+pub struct ChatDone {
+    /// Attempts after the first, over all requests (failovers, timeouts, redirects).
+    pub retries: u64,
+    /// Rows of the audit file, or null when the audit failed...
+    pub audit_rows: Option<usize>,
+    /// ...and then why (null when it worked).
+    pub audit_error: Option<String>,
+}
+
+pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg: ChatLoadConfig =
         serde_json::from_value(config.clone()).map_err(|e| format!("chat load config: {e}"))?;
     cfg.check()?;
-    clock::tighten_timer_slack();
     let replicas = cfg
         .replicas
         .iter()
@@ -38,56 +57,49 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
                 .ok_or_else(|| format!("replica {a}: no address"))
         })
         .collect::<Result<Vec<SocketAddr>, String>>()?;
-    let recorder = Arc::new(
-        Recorder::create(&cfg.samples_path).map_err(|e| format!("creating {}: {e}", cfg.samples_path))?,
-    );
-    let progress = Progress::spawn(&recorder, None);
-    let start = progress.start(&recorder, cfg.warmup_s);
-    let end_ns = cfg.duration_s.map(|d| start + (d * 1e9) as u64);
-    let retries = Arc::new(AtomicU64::new(0));
-    let last_sent = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..cfg.clients)
-        .map(|i| {
-            let (cfg, replicas, recorder) = (cfg.clone(), replicas.clone(), recorder.clone());
-            let (retries, last_sent) = (retries.clone(), last_sent.clone());
-            std::thread::spawn(move || {
-                client_loop(
-                    i,
-                    &cfg,
-                    link(&cfg, replicas),
-                    &recorder,
-                    end_ns,
-                    &retries,
-                    &last_sent,
-                )
-            })
+    Ok(Box::new(ChatClient { cfg, replicas }))
+}
+
+impl Role for ChatClient {
+    type Progress = NoExtra;
+    type Done = ChatDone;
+
+    /// The request count is per client (`requests_per_client`: each client's session runs
+    /// its own sequence), so it stays with the clients; one request in flight per client.
+    fn plan(&mut self) -> Plan {
+        let cfg = &self.cfg;
+        let bounds = Bounds {
+            duration_s: cfg.duration_s,
+            ..Bounds::default()
+        };
+        Plan::new(
+            &cfg.samples_path,
+            &cfg.histogram_path,
+            cfg.warmup_s,
+            cfg.late_ms,
+            bounds,
+        )
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<ChatDone, String> {
+        let (cfg, replicas) = (&self.cfg, &self.replicas);
+        let retries = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for i in 0..cfg.clients {
+                let retries = &retries;
+                s.spawn(move || client_loop(i, cfg, link(cfg, replicas.clone()), ctx, retries));
+            }
+        });
+        let audit = audit::write(cfg, link(cfg, replicas.clone()), ctx);
+        if let Err(e) = &audit {
+            stdio::log(&format!("audit: {e}"));
+        }
+        Ok(ChatDone {
+            retries: retries.load(Ordering::Relaxed),
+            audit_rows: audit.as_ref().ok().copied(),
+            audit_error: audit.err(),
         })
-        .collect();
-    for c in clients {
-        let _ = c.join();
     }
-    progress.stop();
-    let latency = recorder.finish(&cfg.histogram_path)?;
-    let audit = audit::write(&cfg, link(&cfg, replicas));
-    if let Err(e) = &audit {
-        stdio::log(&format!("audit: {e}"));
-    }
-    let c = &recorder.counters;
-    let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
-    let send_s = get(&last_sent).saturating_sub(start) as f64 / 1e9;
-    stdio::emit(&serde_json::json!({
-        "event": "done",
-        "sent": get(&c.sent), "completed": c.completed(), "ok": get(&c.ok),
-        "timeouts": get(&c.timeouts), "drops": get(&c.drops), "errors": get(&c.errors),
-        "late": 0, "bytes_tx": get(&c.bytes_tx), "bytes_rx": get(&c.bytes_rx),
-        "retries": get(&retries),
-        "audit_rows": audit.as_ref().ok(), "audit_error": audit.as_ref().err(),
-        "elapsed_s": (clock::now_ns() - start) as f64 / 1e9,
-        "achieved_rate_per_s": if send_s > 0.0 { get(&c.sent) as f64 / send_s } else { 0.0 },
-        "target_rate_per_s": null,
-        "latency": latency,
-    }));
-    Ok(())
 }
 
 fn link(cfg: &ChatLoadConfig, replicas: Vec<SocketAddr>) -> Link {
@@ -103,23 +115,14 @@ fn link(cfg: &ChatLoadConfig, replicas: Vec<SocketAddr>) -> Link {
     )
 }
 
-fn client_loop(
-    index: usize,
-    cfg: &ChatLoadConfig,
-    mut link: Link,
-    recorder: &Recorder,
-    end_ns: Option<u64>,
-    retries: &AtomicU64,
-    last_sent: &AtomicU64,
-) {
+fn client_loop(index: usize, cfg: &ChatLoadConfig, mut link: Link, ctx: &RunContext, retries: &AtomicU64) {
     let mut session = Session::new(&cfg.driver(), index);
-    let counters = &recorder.counters;
     let think_ns = (cfg.think_ms * 1e6) as u64;
     let mut body = Vec::new();
     let mut next_ns = clock::now_ns();
     for seq in 1.. {
         if cfg.requests_per_client.is_some_and(|n| seq > n)
-            || end_ns.is_some_and(|end| next_ns >= end)
+            || ctx.past_end(next_ns)
             || !clock::wait_until_unless_stopped(next_ns)
         {
             return;
@@ -131,14 +134,15 @@ fn client_loop(
         // Ids are unique per client (the database's dedup key is client name + id).
         let request_id = seq;
         let mut first = true;
-        let outcome = link.call(request_id, op, &body, |bytes| {
+        let outcome = link.call(ctx, request_id, op, &body, |sent_ns, bytes| {
+            // A retried request is sent once, late or not by its first attempt.
             if first {
-                counters.sent.fetch_add(1, Ordering::Relaxed);
+                ctx.count_send(next_ns, sent_ns, bytes as u64);
                 first = false;
+            } else {
+                ctx.count_resend(sent_ns, bytes as u64);
             }
-            counters.bytes_tx.fetch_add(bytes as u64, Ordering::Relaxed);
         });
-        last_sent.fetch_max(outcome.sent_ns, Ordering::Relaxed);
         retries.fetch_add(outcome.attempts.saturating_sub(1) as u64, Ordering::Relaxed);
         let mut sample = Sample {
             request_id,
@@ -182,8 +186,8 @@ fn client_loop(
             }
             Err(status) => status,
         } as u8;
-        recorder.record(&sample);
-        if signals::stop_requested() {
+        ctx.recorder.record(&sample);
+        if ctx.stopping() {
             return;
         }
         next_ns = clock::now_ns() + think_ns;
