@@ -41,7 +41,7 @@ impl Role for ClosedLoop {
     type Done = NoExtra;
 
     /// One request in flight per client by construction: no in-flight bound.
-    fn plan(&mut self) -> Plan {
+    fn plan(&self) -> Plan {
         super::plan(&self.cfg, None, None)
     }
 

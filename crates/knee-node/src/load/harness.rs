@@ -24,7 +24,7 @@ use crate::{clock, signals};
 
 /// After a stop request, how long replies already in flight are still waited for; a request
 /// still unanswered then is a drop (its timeout did not pass).
-pub const STOP_GRACE_NS: u64 = 1_000_000_000;
+const STOP_GRACE_NS: u64 = 1_000_000_000;
 const PROGRESS_EVERY_NS: u64 = 1_000_000_000;
 /// How often the progress thread looks at the clock (and notices the run's end).
 const PROGRESS_TICK: Duration = Duration::from_millis(20);
@@ -50,8 +50,9 @@ pub struct Plan<P = events::NoExtra> {
     pub histogram_path: String,
     /// Requests intended before start + warmup_s stay out of the histogram.
     pub warmup_s: f64,
-    /// A send more than this behind its intended time counts in `late_sends`.
-    pub late_ms: f64,
+    /// A send more than this behind its intended time counts in `late_sends` (None: the
+    /// role's intended time is its send time, so no send is ever late).
+    pub late_ms: Option<f64>,
     pub bounds: Bounds,
     /// The open-loop schedule, for `target_rate_per_s` (None: no schedule).
     pub schedule: Option<Schedule>,
@@ -68,7 +69,7 @@ impl<P> Plan<P> {
         samples_path: &str,
         histogram_path: &str,
         warmup_s: f64,
-        late_ms: f64,
+        late_ms: Option<f64>,
         bounds: Bounds,
     ) -> Self {
         Plan {
@@ -91,7 +92,7 @@ pub trait Role {
     type Done: Serialize;
     /// Called once, after the role's setup (connections made, files listed) and before the
     /// start, so the start is not held up by it.
-    fn plan(&mut self) -> Plan<Self::Progress>;
+    fn plan(&self) -> Plan<Self::Progress>;
     /// Sends from `ctx.start_ns` until `ctx` says it is over, records every request in
     /// `ctx.recorder`, counts each send with `ctx.count_send`, and gives up what is in
     /// flight once `ctx.grace_over`. Returns the system's `done` fields.
@@ -115,6 +116,7 @@ pub struct RunContext {
     pub start_ns: u64,
     pub recorder: Arc<Recorder>,
     pub bounds: Bounds,
+    /// Sending ends here (None: no time bound).
     end_ns: Option<u64>,
     late_ns: u64,
     last_sent_ns: AtomicU64,
@@ -123,11 +125,6 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Sending ends at this monotonic time (None: no time bound).
-    pub fn end_ns(&self) -> Option<u64> {
-        self.end_ns
-    }
-
     /// Whether a request meant for `t_ns` falls outside the time bound.
     pub fn past_end(&self, t_ns: u64) -> bool {
         self.end_ns.is_some_and(|end| t_ns >= end)
@@ -237,7 +234,7 @@ pub fn run<R: Role>(mut role: R) -> Result<(), String> {
             recorder: recorder.clone(),
             bounds,
             end_ns: duration_end.into_iter().chain(bounds.deadline_ns).min(),
-            late_ns: (plan.late_ms * 1e6) as u64,
+            late_ns: plan.late_ms.map_or(u64::MAX, |ms| (ms * 1e6) as u64),
             last_sent_ns: AtomicU64::new(0),
             stop_seen_ns: AtomicU64::new(0),
         };

@@ -104,7 +104,7 @@ fn plan(cfg: &LoadConfig, schedule: Option<Schedule>, max_in_flight: Option<usiz
             &cfg.samples_path,
             &cfg.histogram_path,
             cfg.warmup_s,
-            cfg.late_ms,
+            Some(cfg.late_ms),
             bounds,
         )
     }

@@ -107,7 +107,7 @@ impl Role for OpenLoop {
     type Progress = NoExtra;
     type Done = NoExtra;
 
-    fn plan(&mut self) -> Plan {
+    fn plan(&self) -> Plan {
         let schedule = Schedule::new(&self.cfg.schedule);
         super::plan(&self.cfg, schedule, Some(self.cfg.max_outstanding))
     }

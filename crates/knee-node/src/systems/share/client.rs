@@ -137,20 +137,14 @@ impl Role for Client {
 
     /// The bound counts from the process start (setup included); operations are closed
     /// loop, one at a time, so there is no in-flight bound.
-    fn plan(&mut self) -> Plan {
+    fn plan(&self) -> Plan {
         let cfg = &self.cfg;
         let bounds = Bounds {
             deadline_ns: Some(self.end_ns),
             ..Bounds::default()
         };
         // An operation's intended time is its send: no late sends by construction.
-        Plan::new(
-            &cfg.samples_path,
-            &cfg.histogram_path,
-            cfg.warmup_s,
-            f64::INFINITY,
-            bounds,
-        )
+        Plan::new(&cfg.samples_path, &cfg.histogram_path, cfg.warmup_s, None, bounds)
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<ShareDone, String> {

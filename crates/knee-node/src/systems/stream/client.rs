@@ -44,7 +44,7 @@ impl Role for StreamClient {
     type Done = StreamFields;
 
     /// In flight: `outstanding` per service, a slot count of the accessor's own.
-    fn plan(&mut self) -> Plan<StreamFields> {
+    fn plan(&self) -> Plan<StreamFields> {
         let cfg = &self.cfg;
         let bounds = Bounds {
             duration_s: Some(cfg.duration_s),
@@ -57,13 +57,7 @@ impl Role for StreamClient {
             progress: Some(Box::new(move |counts, elapsed_ns| {
                 live.fields(counts, elapsed_ns)
             })),
-            ..Plan::new(
-                &cfg.samples_path,
-                &cfg.histogram_path,
-                cfg.warmup_s,
-                f64::INFINITY,
-                bounds,
-            )
+            ..Plan::new(&cfg.samples_path, &cfg.histogram_path, cfg.warmup_s, None, bounds)
         }
     }
 

@@ -66,7 +66,7 @@ impl Role for ChatClient {
 
     /// The request count is per client (`requests_per_client`: each client's session runs
     /// its own sequence), so it stays with the clients; one request in flight per client.
-    fn plan(&mut self) -> Plan {
+    fn plan(&self) -> Plan {
         let cfg = &self.cfg;
         let bounds = Bounds {
             duration_s: cfg.duration_s,
@@ -76,7 +76,7 @@ impl Role for ChatClient {
             &cfg.samples_path,
             &cfg.histogram_path,
             cfg.warmup_s,
-            cfg.late_ms,
+            Some(cfg.late_ms),
             bounds,
         )
     }
