@@ -61,6 +61,7 @@ pub struct Plan<P = events::NoExtra> {
     pub progress: Option<ProgressFields<P>>,
 }
 
+/// A role's own progress fields from (the counts so far, ns since the start).
 pub type ProgressFields<P> = Box<dyn Fn(&Counts, u64) -> P + Send>;
 
 impl<P> Plan<P> {
@@ -295,5 +296,71 @@ fn progress_loop<P: Serialize>(
             extra: fields.map(|f| f(&counts, offset_ns)),
         });
         (last, last_ns) = (counts, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(late_ms: Option<f64>) -> (RunContext, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("knee-harness-{}-{late_ms:?}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let recorder = Recorder::create(dir.join("s.bin").to_str().unwrap()).unwrap();
+        let ctx = RunContext {
+            start_ns: 1_000,
+            recorder: Arc::new(recorder),
+            bounds: Bounds {
+                requests: Some(2),
+                ..Bounds::default()
+            },
+            end_ns: Some(5_000),
+            late_ns: late_ms.map_or(u64::MAX, |ms| (ms * 1e6) as u64),
+            last_sent_ns: AtomicU64::new(0),
+            stop_seen_ns: AtomicU64::new(0),
+        };
+        (ctx, dir)
+    }
+
+    #[test]
+    fn a_send_is_late_only_beyond_late_ms_and_a_resend_is_not_a_send() {
+        let (ctx, dir) = context(Some(1.0));
+        ctx.count_send(0, 1_000_000, 10); // exactly late_ms behind: on time
+        ctx.count_send(0, 1_000_001, 10);
+        ctx.count_resend(3_000_000, 10);
+        let c = ctx.counts();
+        assert_eq!((c.sent, c.late_sends, c.bytes_tx), (2, 1, 30));
+        assert_eq!(ctx.last_sent_ns.load(Ordering::Relaxed), 3_000_000);
+        let (never, dir2) = context(None);
+        never.count_send(0, u64::MAX, 1);
+        assert_eq!(never.counts().late_sends, 0);
+        for d in [dir, dir2] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn bounds_end_sending() {
+        let (ctx, dir) = context(None);
+        assert!(ctx.allows_request(1) && !ctx.allows_request(2));
+        assert!(!ctx.past_end(4_999) && ctx.past_end(5_000));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_progress_line_without_system_fields_has_the_common_ones_only() {
+        let line = serde_json::to_value(Progress::<Option<events::NoExtra>> {
+            t_s: 1.0,
+            counts: Counts::default(),
+            rate_per_s: 0.0,
+            sent_rate_per_s: 0.0,
+            target_rate_per_s: None,
+            p99_ns: 0,
+            extra: None,
+        })
+        .unwrap();
+        let keys: Vec<&str> = line.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 15, "{keys:?}");
+        assert!(keys.contains(&"late_sends") && keys.contains(&"late_replies"));
     }
 }
