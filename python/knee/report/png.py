@@ -49,8 +49,8 @@ def write_png(fig: Figure, path: Path) -> None:
 def render(fig: Figure) -> MplFigure:
     """`fig` drawn by matplotlib, its hidden traces left out. Uses matplotlib's object API,
     not pyplot: no global state, nothing opens a window."""
-    count = {w: kit_axes.integer_ticks(fig, w) for w in ("x", "y")}  # before any scaling
     fig = kit_axes.for_display(fig)
+    count = {w: kit_axes.integer_ticks(fig, w) for w in ("x", "y")}
     # Constrained layout: one draw per PNG (bbox_inches="tight" would draw twice).
     size_in = (WIDTH_IN, max(3.0, fig.height_px / 100))
     mfig = MplFigure(figsize=size_in, dpi=DPI, layout="constrained")
