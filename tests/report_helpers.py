@@ -64,6 +64,19 @@ def figure_spec(html: str, fig_id: str) -> dict:
     return json.loads(m.group(1))
 
 
+#: Nanoseconds per unit a report's time axis can be drawn in (knee.report.kit.axes).
+NS_PER_UNIT = {"ns": 1.0, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def drawn_ms(spec: dict, values: list, axis: str = "y") -> list:
+    """A figure's values along one axis in ms, the report's unit: a time axis is drawn in
+    the unit that fits its values, named in the spec's layout.meta.units (an axis not named
+    there has the values as the report computed them)."""
+    unit = ((spec["layout"].get("meta") or {}).get("units") or {}).get(axis, "ms")
+    per_ms = NS_PER_UNIT[unit] / 1e6
+    return [None if v is None else v * per_ms for v in values]
+
+
 def line(spec: dict, name: str) -> dict:
     """The drawn trace (not an interval band) called `name` of a figure's Plotly spec."""
     found = [t for t in spec["data"] if t.get("name") == name and "fill" not in t]

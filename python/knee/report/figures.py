@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from knee.report.kit import axes as kit_axes
+from knee.report.kit.axes import AxisKind, TimeUnit
+
 #: Colours by index, shared by both renderers (matplotlib's tab10).
 PALETTE = (
     "#1f77b4",
@@ -38,8 +41,14 @@ def color(index: int) -> str:
 
 @dataclass
 class Axis:
+    """An axis: its title, scale, and what it measures (`knee.report.kit.axes`): "count"
+    gets whole-number ticks; "time" is drawn in the unit that fits its values (the title
+    then names no unit: the renderers add it), which are given in `time_unit`."""
+
     title: str
     scale: Scale = "linear"
+    kind: AxisKind = "value"
+    time_unit: TimeUnit = "ms"
 
 
 @dataclass
@@ -113,7 +122,9 @@ def clean(values: list[Any] | None) -> list[Any] | None:
 
 
 def plotly_spec(fig: Figure) -> dict[str, Any]:
-    """`{"data", "layout", "config"}` for Plotly.newPlot."""
+    """`{"data", "layout", "config"}` for Plotly.newPlot. A time axis's unit is also in
+    `layout.meta.units` (e.g. {"y": "µs"}), for whoever reads the numbers back."""
+    fig = kit_axes.for_display(fig)
     data: list[dict[str, Any]] = []
     for t in fig.traces:
         data.extend(_plotly_traces(t, fig.x.scale))
@@ -122,14 +133,17 @@ def plotly_spec(fig: Figure) -> dict[str, Any]:
         "height": fig.height_px,
         "margin": {"l": 70, "r": 30, "t": 60, "b": 60},
         "hovermode": "closest",
-        "xaxis": _plotly_axis(fig.x),
-        "yaxis": _plotly_axis(fig.y),
+        "xaxis": _plotly_axis(fig, "x"),
+        "yaxis": _plotly_axis(fig, "y"),
         "legend": {"orientation": "v"},
         "barmode": "stack" if fig.stacked else "group",
         "boxmode": "group",
         "shapes": [_plotly_marker(m, fig.x.scale) for m in fig.markers],
         "annotations": [_plotly_marker_label(m, fig.x.scale) for m in fig.markers],
     }
+    units = {w: a.time_unit for w, a in (("x", fig.x), ("y", fig.y)) if a.kind == "time"}
+    if units:
+        layout["meta"] = {"units": units}
     return {"data": data, "layout": layout, "config": {"responsive": True, "displaylogo": False}}
 
 
@@ -139,8 +153,13 @@ def _x_values(xs: list[Any], scale: Scale) -> list[Any]:
     return [logit(p) if p is not None and 0.0 < p < 1.0 else None for p in xs]
 
 
-def _plotly_axis(axis: Axis) -> dict[str, Any]:
+def _plotly_axis(fig: Figure, which: kit_axes.Which) -> dict[str, Any]:
+    axis = fig.x if which == "x" else fig.y
     out: dict[str, Any] = {"title": {"text": axis.title}, "zeroline": False, "automargin": True}
+    if axis.scale == "linear" and kit_axes.integer_ticks(fig, which):
+        # Plotly has no "integers only": a fixed whole step from 0 does it (zoom keeps it).
+        step = kit_axes.integer_step(kit_axes.axis_values(fig, which))
+        out.update({"tick0": 0, "dtick": step})
     if axis.scale == "log":
         out["type"] = "log"
     elif axis.scale == "category":

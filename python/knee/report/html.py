@@ -9,13 +9,13 @@ chart has been tried. A headless browser's dumped DOM thus shows whether the pag
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from knee.report.figures import Figure, plotly_spec
+from knee.report.kit.text import esc
 
 #: Runs first: records errors in the DOM so a dumped DOM proves a clean page.
 _ERROR_PROBE = """
@@ -101,10 +101,6 @@ class Section:
     @property
     def figures(self) -> list[Figure]:
         return [b for b in self.blocks if isinstance(b, Figure)]
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 @cache

@@ -3,14 +3,17 @@ interactive)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
 
 from knee.report.figures import LOGIT_TICKS, Axis, Figure, Trace, color
+from knee.report.kit import axes as kit_axes
 
 #: Plotly marker symbols in matplotlib's terms.
 _SYMBOLS = {"circle": "o", "x": "x", "triangle-up": "^", "square": "s", "diamond": "D"}
@@ -22,11 +25,32 @@ WIDTH_IN = 8.0
 #: More legend entries than this do not fit beside the plot (the axes collapse): the PNG then
 #: has no legend, and the HTML's interactive legend names the lines.
 LEGEND_MAX = 16
+#: Log-axis labels within this many decades of 1 are written as numbers ("600", "0.05"),
+#: beyond as powers of ten.
+PLAIN_DECADES = 4
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Labels on a log axis as numbers, where matplotlib writes "6×10²" between decades;
+    which ticks get a label stays matplotlib's choice."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        label = super().__call__(x, pos)
+        if label and x > 0 and abs(math.log10(x)) < PLAIN_DECADES:
+            return f"$\\mathdefault{{{x:g}}}$"
+        return label
 
 
 def write_png(fig: Figure, path: Path) -> None:
-    """One PNG of `fig` (its hidden traces left out). Uses matplotlib's object API, not
-    pyplot: no global state, nothing opens a window."""
+    """One PNG of `fig` (its hidden traces left out)."""
+    render(fig).savefig(path, pil_kwargs={"compress_level": 3})
+
+
+def render(fig: Figure) -> MplFigure:
+    """`fig` drawn by matplotlib, its hidden traces left out. Uses matplotlib's object API,
+    not pyplot: no global state, nothing opens a window."""
+    fig = kit_axes.for_display(fig)
+    count = {w: kit_axes.integer_ticks(fig, w) for w in ("x", "y")}
     # Constrained layout: one draw per PNG (bbox_inches="tight" would draw twice).
     size_in = (WIDTH_IN, max(3.0, fig.height_px / 100))
     mfig = MplFigure(figsize=size_in, dpi=DPI, layout="constrained")
@@ -52,16 +76,16 @@ def write_png(fig: Figure, path: Path) -> None:
             fontsize=7,
             color=m.color,
         )
-    _axis(ax, fig.x, "x", categories)
+    _axis(ax, fig.x, "x", categories, count["x"])
     if fig.x.scale == "logit":
         _logit_limits(ax, traces)
-    _axis(ax, fig.y, "y", [])
+    _axis(ax, fig.y, "y", [], count["y"])
     ax.set_title(fig.title, fontsize=11)
     ax.grid(True, alpha=0.3)
     named = sum(t.legend and t.kind not in ("heatmap", "band") for t in traces)
     if 0 < named <= LEGEND_MAX:
         ax.legend(fontsize=7, loc="best")
-    mfig.savefig(path, pil_kwargs={"compress_level": 3})
+    return mfig
 
 
 def _categories(traces: list[Trace]) -> list[Any]:
@@ -171,10 +195,15 @@ def _logit_limits(ax: Any, traces: list[Trace]) -> None:
         ax.set_xlim(xs.min(), xs.max())
 
 
-def _axis(ax: Any, axis: Axis, which: str, categories: list[Any]) -> None:
+def _axis(ax: Any, axis: Axis, which: str, categories: list[Any], count: bool) -> None:
     getattr(ax, f"set_{which}label")(axis.title)
+    ticks = getattr(ax, f"{which}axis")
+    if axis.scale == "linear" and count:
+        ticks.set_major_locator(MaxNLocator(integer=True))
     if axis.scale == "log":
         getattr(ax, f"set_{which}scale")("log")
+        ticks.set_major_formatter(PlainLogFormatter())
+        ticks.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
     elif axis.scale == "logit":
         getattr(ax, f"set_{which}scale")("logit")
         getattr(ax, f"set_{which}ticks")(list(LOGIT_TICKS), [f"{100 * p:.5g}" for p in LOGIT_TICKS])

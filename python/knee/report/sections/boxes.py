@@ -6,6 +6,7 @@ from knee.report.boxes import box_stats
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
+from knee.report.kit import note
 
 PARTS = (("latency_ns", "latency"), ("server_ns", "server"), ("network_ns", "network"))
 
@@ -15,7 +16,7 @@ def section(rr: ReportRun) -> Section:
         return Section(
             "boxes",
             "Distributions per point and per service",
-            ['<p class="note">No successful post-warm-up requests.</p>'],
+            [note("No successful post-warm-up requests.")],
         )
     labels = {p.get("point"): str(p.get("label")) for p in rr.points}
     order = [p.get("point") for p in rr.points]
@@ -31,7 +32,7 @@ def section(rr: ReportRun) -> Section:
             "boxes-points",
             "latency, server and network time per point",
             Axis("point", "category"),
-            Axis("ms", "log"),
+            Axis("time", "log", kind="time"),
             traces,
             caption="Successful requests after warm-up. Boxes: quartiles; whiskers: 1st and "
             "99th percentiles (order statistics, as in the summary); triangle/dashed: mean. "
@@ -59,7 +60,7 @@ def section(rr: ReportRun) -> Section:
                 "boxes-services",
                 "latency per service",
                 Axis("point", "category"),
-                Axis("latency (ms)", "log"),
+                Axis("latency", "log", kind="time"),
                 svc_traces,
                 height_px=480,
             )

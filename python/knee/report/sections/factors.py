@@ -8,6 +8,7 @@ from typing import Any
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
+from knee.report.kit import esc
 from knee.report.traces import stat
 
 TITLE = "Factors"
@@ -22,7 +23,7 @@ def section(rr: ReportRun) -> Section:
             continue
         if len(keys) > 3:
             blocks.append(
-                f"<p>{series}: {len(keys)} factors; the heatmaps show the last three.</p>"
+                f"<p>{esc(series)}: {len(keys)} factors; the heatmaps show the last three.</p>"
             )
         # The two factors with the most values span the heatmap; a third splits it.
         counts = {k: len({str((p.get("swept") or {}).get(k)) for p in points}) for k in keys}

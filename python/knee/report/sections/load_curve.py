@@ -13,7 +13,8 @@ from typing import Any
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Marker, Trace
-from knee.report.html import Section, esc
+from knee.report.html import Section
+from knee.report.kit import Col, esc, finding, note, table
 from knee.report.traces import (
     by_x,
     group_text,
@@ -49,7 +50,7 @@ def _unstable(point: dict[str, Any]) -> bool:
 def section(rr: ReportRun) -> Section:
     blocks: list[str | Figure] = []
     if rr.models_error:
-        blocks.append(f'<p class="note">No model overlay: {esc(rr.models_error)}</p>')
+        blocks.append(note(f"No model overlay: {rr.models_error}"))
     for series in rr.series():
         points = rr.points_of(series)
         axis = rr.axes[series]
@@ -59,7 +60,7 @@ def section(rr: ReportRun) -> Section:
         elif model is not None:  # one offered load: no curve, but the fit still tells
             blocks.extend([f"<h3>{esc(series)}</h3>", _model_text(model, _labels(points))])
     if not blocks:
-        blocks.append('<p class="note">No series has two or more loads to plot against.</p>')
+        blocks.append(note("No series has two or more loads to plot against."))
     return Section("load", "Latency vs load", blocks)
 
 
@@ -68,6 +69,11 @@ def plot_axis(axis: SeriesAxis) -> SeriesAxis:
     if axis.key != "target_rate_per_s":
         return axis
     return AchievedAxis(axis.series, axis.key, "achieved arrival rate (requests/s)", axis.factors)
+
+
+def _x_axis(axis: SeriesAxis) -> Axis:
+    """The x axis of a series' figures: clients are a count (whole-number ticks)."""
+    return Axis(axis.title, kind="count" if axis.key == "load.clients" else "value")
 
 
 def _hover_label(point: dict[str, Any], rate_axis: bool) -> dict[str, Any]:
@@ -112,8 +118,8 @@ def series_blocks(
     fig = Figure(
         f"load-{series}",
         f"{series}: latency vs {x_axis.title}",
-        Axis(x_axis.title),
-        Axis("latency (ms)", scale),
+        _x_axis(x_axis),
+        Axis("latency", scale, kind="time"),
         traces,
         markers,
         caption=_caption(x_axis, model, any(_unstable(p) for p in points), scale),
@@ -219,21 +225,41 @@ def _compared(p: dict[str, Any]) -> bool:
     return p.get("stable", True) is not False and p.get("predicted_mean_ns") is not None
 
 
+#: The model table's columns.
+MODEL_COLUMNS = (
+    Col("model", left=True),
+    Col("role", left=True),
+    "servers",
+    "service mean (ms)",
+    "service cs²",
+    "capacity (req/s)",
+    "knee",
+    "stable points below capacity off the model",
+    Col("fitted on", left=True),
+)
+
+
 def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     rows = []
     models = model.get("models") or []
     groups = len({str(m.get("group")) for m in models})
     for m in models:
         role = "primary" if is_primary(m, model) else "reference" if m.get("reference") else ""
-        fitted = ", ".join(esc(labels.get(p, p)) for p in m.get("fit_points") or [])
+        fitted = ", ".join(str(labels.get(p, p)) for p in m.get("fit_points") or [])
+        points = m.get("points") or []
         rows.append(
-            f'<tr><td class="l">{esc(model_label(m, groups))}</td><td class="l">{role}</td>'
-            f"<td>{esc(m.get('servers'))}</td>"
-            f"<td>{fmt.ms(m.get('service_mean_ns'))}</td><td>{fmt.num(m.get('service_cs2'))}"
-            f"</td><td>{fmt.num(m.get('capacity_per_s'))}</td><td>{fmt.num(m.get('knee_x'))}"
-            f"</td><td>{sum(bool(p.get('flag')) for p in m.get('points') or [])} of "
-            f"{sum(_compared(p) for p in m.get('points') or [])}</td>"
-            f'<td class="l">{fitted}</td></tr>'
+            [
+                model_label(m, groups),
+                role,
+                m.get("servers"),
+                fmt.ms(m.get("service_mean_ns")),
+                fmt.num(m.get("service_cs2")),
+                fmt.num(m.get("capacity_per_s")),
+                fmt.num(m.get("knee_x")),
+                f"{sum(bool(p.get('flag')) for p in points)} of "
+                f"{sum(_compared(p) for p in points)}",
+                fitted,
+            ]
         )
     flagged = [
         f"<li>{esc(labels.get(p.get('point'), p.get('point')))}: {esc(p.get('detail', ''))}</li>"
@@ -244,12 +270,8 @@ def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     ]
     knees = "".join(_knee_row(g, groups) for g in model.get("groups") or [])
     return (
-        f'<p class="finding">{esc(model.get("note", ""))}</p>'
-        '<table><tr><th class="l">model</th><th class="l">role</th><th>servers</th>'
-        "<th>service mean (ms)</th><th>service cs²</th><th>capacity (req/s)</th><th>knee</th>"
-        '<th>stable points below capacity off the model</th><th class="l">fitted on</th></tr>'
-        + "".join(rows)
-        + "</table>"
+        finding(model.get("note", ""))
+        + table(MODEL_COLUMNS, rows)
         + (f"<ul>{knees}</ul>" if knees else "")
         + (
             f"<p>Off the primary model beyond the 95% interval:</p><ul>{''.join(flagged)}</ul>"
@@ -295,7 +317,7 @@ def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: Ser
     return Figure(
         f"rate-{series}",
         f"{series}: achieved rate and throughput vs offered load",
-        Axis(axis.title),
+        _x_axis(axis),
         Axis("requests/s"),
         traces,
         caption="Achieved send rate (requests really sent over the span of their send times, "

@@ -9,6 +9,7 @@ from pandas.api.typing import SeriesGroupBy
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
+from knee.report.kit import note
 from knee.stats.quantiles import order_statistic
 
 #: Percentiles drawn per point: evenly spaced in logit from 1% up to 1 - 1/n.
@@ -68,12 +69,12 @@ def section(rr: ReportRun) -> Section:
                     f"spectrum-{series}",
                     f"{series}: percentile spectrum",
                     Axis("percentile", "logit"),
-                    Axis("latency (ms)", "log"),
+                    Axis("latency", "log", kind="time"),
                     traces,
                 )
             )
     if len(blocks) == 1:
-        blocks.append('<p class="note">No successful post-warm-up requests to plot.</p>')
+        blocks.append(note("No successful post-warm-up requests to plot."))
     return Section("spectrum", "Percentile spectrum", blocks)
 
 

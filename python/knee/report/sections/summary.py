@@ -7,7 +7,8 @@ from typing import Any
 
 from knee.report import fmt
 from knee.report.data import ReportRun
-from knee.report.html import Section, esc
+from knee.report.html import Section
+from knee.report.kit import Cell, Col, Html, Row, esc, lines, note, table, verdict
 from knee.results import STATUS_NAMES
 
 PERCENTILES = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"))
@@ -17,7 +18,7 @@ CHECK_TITLES = ("sender", "Poisson", "autocorr.", "support", "interference")
 
 def section(rr: ReportRun) -> Section:
     if not rr.points:
-        return Section("summary", "Summary", ['<p class="note">No point was measured.</p>'])
+        return Section("summary", "Summary", [note("No point was measured.")])
     blocks = [
         "<p>Latency in ms from the intended send time, every request after warm-up: a "
         "timeout, drop or error counts as slower than any success, so a percentile that lands "
@@ -41,85 +42,87 @@ def section(rr: ReportRun) -> Section:
     return Section("summary", "Summary", [b for b in blocks if b])
 
 
-def _dist_cell(dist: dict[str, Any] | None, key: str) -> str:
+def _dist_cell(dist: dict[str, Any] | None, key: str) -> Cell | str:
     failed = ((dist or {}).get("failed") or {}).get(key)
     if failed is not None:
-        text = "&gt; timeout" if failed == "timeout" else "failed"
-        return f'<td class="v-fail" title="this percentile lands on a failed request">{text}</td>'
+        text = "> timeout" if failed == "timeout" else "failed"
+        return Cell(text, "v-fail", "this percentile lands on a failed request")
     if not dist or dist.get(key) is None:
-        return "<td>-</td>"
+        return "-"
     supported = (dist.get("supported") or {}).get(key, True)
     star = "" if supported else "*"
     ci = fmt.ms_interval((dist.get("ci") or {}).get(key))
-    title = "" if supported else ' title="fewer than ~100 samples beyond this percentile"'
-    return f'<td{title}>{fmt.ms(dist[key])}{star}<span class="ci">{esc(ci)}</span></td>'
+    tip = "" if supported else "fewer than ~100 samples beyond this percentile"
+    return Cell(lines(f"{fmt.ms(dist[key])}{star}", ci), tip=tip)
 
 
-def _statuses(rates: dict[str, Any]) -> str:
+def _statuses(rates: dict[str, Any]) -> Html:
     """ok's rate, and each other status that happened (every name in STATUS_NAMES)."""
-    others = "".join(
-        f'<span class="ci">{esc(s)} {fmt.pct(rates.get(s))}</span>'
-        for s in STATUS_NAMES
-        if s != "ok" and rates.get(s)
-    )
-    return f"ok {fmt.pct(rates.get('ok'))}{others}"
-
-
-def _verdict_cell(check: dict[str, Any] | None) -> str:
-    if check is None:
-        return '<td class="v-na">-</td>'
-    verdict = str(check.get("verdict", "n/a"))
-    css = {"pass": "v-pass", "warn": "v-warn", "fail": "v-fail"}.get(verdict, "v-na")
-    return f'<td class="{css}" title="{esc(check.get("detail", ""))}">{esc(verdict)}</td>'
+    others = [f"{s} {fmt.pct(rates.get(s))}" for s in STATUS_NAMES if s != "ok" and rates.get(s)]
+    return lines(f"ok {fmt.pct(rates.get('ok'))}", *others)
 
 
 def _checks_by_name(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(c.get("name")): c for c in point.get("checks") or []}
 
 
-def _main_table(points: list[dict[str, Any]]) -> str:
-    head = (
-        '<tr><th class="l">point</th><th>n</th><th>target/s</th><th>sent/s</th><th>late</th>'
-        f'<th title="{esc(", ".join(STATUS_NAMES))}">statuses</th>'
-        + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
-        + "<th>max</th><th>server / network mean</th><th>done/s</th><th>stability</th>"
-        + "".join(f"<th>{esc(c)}</th>" for c in CHECK_TITLES)
-        + "</tr>"
-    )
+def _check_cell(check: dict[str, Any] | None) -> Cell:
+    if check is None:
+        return verdict(None)
+    return verdict(check.get("verdict", "n/a"), str(check.get("detail", "")))
+
+
+def _main_table(points: list[dict[str, Any]]) -> Html:
+    cols = [
+        Col("point", left=True),
+        "n",
+        "target/s",
+        "sent/s",
+        "late",
+        Col("statuses", tip=", ".join(STATUS_NAMES)),
+        *(label for _, label in PERCENTILES),
+        "max",
+        "server / network mean",
+        "done/s",
+        "stability",
+        *CHECK_TITLES,
+    ]
     rows = []
     for p in points:
         lat = _with_ok_mean(p)
-        rates = p.get("status_rates") or {}
         checks = _checks_by_name(p)
         stability = p.get("stability") or {}
-        unstable = stability.get("verdict") == "unstable"
         drain = (p.get("drain") or {}).get("replies")
-        achieved_ci = fmt.interval(p.get("achieved_rate_ci_per_s"))
         bytes_per_s = p.get("throughput_bytes_per_s")
         if bytes_per_s is None and "bytes_in_per_s" in p:
             bytes_per_s = (p.get("bytes_in_per_s") or 0) + (p.get("bytes_out_per_s") or 0)
+        done_below = fmt.bytes_rate(bytes_per_s) + (f"; {drain} drained after" if drain else "")
         rows.append(
-            f"<tr{' class=unstable' if unstable else ''}>"
-            f'<td class="l">{esc(p.get("label", p.get("point")))}</td>'
-            f"<td>{esc(p.get('count', '-'))}</td>"
-            f"<td>{fmt.num(p.get('target_rate_per_s'))}</td>"
-            f"<td>{fmt.num(p.get('achieved_rate_per_s'))}"
-            f'<span class="ci">{esc(achieved_ci)}</span></td>'
-            f"<td>{esc(p.get('late_sends', '-'))}</td>"
-            f"<td>{_statuses(rates)}</td>"
-            + "".join(_dist_cell(lat, key) for key, _ in PERCENTILES)
-            + f"<td>{fmt.ms(lat.get('max'))}</td>"
-            f"<td>{fmt.ms((p.get('server_ns') or {}).get('mean'))}"
-            f'<span class="ci">{fmt.ms((p.get("network_ns") or {}).get("mean"))}</span></td>'
-            f'<td>{fmt.num(p.get("throughput_per_s"))}/s<span class="ci">'
-            f"{fmt.bytes_rate(bytes_per_s)}"
-            + (f"; {drain} drained after" if drain else "")
-            + "</span></td>"
-            + _stability_cell(stability)
-            + "".join(_verdict_cell(checks.get(c)) for c in CHECKS)
-            + "</tr>"
+            Row(
+                [
+                    p.get("label", p.get("point")),
+                    p.get("count", "-"),
+                    fmt.num(p.get("target_rate_per_s")),
+                    lines(
+                        fmt.num(p.get("achieved_rate_per_s")),
+                        fmt.interval(p.get("achieved_rate_ci_per_s")),
+                    ),
+                    p.get("late_sends", "-"),
+                    _statuses(p.get("status_rates") or {}),
+                    *(_dist_cell(lat, key) for key, _ in PERCENTILES),
+                    fmt.ms(lat.get("max")),
+                    lines(
+                        fmt.ms((p.get("server_ns") or {}).get("mean")),
+                        fmt.ms((p.get("network_ns") or {}).get("mean")),
+                    ),
+                    lines(f"{fmt.num(p.get('throughput_per_s'))}/s", done_below),
+                    verdict(stability.get("verdict", "n/a"), str(stability.get("detail", ""))),
+                    *(_check_cell(checks.get(c)) for c in CHECKS),
+                ],
+                "unstable" if stability.get("verdict") == "unstable" else "",
+            )
         )
-    return f'<div style="overflow-x:auto"><table>{head}{"".join(rows)}</table></div>'
+    return table(cols, rows, scroll=True)
 
 
 def _with_ok_mean(p: dict[str, Any]) -> dict[str, Any]:
@@ -133,12 +136,6 @@ def _with_ok_mean(p: dict[str, Any]) -> dict[str, Any]:
     return lat
 
 
-def _stability_cell(stability: dict[str, Any]) -> str:
-    verdict = str(stability.get("verdict", "n/a"))
-    css = {"stable": "v-pass", "unstable": "v-fail"}.get(verdict, "v-na")
-    return f'<td class="{css}" title="{esc(stability.get("detail", ""))}">{esc(verdict)}</td>'
-
-
 def _unstable_notes(points: list[dict[str, Any]]) -> str:
     notes = [
         f"<li><b>{esc(p.get('label'))}</b>: {esc((p.get('stability') or {}).get('detail'))}</li>"
@@ -148,9 +145,11 @@ def _unstable_notes(points: list[dict[str, Any]]) -> str:
     if not notes:
         return ""
     return (
-        '<p class="note">Unstable points: the system did not keep up, so their means and '
-        "percentiles grow with the length of the run; models are not fitted to them.</p>"
-        f"<ul>{''.join(notes)}</ul>"
+        note(
+            "Unstable points: the system did not keep up, so their means and percentiles grow "
+            "with the length of the run; models are not fitted to them."
+        )
+        + f"<ul>{''.join(notes)}</ul>"
     )
 
 
@@ -158,47 +157,47 @@ def _ok_only_table(points: list[dict[str, Any]]) -> str:
     """The distribution of successful requests alone, labelled as such."""
     if not any(p.get("latency_ok_ns") for p in points):
         return ""
+    cols = [Col("point", left=True), "n ok", *(label for _, label in PERCENTILES), "max"]
     rows = []
     for p in points:
         ok = p.get("latency_ok_ns") or {}
         rows.append(
-            f'<tr><td class="l">{esc(p.get("label"))}</td><td>{esc(ok.get("n", "-"))}</td>'
-            + "".join(_dist_cell(ok, key) for key, _ in PERCENTILES)
-            + f"<td>{fmt.ms(ok.get('max'))}</td></tr>"
+            [
+                p.get("label"),
+                ok.get("n", "-"),
+                *(_dist_cell(ok, key) for key, _ in PERCENTILES),
+                fmt.ms(ok.get("max")),
+            ]
         )
-    head = (
-        '<tr><th class="l">point</th><th>n ok</th>'
-        + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
-        + "<th>max</th></tr>"
-    )
-    return (
-        "<details><summary>Successful requests only (OK replies; failures left out, so "
-        f"these percentiles understate the tail when requests failed)</summary><table>{head}"
-        f"{''.join(rows)}</table></details>"
+    return table(
+        cols,
+        rows,
+        details="Successful requests only (OK replies; failures left out, so these "
+        "percentiles understate the tail when requests failed)",
     )
 
 
 def _checks_table(points: list[dict[str, Any]]) -> str:
-    rows = []
-    for p in points:
-        for c in p.get("checks") or []:
-            verdict = str(c.get("verdict", "n/a"))
-            css = {"pass": "v-pass", "warn": "v-warn", "fail": "v-fail"}.get(verdict, "v-na")
-            rows.append(
-                f'<tr><td class="l">{esc(p.get("label"))}</td><td class="l">{esc(c.get("name"))}'
-                f'</td><td class="{css}">{esc(verdict)}</td><td>{fmt.num(c.get("value"))}</td>'
-                f'<td class="l">{esc(c.get("detail", ""))}</td></tr>'
-            )
+    rows = [
+        [
+            p.get("label"),
+            c.get("name"),
+            verdict(c.get("verdict", "n/a")),
+            fmt.num(c.get("value")),
+            c.get("detail", ""),
+        ]
+        for p in points
+        for c in p.get("checks") or []
+    ]
     if not rows:
-        return '<p class="note">This run\'s summary has no checks.</p>'
-    return (
-        "<details><summary>Checks in detail (sender: rate sent vs target and late sends; "
-        "Poisson inter-arrivals by Anderson-Darling; lag-1 autocorrelation of latency; samples "
-        "beyond each percentile; CPU used by other processes on the machine)</summary><table>"
-        '<tr><th class="l">point</th>'
-        '<th class="l">check</th><th>verdict</th><th>value</th><th class="l">detail</th></tr>'
-        + "".join(rows)
-        + "</table></details>"
+        return note("This run's summary has no checks.")
+    cols = [Col("point", left=True), Col("check", left=True), "verdict", "value"]
+    return table(
+        [*cols, Col("detail", left=True)],
+        rows,
+        details="Checks in detail (sender: rate sent vs target and late sends; Poisson "
+        "inter-arrivals by Anderson-Darling; lag-1 autocorrelation of latency; samples beyond "
+        "each percentile; CPU used by other processes on the machine)",
     )
 
 
@@ -206,24 +205,31 @@ def _breakdown(points: list[dict[str, Any]], key: str, what: str) -> str:
     """Per-operation or per-service rows, shown when some point has more than one."""
     if not any(len(p.get(key) or {}) > 1 for p in points):
         return ""
+    cols = [
+        Col("point", left=True),
+        Col(what, left=True),
+        "n",
+        "req/s",
+        *STATUS_NAMES,
+        *(label for _, label in PERCENTILES),
+        "server mean",
+        "network mean",
+    ]
     rows = []
     for p in points:
         for name, entry in (p.get(key) or {}).items():
             lat = entry.get("latency_ns") or {}
             rates = entry.get("status_rates") or {}
             rows.append(
-                f'<tr><td class="l">{esc(p.get("label"))}</td><td class="l">{esc(name)}</td>'
-                f"<td>{esc(entry.get('count', '-'))}</td>"
-                f"<td>{fmt.num(entry.get('throughput_per_s'))}</td>"
-                + "".join(f"<td>{fmt.pct(rates.get(s))}</td>" for s in STATUS_NAMES)
-                + "".join(_dist_cell(lat, k) for k, _ in PERCENTILES)
-                + f"<td>{fmt.ms((entry.get('server_ns') or {}).get('mean'))}</td>"
-                f"<td>{fmt.ms((entry.get('network_ns') or {}).get('mean'))}</td></tr>"
+                [
+                    p.get("label"),
+                    name,
+                    entry.get("count", "-"),
+                    fmt.num(entry.get("throughput_per_s")),
+                    *(fmt.pct(rates.get(s)) for s in STATUS_NAMES),
+                    *(_dist_cell(lat, k) for k, _ in PERCENTILES),
+                    fmt.ms((entry.get("server_ns") or {}).get("mean")),
+                    fmt.ms((entry.get("network_ns") or {}).get("mean")),
+                ]
             )
-    head = (
-        f'<tr><th class="l">point</th><th class="l">{esc(what)}</th><th>n</th><th>req/s</th>'
-        + "".join(f"<th>{esc(s)}</th>" for s in STATUS_NAMES)
-        + "".join(f"<th>{esc(label)}</th>" for _, label in PERCENTILES)
-        + "<th>server mean</th><th>network mean</th></tr>"
-    )
-    return f"<h3>Per {esc(what)}</h3><table>{head}{''.join(rows)}</table>"
+    return table(cols, rows, heading=f"Per {what}")

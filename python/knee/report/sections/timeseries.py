@@ -9,6 +9,7 @@ import pandas as pd
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
+from knee.report.kit import note
 from knee.stats.quantiles import order_statistics
 
 #: Width of a time bin for the sample-based series.
@@ -33,7 +34,7 @@ def section(rr: ReportRun) -> Section:
     if not ts.empty and "node" in ts:
         blocks.extend(_node_figures(ts, markers))
     if len(blocks) == 1:
-        blocks.append('<p class="note">This run has no samples and no time series.</p>')
+        blocks.append(note("This run has no samples and no time series."))
     return Section("timeseries", "Time series", blocks)
 
 
@@ -107,7 +108,7 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
             "ts-latency",
             "latency percentiles per second (ok replies)",
             Axis("time (s)"),
-            Axis("latency (ms)", "log"),
+            Axis("latency", "log", kind="time"),
             latency,
             markers,
             height_px=340,

@@ -8,7 +8,8 @@ from typing import Any
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
-from knee.report.html import Section, esc
+from knee.report.html import Section
+from knee.report.kit import Col, note, table
 
 TITLE = "The slowest 1%"
 
@@ -19,10 +20,7 @@ def section(rr: ReportRun) -> Section:
         return Section(
             "top1",
             TITLE,
-            [
-                '<p class="note">This run\'s summary has no top-1% '
-                "analysis (summary.json points[].top1).</p>"
-            ],
+            [note("This run's summary has no top-1% analysis (summary.json points[].top1).")],
         )
     cats: list[str] = []
     shares: dict[str, list[float | None]] = {"server_share": [], "network_share": []}
@@ -56,6 +54,24 @@ def section(rr: ReportRun) -> Section:
     return Section("top1", TITLE, [fig, _table(points)])
 
 
+#: The table's columns: text left, numbers right.
+COLUMNS = (
+    Col("point", left=True),
+    "threshold (ms)",
+    "top-1% n",
+    "mean with",
+    "mean without",
+    "p99 with",
+    "p99 without",
+    "server share top",
+    "server share rest",
+    Col("clustering", left=True),
+    "dispersion index",
+    "longest run",
+    Col("detail", left=True),
+)
+
+
 def _table(points: list[dict[str, Any]]) -> str:
     rows = []
     for p in points:
@@ -63,22 +79,20 @@ def _table(points: list[dict[str, Any]]) -> str:
         with_, without = t.get("with") or {}, t.get("without") or {}
         cl = t.get("clustering") or {}
         rows.append(
-            f'<tr><td class="l">{esc(p.get("label"))}</td><td>{fmt.ms(t.get("threshold_ns"))}'
-            f"</td><td>{esc(t.get('count', '-'))}</td>"
-            f"<td>{fmt.ms(with_.get('mean'))}</td><td>{fmt.ms(without.get('mean'))}</td>"
-            f"<td>{fmt.ms(with_.get('p99'))}</td><td>{fmt.ms(without.get('p99'))}</td>"
-            f"<td>{fmt.pct((t.get('top') or {}).get('server_share'))}</td>"
-            f"<td>{fmt.pct((t.get('rest') or {}).get('server_share'))}</td>"
-            f'<td class="l">{esc(cl.get("verdict", "-"))}</td>'
-            f"<td>{fmt.num(cl.get('index_of_dispersion'))}</td>"
-            f"<td>{esc(cl.get('longest_run', '-'))}</td>"
-            f'<td class="l">{esc(cl.get("detail", ""))}</td></tr>'
+            [
+                p.get("label"),
+                fmt.ms(t.get("threshold_ns")),
+                t.get("count", "-"),
+                fmt.ms(with_.get("mean")),
+                fmt.ms(without.get("mean")),
+                fmt.ms(with_.get("p99")),
+                fmt.ms(without.get("p99")),
+                fmt.pct((t.get("top") or {}).get("server_share")),
+                fmt.pct((t.get("rest") or {}).get("server_share")),
+                cl.get("verdict", "-"),
+                fmt.num(cl.get("index_of_dispersion")),
+                cl.get("longest_run", "-"),
+                cl.get("detail", ""),
+            ]
         )
-    return (
-        '<table><tr><th class="l">point</th><th>threshold (ms)</th><th>top-1% n</th>'
-        "<th>mean with</th><th>mean without</th><th>p99 with</th><th>p99 without</th>"
-        '<th>server share top</th><th>server share rest</th><th class="l">clustering</th>'
-        '<th>dispersion index</th><th>longest run</th><th class="l">detail</th></tr>'
-        + "".join(rows)
-        + "</table>"
-    )
+    return table(COLUMNS, rows)

@@ -2,9 +2,10 @@
 exploding as the rate nears capacity with the M/M/1 and M/M/c predictions overlaid, the
 cache's effect, and where adding threads stops helping on this machine, and why.
 
-Series are recognised by what they sweep and how their server is set, not by name, so a
-user's own matrix spec gets the findings its data supports; every sentence is computed from
-the run.
+The numbers come from `knee.analysis.matrix`, which also recognises the series by what they
+sweep and how their server is set, not by name (a user's own matrix spec gets the findings
+its data supports); this module writes them as sentences and figures. Every sentence is
+computed from the run.
 
 Means are of the successful requests (`latency_ok_ns`, or `latency_ns` in a summary that
 has only that); percentiles are the summary's (`latency_ns`: over every request, a failure
@@ -13,47 +14,29 @@ counting as slower than any success, null where a percentile lands on a failure)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Any
 
-import numpy as np
+import pandas as pd
 
+from knee.analysis import matrix as analysis
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Trace
-from knee.report.html import Section, esc
+from knee.report.html import Section
+from knee.report.kit import Finding, Html, esc, findings, plural
 from knee.report.sections.load_curve import plot_axis
-from knee.report.traces import by_x, latency_traces, model_traces, stat, to_ms
+from knee.report.traces import by_x, latency_traces, model_traces
 
-#: A point whose mean latency exceeds this multiple of the lowest-load mean is past the
-#: measured knee.
-KNEE_FACTOR = 2.0
-#: A thread count "helps" when it raises capacity by more than this fraction.
-HELPS = 0.10
-#: Server CPU below this share of what its threads could use, while saturated, means
-#: other processes took the cores.
-CONTENDED = 0.85
 #: Model predictions are drawn up to this multiple of the largest measured mean.
 MODEL_CAP = 3.0
 
-
-@dataclass
-class PointFacts:
-    """What the findings need per point, from summary.json."""
-
-    hit_ratio: float | None  # the whole point's (`cache`; None without a cache)
-    hit_ratio_steady: float | None  # once the cache filled (the point's second half)
-    service_mean_ns: float | None
+Part = tuple[Finding | None, list[Figure]]
 
 
-def _ok(point: dict[str, Any]) -> dict[str, Any]:
-    """The latency distribution of a point's successful requests."""
-    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
-
-
-def _ok_mean(point: dict[str, Any]) -> float | None:
-    """Mean latency of a point's successful requests, in ms."""
-    return to_ms(_ok(point).get("mean"))
+def _known(value: Any) -> bool:
+    """A number, not NaN (what the analysis' tables hold for a missing value)."""
+    return isinstance(value, int | float) and not math.isnan(value)
 
 
 def _measured(
@@ -65,7 +48,7 @@ def _measured(
     one_color: bool = False,
 ) -> list[Trace]:
     """The mean of the successful requests and the summary's percentiles (gaps where null)."""
-    ok = [{**p, "latency_ok_ns": _ok(p)} for p in points]
+    ok = [{**p, "latency_ok_ns": analysis.ok_latency(p)} for p in points]
     out = latency_traces(
         ok, axis, name, color, keys=("mean",), dist="latency_ok_ns", one_color=one_color
     )
@@ -76,13 +59,13 @@ def _measured(
 
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
-    facts = _facts(rr.points)
-    findings: list[str] = []
+    roles = analysis.roles(rr.run)
+    found: list[Finding] = []
     blocks: list[str | Figure] = []
     for part in (_difficulty, _load, _cache, _threads):
-        text, figs = part(rr, facts)
-        if text:
-            findings.append(text)
+        finding, figs = part(rr, roles)
+        if finding is not None:
+            found.append(finding)
         blocks.extend(figs)
     blocks.extend(_resources(rr))
     intro = (
@@ -91,60 +74,19 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
         "with a 200-entry FIFO cache, and with thread pools of 2-16. What this run "
         "found:</p>"
     )
-    if not findings:
-        findings.append("This run has none of the matrix experiment's series to compare.")
-    items = "".join(f'<li class="finding">{f}</li>' for f in findings)
+    none = "This run has none of the matrix experiment's series to compare."
     return [
-        Section("matrix", "Matrix findings (report 004)", [intro, f"<ul>{items}</ul>", *blocks])
+        Section("matrix", "Matrix findings (report 004)", [intro, findings(found, none), *blocks])
     ]
-
-
-def _facts(points: list[dict[str, Any]]) -> dict[Any, PointFacts]:
-    """Hit ratios (summary.json `cache`, knee.stats.cache) and mean service time per point."""
-    out = {}
-    for p in points:
-        cache = p.get("cache") or {}
-        out[p.get("point")] = PointFacts(
-            cache.get("hit_ratio"),
-            cache.get("hit_ratio_steady"),
-            (p.get("service_ns") or {}).get("mean"),
-        )
-    return out
-
-
-def _find(rr: ReportRun, pred: Any) -> str | None:
-    """The first series whose points all satisfy pred(point)."""
-    for s in rr.series():
-        pts = rr.points_of(s)
-        if pts and all(pred(p) for p in pts):
-            return s
-    return None
-
-
-def _rate_swept(p: dict[str, Any]) -> bool:
-    return "load.rate_per_s" in (p.get("swept") or {})
-
-
-def _baseline(rr: ReportRun) -> str | None:
-    """Open loop over the rate, one server thread, no cache: the M/M/1 experiment."""
-    return _find(
-        rr,
-        lambda p: (
-            _rate_swept(p)
-            and "server.threads" not in (p.get("swept") or {})
-            and rr.setting(p, "server.threads") == 1
-            and not rr.setting(p, "server.cache")
-        ),
-    )
 
 
 # ------------------------------------------------------------------ difficulty (#1)
 
 
-def _difficulty(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure]]:
-    series = _find(rr, lambda p: "driver.p" in (p.get("swept") or {}))
+def _difficulty(rr: ReportRun, roles: analysis.Roles) -> Part:
+    series = roles.difficulty
     if series is None:
-        return "", []
+        return None, []
     axis = SeriesAxis(series, "driver.p", "P (matrix power)", [])
     pts = by_x(rr.points_of(series), axis)
     traces = _measured(pts, axis, "response", 0)
@@ -156,40 +98,37 @@ def _difficulty(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[
         "matrix-difficulty",
         "response time vs difficulty P, split into compute and network",
         Axis("P"),
-        Axis("mean time (ms)"),
+        Axis("mean time", kind="time"),
         traces,
         caption="One request at a time (closed loop, one client, no think time).",
     )
-    ps = np.array([axis.x(p) for p in pts], dtype=float)
-    server = np.array([stat(p, "server_ns", "mean") or np.nan for p in pts])
-    network = np.array([stat(p, "network_ns", "mean") or np.nan for p in pts])
-    if len(pts) < 2 or np.isnan(server).any():
-        return "", [fig]
-    slope, icpt = np.polyfit(ps, server, 1)
-    share = server[-1] / (server[-1] + network[-1])
+    fit = analysis.difficulty_fit(analysis.difficulty(rr.run, series))
+    if fit is None:
+        return None, [fig]
     text = (
-        f"<b>Difficulty.</b> Compute time grows linearly with P: {slope * 1000:.3g} ms per "
-        f"1000 P (least squares, intercept {icpt:.2g} ms), while network and middleware "
-        f"time stays between {np.nanmin(network):.2g} and {np.nanmax(network):.2g} ms. At "
-        f"P={ps[-1]:g}, compute is {share:.1%} of the response time: as in the report, the "
-        "difficulty, not the network, drives response time."
+        f"Compute time grows linearly with P: {fit.ms_per_p * 1000:.3g} ms per 1000 P (least "
+        f"squares, intercept {fit.intercept_ms:.2g} ms), while network and middleware time "
+        f"stays between {fit.network_min_ms:.2g} and {fit.network_max_ms:.2g} ms. At "
+        f"P={fit.top_p:g}, compute is {fit.compute_share:.1%} of the response time: as in the "
+        "report, the difficulty, not the network, drives response time."
     )
-    return text, [fig]
+    return Finding("Difficulty.", Html(text)), [fig]
 
 
 # ------------------------------------------------------------------ rate and M/M/1 (#2)
 
 
-def _load(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure]]:
-    series = _baseline(rr)
+def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
+    series = roles.rate
     if series is None:
-        return "", []
+        return None, []
     axis = plot_axis(rr.axes[series])  # the achieved arrival rate, where the models put points
     pts = by_x(rr.points_of(series), axis)
+    curve = analysis.rate_curve(rr.run, series)
     model = rr.model_for(series)
     traces = _measured(pts, axis, "measured", 0, ("p50", "p99"))
     markers = []
-    worst = max((_ok_mean(p) or 0.0) for p in pts)
+    worst = float(curve["mean_ms"].fillna(0.0).max()) if len(curve) else 0.0
     if model is not None:
         x_max = max(axis.x(p) for p in pts)
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
@@ -199,7 +138,7 @@ def _load(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure
         "one thread: response time vs Poisson rate, with the fitted queueing model and the "
         "report's M/M/1",
         Axis("achieved arrival rate (requests/s)"),
-        Axis("latency (ms)"),
+        Axis("latency", kind="time"),
         traces,
         markers,
         caption="Measured mean (successful requests), p50 and p99 (every request, a failure "
@@ -207,28 +146,28 @@ def _load(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure
         "95% bands; the dashed model lines are predictions from the service time measured "
         "over the stable points (docs/statistics.md, Models).",
     )
-    means = [_ok_mean(p) for p in pts]
-    if len(pts) < 2 or means[0] is None or means[-1] is None:
-        return "", [fig]
-    rates = [axis.x(p) for p in pts]
-    past = next(
-        (i for i, m in enumerate(means) if m is not None and m > KNEE_FACTOR * means[0]), None
-    )
+    means, rates = curve["mean_ms"], curve["rate_per_s"]
+    if len(curve) < 2 or not _known(means.iloc[0]) or not _known(means.iloc[-1]):
+        return None, [fig]
+    first, last = means.iloc[0], means.iloc[-1]
     text = (
-        f"<b>Rate.</b> Mean response time is {means[0]:.3g} ms at {rates[0]:g} req/s and "
-        f"{means[-1]:.3g} ms at {rates[-1]:g} req/s ({means[-1] / means[0]:.0f}x)."
+        f"Mean response time is {first:.3g} ms at {rates.iloc[0]:g} req/s and "
+        f"{last:.3g} ms at {rates.iloc[-1]:g} req/s ({last / first:.0f}x)."
     )
+    past = analysis.past_knee(means)
     if past is None:
-        text += f" It stays within {KNEE_FACTOR:g}x of the low-load mean over the whole sweep."
-    else:
-        before = f"up to {rates[past - 1]:g} req/s" if past > 0 else "at no measured rate"
         text += (
-            f" It stays flat {before} and explodes beyond: at {rates[past]:g} req/s it is "
-            f"already {means[past] / means[0]:.1f}x the low-load mean."
+            f" It stays within {analysis.KNEE_FACTOR:g}x of the low-load mean over the whole sweep."
         )
-    text += _model_sentence(model, rates[-1])
-    text += _contention_sentence(rr, pts, facts)
-    return text, [fig]
+    else:
+        before = f"up to {rates.iloc[past - 1]:g} req/s" if past > 0 else "at no measured rate"
+        text += (
+            f" It stays flat {before} and explodes beyond: at {rates.iloc[past]:g} req/s it "
+            f"is already {means.iloc[past] / first:.1f}x the low-load mean."
+        )
+    text += _model_sentence(model, float(rates.iloc[-1]))
+    text += _contention_sentence(rr, analysis.contention(curve))
+    return Finding("Rate.", Html(text)), [fig]
 
 
 def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -267,100 +206,71 @@ def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
     return text
 
 
-def _contention_sentence(
-    rr: ReportRun, pts: list[dict[str, Any]], facts: dict[Any, PointFacts]
-) -> str:
-    """The same work taking very different compute times on one thread means the CPU was
-    shared with other processes: the fitted service time, and the model, are then only as
-    good as the quietest moment."""
-    times = [
-        (facts[p["point"]].service_mean_ns, p.get("target_rate_per_s"))
-        for p in pts
-        if p.get("point") in facts and facts[p["point"]].service_mean_ns
-    ]
-    if len(times) < 2:
-        return ""
-    (low, low_rate), (high, high_rate) = min(times), max(times)
-    if high < 1.3 * low:
+def _contention_sentence(rr: ReportRun, c: analysis.Contention | None) -> str:
+    if c is None:
         return ""
     return (
-        f" The same work took {fmt.ms(low)} ms of compute per request at {low_rate:g} req/s "
-        f"but {fmt.ms(high)} ms at {high_rate:g} req/s ({high / low:.2g}x): the server "
-        f"shared this machine's {rr.cores or '?'} cores with other processes, so capacity "
-        "and model fit vary with what else ran."
+        f" The same work took {fmt.ms(c.low_ns)} ms of compute per request at "
+        f"{c.low_rate_per_s:g} req/s but {fmt.ms(c.high_ns)} ms at {c.high_rate_per_s:g} req/s "
+        f"({c.high_ns / c.low_ns:.2g}x): the server shared this machine's {rr.cores or '?'} "
+        "cores with other processes, so capacity and model fit vary with what else ran."
     )
 
 
 # ------------------------------------------------------------------ cache (#3)
 
 
-def _cache(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure]]:
-    cached = _find(rr, lambda p: _rate_swept(p) and bool(rr.setting(p, "server.cache")))
-    base = _baseline(rr)
+def _cache(rr: ReportRun, roles: analysis.Roles) -> Part:
+    cached, base = roles.cache, roles.rate
     if cached is None:
-        return "", []
+        return None, []
     traces: list[Trace] = []
     names = [s for s in (base, cached) if s is not None]
     for i, s in enumerate(names):
         label = f"{s} (cache {rr.setting(rr.points_of(s)[0], 'server.cache') or 'off'})"
         traces += _measured(rr.points_of(s), rr.axes[s], label, i, ("p99",), one_color=True)
-    cpts = by_x(rr.points_of(cached), rr.axes[cached])
-    hits = [facts[p["point"]].hit_ratio for p in cpts if p.get("point") in facts]
-    steady = [facts[p["point"]].hit_ratio_steady for p in cpts if p.get("point") in facts]
     fig = Figure(
         "matrix-cache",
         "response time vs rate, without and with the result cache",
         Axis("offered load (requests/s)"),
-        Axis("latency (ms)"),
+        Axis("latency", kind="time"),
         traces,
         caption="Solid: mean of the successful requests; dashed: p99 over every request (a gap "
         "where it is a failure); shaded: 95% intervals.",
     )
-    size = rr.setting(cpts[0], "server.cache") if cpts else "?"
-    hit = _mean_of(hits)
-    text = f"<b>Cache.</b> The {size}-entry FIFO cache answered {fmt.pct(hit)} of requests"
-    warm = _mean_of(steady)
-    text += f" ({fmt.pct(warm)} once full: every point starts with it empty)." if warm else "."
+    hits = analysis.cache_hits(rr.run, cached)
+    size = "?" if hits.entries is None else hits.entries
+    text = f"The {size}-entry FIFO cache answered {fmt.pct(hits.hit_ratio)} of requests"
+    warm = hits.hit_ratio_steady
+    text += (
+        f" ({fmt.pct(warm)} once full: every point starts with it empty)."
+        if _known(warm) and warm
+        else "."
+    )
     if base is not None:
-        text += _cache_comparison(rr, base, cached, facts)
-    return text, [fig]
+        text += _cache_comparison(rr, base, cached)
+    return Finding("Cache.", Html(text)), [fig]
 
 
-def _mean_of(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return float(np.mean(known)) if known else None
-
-
-def _cache_comparison(rr: ReportRun, base: str, cached: str, facts: dict[Any, PointFacts]) -> str:
-    def by_rate(s: str) -> dict[float, dict[str, Any]]:
-        return {
-            p["target_rate_per_s"]: p
-            for p in rr.points_of(s)
-            if p.get("target_rate_per_s") is not None
-        }
-
-    b, c = by_rate(base), by_rate(cached)
-    common = sorted(set(b) & set(c))
-    if not common:
+def _cache_comparison(rr: ReportRun, base: str, cached: str) -> str:
+    both = analysis.cache_comparison(rr.run, base, cached)
+    if both.empty:
         return " The run has no rate measured both with and without the cache."
     parts = [
-        f"{r:g} req/s: {fmt.ms(_ok(b[r]).get('mean'))} ms without, "
-        f"{fmt.ms(_ok(c[r]).get('mean'))} ms with"
-        for r in common
+        f"{r:g} req/s: {fmt.num(without)} ms without, {fmt.num(with_)} ms with"
+        for r, without, with_ in both.itertuples(index=False)  # one row per rate
     ]
     text = " Mean response time at " + "; ".join(parts) + "."
-    sb = [facts[p["point"]].service_mean_ns for p in b.values() if p["point"] in facts]
-    sc = [facts[p["point"]].service_mean_ns for p in c.values() if p["point"] in facts]
-    if sb and sc and all(sb) and all(sc):
-        gain = float(np.mean(sb) / np.mean(sc))
+    gain = analysis.cache_gain(rr.run, base, cached)
+    if gain is not None:
         text += (
-            f" Mean compute time per request is {fmt.ms(np.mean(sb))} ms without the cache and "
-            f"{fmt.ms(np.mean(sc))} ms with it"
+            f" Mean compute time per request is {fmt.ms(gain.without_ns)} ms without the cache "
+            f"and {fmt.ms(gain.with_ns)} ms with it"
         )
         text += (
-            f", so one thread's capacity grows about {gain:.2g}x: the cache moves the knee to "
-            "higher rates, as in the report."
-            if gain > 1 + HELPS
+            f", so one thread's capacity grows about {gain.gain:.2g}x: the cache moves the "
+            "knee to higher rates, as in the report."
+            if gain.gain > 1 + analysis.HELPS
             else ": no capacity gain measurable in this run."
         )
     return text
@@ -369,56 +279,18 @@ def _cache_comparison(rr: ReportRun, base: str, cached: str, facts: dict[Any, Po
 # ------------------------------------------------------------------ threads (task 2.2)
 
 
-def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Figure]]:
-    series = _find(rr, lambda p: "server.threads" in (p.get("swept") or {}))
+def _threads(rr: ReportRun, roles: analysis.Roles) -> Part:
+    series = roles.threads
     if series is None:
-        return "", []
-    pts = rr.points_of(series)
+        return None, []
     axis = rr.axes[series]
+    groups = analysis.by_threads(rr.run, series)
     figs: list[Figure] = []
-    by_threads: dict[int, list[dict[str, Any]]] = {}
-    for p in pts:
-        by_threads.setdefault(int(p["swept"]["server.threads"]), []).append(p)
-    if axis.key == "target_rate_per_s" and any(len(v) > 1 for v in by_threads.values()):
-        traces: list[Trace] = []
-        axis = plot_axis(axis)  # the achieved arrival rate, where the models put points
-        for i, (t, members) in enumerate(sorted(by_threads.items())):
-            traces += _measured(members, axis, f"{t} threads", i)
-        model = rr.model_for(series)
-        markers = []
-        if model is not None:
-            worst = max((_ok_mean(p) or 0.0) for p in pts)
-            x_max = max(axis.x(p) for p in by_x(pts, axis))
-            extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
-            traces += extra
-        figs.append(
-            Figure(
-                "matrix-threads-load",
-                "response time vs rate per thread count, with the M/M/c predictions",
-                Axis("achieved arrival rate (requests/s)"),
-                Axis("mean latency (ms)"),
-                traces,
-                markers,
-            )
-        )
-    rows = []
-    for t, members in sorted(by_threads.items()):
-        top = max(members, key=lambda p: p.get("target_rate_per_s") or 0)
-        f = facts.get(top.get("point"))
-        service = f.service_mean_ns if f else None
-        cpu = ((top.get("resources") or {}).get("server") or {}).get("cpu_percent")
-        rows.append(
-            {
-                "threads": t,
-                "capacity": t / (service / 1e9) if service else None,
-                "completion": top.get("throughput_per_s"),
-                "service_ms": to_ms(service),
-                "cpu": cpu,
-                "latency_ms": _ok_mean(top),
-                "rate": top.get("target_rate_per_s"),
-            }
-        )
-    cats = [str(r["threads"]) for r in rows]
+    if axis.key == "target_rate_per_s" and any(len(v) > 1 for v in groups.values()):
+        figs.append(_threads_load(rr, series, plot_axis(axis), groups))
+    rows = analysis.threads_table(rr.run, series)
+    model = rr.model_for(series)
+    cats = [str(t) for t in rows["threads"]]
     figs.append(
         Figure(
             "matrix-threads-capacity",
@@ -430,25 +302,29 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
                     "bar",
                     "capacity = threads / mean compute time",
                     cats,
-                    [r["capacity"] for r in rows],
+                    rows["capacity_per_s"].tolist(),
                     color=0,
                 ),
                 Trace(
                     "bar",
                     "completed replies/s (measured)",
                     cats,
-                    [r["completion"] for r in rows],
+                    rows["completion_per_s"].tolist(),
                     color=1,
                 ),
                 Trace(
                     "bar",
                     "M/M/c capacity (fitted service time)",
                     cats,
-                    [_model_capacity(rr.model_for(series), r["threads"]) for r in rows],
+                    [_model_capacity(model, int(t)) for t in rows["threads"]],
                     color=2,
                 ),
                 Trace(
-                    "line", "server CPU % (100 = one core)", cats, [r["cpu"] for r in rows], color=3
+                    "line",
+                    "server CPU % (100 = one core)",
+                    cats,
+                    rows["cpu_percent"].tolist(),
+                    color=3,
                 ),
             ],
             caption="At each thread count's highest offered rate: capacity estimated from the "
@@ -458,7 +334,32 @@ def _threads(rr: ReportRun, facts: dict[Any, PointFacts]) -> tuple[str, list[Fig
             "and the server's CPU.",
         )
     )
-    return _threads_text(rr, rows), figs
+    return _threads_finding(rr, rows), figs
+
+
+def _threads_load(
+    rr: ReportRun, series: str, axis: SeriesAxis, groups: dict[int, list[dict[str, Any]]]
+) -> Figure:
+    """Response time vs the achieved rate, a line per thread count, with the models."""
+    traces: list[Trace] = []
+    for i, (t, members) in enumerate(groups.items()):
+        traces += _measured(members, axis, plural(t, "thread"), i)
+    model = rr.model_for(series)
+    markers = []
+    if model is not None:
+        pts = rr.points_of(series)
+        worst = max((m for p in pts if _known(m := analysis.ok_mean_ms(p))), default=0.0)
+        x_max = max(axis.x(p) for p in by_x(pts, axis))
+        extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
+        traces += extra
+    return Figure(
+        "matrix-threads-load",
+        "response time vs rate per thread count, with the M/M/c predictions",
+        Axis("achieved arrival rate (requests/s)"),
+        Axis("mean latency", kind="time"),
+        traces,
+        markers,
+    )
 
 
 def _model_capacity(model: dict[str, Any] | None, threads: int) -> float | None:
@@ -469,57 +370,52 @@ def _model_capacity(model: dict[str, Any] | None, threads: int) -> float | None:
     return None
 
 
-def _threads_word(n: int) -> str:
-    return f"{n} thread" if n == 1 else f"{n} threads"
-
-
-def _threads_text(rr: ReportRun, rows: list[dict[str, Any]]) -> str:
+def _threads_finding(rr: ReportRun, rows: pd.DataFrame) -> Finding | None:
     """Measured capacity per pool size, where it stops growing, and the bound the cores set
     (the 1-thread compute time times the cores): threads beyond the cores only share them."""
-    caps = [r["capacity"] for r in rows]
-    if len(rows) < 2 or any(c is None for c in caps):
-        return ""
-    first, last = rows[0], rows[-1]
+    caps = rows["capacity_per_s"]
+    if len(rows) < 2 or caps.isna().any():
+        return None
+    first, last = rows.iloc[0], rows.iloc[-1]
+    threads = [int(t) for t in rows["threads"]]
     cores = rr.cores
     measured = ", ".join(
-        f"{r['capacity']:.3g} req/s with {_threads_word(r['threads'])}" for r in rows
+        f"{c:.3g} req/s with {plural(t, 'thread')}" for t, c in zip(threads, caps, strict=True)
     )
-    text = f"<b>Threads.</b> Capacity (threads / mean compute time): {measured}."
-    stop = next(
-        (i for i in range(len(rows)) if all(c <= caps[i] * (1 + HELPS) for c in caps[i + 1 :])),
-        len(rows) - 1,
-    )
+    text = f"Capacity (threads / mean compute time): {measured}."
+    stop = analysis.threads_stop(caps)
     if stop < len(rows) - 1:
         text += (
-            f" Adding threads stops helping beyond {_threads_word(rows[stop]['threads'])} "
-            f"(no larger pool gains more than {HELPS:.0%})."
+            f" Adding threads stops helping beyond {plural(threads[stop], 'thread')} "
+            f"(no larger pool gains more than {analysis.HELPS:.0%})."
         )
     else:
         text += " Capacity still grew at the largest pool measured."
-    if cores and first["threads"] == 1 and first["service_ms"]:
-        bound = cores / (first["service_ms"] / 1e3)
+    if cores and threads[0] == 1 and _known(first["service_ms"]) and first["service_ms"]:
+        bound = analysis.core_bound_per_s(cores, first["service_ms"])
         text += (
             f" Why it must stop: this machine has {cores} cores, so at most {cores} requests "
             f"compute at once; with the 1-thread compute time of {first['service_ms']:.3g} ms "
             f"no pool can exceed {bound:.3g} req/s, and threads beyond {cores} only share the "
             f"cores: each request's compute time grows ({first['service_ms']:.3g} ms with 1 "
-            f"thread, {last['service_ms']:.3g} ms with {last['threads']})."
+            f"thread, {last['service_ms']:.3g} ms with {threads[-1]})."
         )
     else:
         text += f" This machine has {cores or '?'} cores."
-    cpu = last.get("cpu")
-    if cores and isinstance(cpu, int | float):
-        usable = 100 * min(cores, last["threads"])
-        text += f" With {last['threads']} threads the server used {cpu:.0f}% CPU of {usable}%"
+    cpu = last["cpu_percent"]
+    if cores and _known(cpu):
+        usable = 100 * min(cores, threads[-1])
+        text += f" With {threads[-1]} threads the server used {cpu:.0f}% CPU of {usable}%"
         text += (
             ": other processes took part of the cores, which is why measured capacities vary."
-            if cpu < CONTENDED * usable
+            if analysis.contended(cpu, cores, threads[-1])
             else "."
         )
-    return text + (
+    text += (
         " In the source report the limit was the server's uplink (the network); here, on "
         "loopback, it is the cores."
     )
+    return Finding("Threads.", Html(text))
 
 
 # ------------------------------------------------------------------ CPU and network
@@ -527,9 +423,9 @@ def _threads_text(rr: ReportRun, rows: list[dict[str, Any]]) -> str:
 
 def _resources(rr: ReportRun) -> list[Figure]:
     """Server CPU and network vs offered rate (the report's figures 3 and 7)."""
+    table = analysis.server_resources(rr.run).set_index("point")
     cpu: list[Trace] = []
     net: list[Trace] = []
-    i = 0
     for s in rr.series():
         axis = rr.axes[s]
         if axis.key != "target_rate_per_s":
@@ -540,11 +436,11 @@ def _resources(rr: ReportRun) -> list[Figure]:
         for group, members in groups.items():
             pts = by_x(members, axis)
             xs = [axis.x(p) for p in pts]
-            srv = [(p.get("resources") or {}).get("server") or {} for p in pts]
+            rows = table.loc[[p.get("point") for p in pts]]
             name = f"{s} {group}".strip()
-            cpu.append(Trace("line", name, xs, [r.get("cpu_percent") for r in srv], color=i))
-            net.append(Trace("line", name, xs, [_mb(r) for r in srv], color=i))
-            i += 1
+            i = len(cpu)
+            cpu.append(Trace("line", name, xs, rows["cpu_percent"].tolist(), color=i))
+            net.append(Trace("line", name, xs, rows["network_mb_per_s"].tolist(), color=i))
     if not cpu:
         return []
     return [
@@ -565,10 +461,3 @@ def _resources(rr: ReportRun) -> list[Figure]:
             caption="From the server's own byte counters (loopback).",
         ),
     ]
-
-
-def _mb(r: dict[str, Any]) -> float | None:
-    rx, tx = r.get("bytes_rx_per_s"), r.get("bytes_tx_per_s")
-    if rx is None or tx is None:
-        return None
-    return (rx + tx) / 1e6
