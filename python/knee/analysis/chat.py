@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import CHAT_WRITE_OPS as WRITE_OPS
 from knee.results import Run
 from knee.stats.quantiles import order_statistics
 from knee.stats.tail import top_mask_by
 
-#: The operations that change the database (login, logout, join, post).
-WRITE_OPS = (1, 2, 3, 4)
 CONFIG = ("think_ms", "reply_bytes", "clients")
 #: The magic-1% rule holds for a configuration when leaving out its highest 1% at least
 #: divides the standard deviation by this factor (the spread is in the 1%, the rest is

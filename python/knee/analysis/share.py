@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
+from knee.contract import SHARE_OPS as OPS
 from knee.results import Run
 from knee.stats.quantiles import order_statistics
-from knee.systems.share import FLAG_REPLICA, OPS
 
 PARAMS = ("design", "index", "peers", "files", "file_bytes")
 

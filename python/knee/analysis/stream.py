@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import STREAM_BLOCK_BYTES as BLOCK_BYTES
+from knee.contract import STREAM_FLAG_REDUNDANT as FLAG_REDUNDANT
+from knee.contract import STREAM_FLAG_RETRANSMISSION as FLAG_RETRANSMISSION
 from knee.results import Run
 from knee.stats.quantiles import order_statistic
-from knee.systems.stream import BLOCK_BYTES, DEFAULT_SERVICES
+from knee.systems.stream import DEFAULT_SERVICES
 
-FLAG_REDUNDANT = 1
-FLAG_RETRANSMISSION = 2
 #: Time-to-buffer levels of the first frames, and how many frames they count.
 BUFFER_LEVELS = (0.5, 0.8, 0.95, 0.99, 1.0)
 BUFFER_FRAMES = 100
