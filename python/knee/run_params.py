@@ -113,7 +113,8 @@ def write_plan(
 
 def write_point(run_dir: Path, params: PointParams) -> None:
     """points/pNNN.json, atomically (a crashed run leaves the last complete version)."""
-    write_json(run_dir / POINTS / f"p{params.point:03d}.json", asdict(params))
+    record = {k: v for k, v in asdict(params).items() if k != "recorded"}
+    write_json(run_dir / POINTS / f"p{params.point:03d}.json", record)
 
 
 def _planned_dict(params: PointParams) -> dict[str, Any]:
