@@ -3,6 +3,7 @@
 Layout (see DESIGN.md, "Run directory"):
 
     spec.toml  env.json  summary.json  samples.parquet  timeseries.parquet  events.parquet
+    plan.json  points/pNNN.json   what each point was planned to run and ran (knee.run_params)
     raw/manifest.jsonl   one line per sample file written by a node (point, node, start)
     raw/pNNN-<node>.samples.bin   96-byte records appended by knee-node (docs/samples.md)
     raw/pNNN-<node>.histogram.csv HDR histogram of post-warm-up latency (value_ns,count)

@@ -9,6 +9,10 @@ failover time line.
 Percentiles are knee's order statistic (`knee.stats.quantiles`: x_(ceil(n q)), the value
 summary.json gives), and "the top 1%" is `knee.stats.tail`'s slowest 1%: of a point's n OK
 requests, the floor(n/100) ranked above its p99.
+
+A point's configuration (think time, reply size, clients) is what the run directory records
+it ran with (`knee.run_params`: swept, series override or top level alike). The functions
+under "findings" give the numbers the report's findings state; the report only words them.
 """
 
 from __future__ import annotations
@@ -18,17 +22,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import CHAT_WRITE_OPS as WRITE_OPS
 from knee.results import Run
-from knee.stats.quantiles import order_statistics
+from knee.run_params import point_params, setting
+from knee.stats.quantiles import above, order_statistics
 from knee.stats.tail import top_mask_by
 
-#: The operations that change the database (login, logout, join, post).
-WRITE_OPS = (1, 2, 3, 4)
-CONFIG = ("think_ms", "reply_bytes", "clients")
+#: A configuration's parameters, and where each is in a point's sections.
+CONFIG_KEYS = {
+    "think_ms": "load.think_ms",
+    "reply_bytes": "driver.reply_bytes",
+    "clients": "load.clients",
+}
+CONFIG = tuple(CONFIG_KEYS)
 #: The magic-1% rule holds for a configuration when leaving out its highest 1% at least
 #: divides the standard deviation by this factor (the spread is in the 1%, the rest is
 #: predictable).
 MAGIC_STD_FACTOR = 2.0
+#: Below this many OK requests a point has no slowest 1% (floor(n/100) = 0): no verdict.
+MAGIC_MIN_REQUESTS = 100
+#: Timeline events that take a replica down, and all those marked on the timeline.
+DOWN_EVENTS = ("kill", "stop")
+TIMELINE_EVENTS = ("kill", "stop", "start")
 _MS = 1e6
 
 
@@ -38,17 +53,16 @@ def _ok(run: Run) -> pd.DataFrame:
 
 
 def configurations(run: Run) -> pd.DataFrame:
-    """One row per point: its configuration (inter-request time, reply size, clients) and its
-    latency statistics. The table behind every sweep figure."""
-    base = {
-        "think_ms": run.spec.get("load", {}).get("think_ms"),
-        "reply_bytes": run.spec.get("driver", {}).get("reply_bytes"),
-        "clients": run.spec.get("load", {}).get("clients"),
-    }
-    rows = []
-    for p in run.points:
-        swept = {k.partition(".")[2]: v for k, v in p.get("swept", {}).items()}
-        rows.append({"point": p["point"], **base, **{k: swept[k] for k in CONFIG if k in swept}})
+    """One row per point: its configuration (inter-request time, reply size, clients) as it
+    ran, and its latency statistics. The table behind every sweep figure."""
+    params = point_params(run)
+    rows = [
+        {
+            "point": p["point"],
+            **{name: setting(params.get(p["point"]), key) for name, key in CONFIG_KEYS.items()},
+        }
+        for p in run.points
+    ]
     cfg = pd.DataFrame(rows, columns=["point", *CONFIG])
     ok = _ok(run)
     lat = ok.groupby("point", observed=True)["latency_ns"]
@@ -90,11 +104,7 @@ def breakdown(run: Run, by: str = "clients") -> pd.DataFrame:
     each point's slowest 1%, `knee.stats.tail`) and of the rest, by clients (0 ms, 1024 B,
     as the report) or by reply size (0 ms, 10 clients; ``by="reply_bytes"``)."""
     c = configurations(run)
-    fixed = {
-        "clients": ("reply_bytes", c["reply_bytes"].max()),
-        "reply_bytes": ("clients", c["clients"].max()),
-    }
-    key, value = fixed[by]
+    key, value = breakdown_fixed(c)[by]
     chosen = c[(c["think_ms"] == 0) & (c[key] == value)][["point", by]]
     ok = _ok(run).merge(chosen, on="point")
     top = top_mask_by(ok.groupby("point")["latency_ns"])
@@ -105,6 +115,15 @@ def breakdown(run: Run, by: str = "clients") -> pd.DataFrame:
         network_ms=ok["network_ns"] / _MS,
     )
     return ok.groupby([by, "kind"])[["db_ms", "server_ms", "network_ms"]].mean().reset_index()
+
+
+def breakdown_fixed(cfg: pd.DataFrame) -> dict[str, tuple[str, Any]]:
+    """What `breakdown` holds fixed for each `by`: (the other parameter, its value): the
+    largest reply size along clients, the most clients along reply sizes (no pause both)."""
+    return {
+        "clients": ("reply_bytes", cfg["reply_bytes"].max()),
+        "reply_bytes": ("clients", cfg["clients"].max()),
+    }
 
 
 def reply_rate_scatter(run: Run) -> pd.DataFrame:
@@ -125,7 +144,8 @@ def magic_one_percent(run: Run) -> pd.DataFrame:
     without its highest 1% (`knee.stats.tail`'s slowest 1%: the floor(n/100) OK requests
     ranked above the point's p99), and how much of the total latency and of the spread that 1%
     carries. "Bounded without it" shows as max_without_ms close to p99_ms; ``holds`` says
-    whether leaving out the 1% divides the standard deviation by ``MAGIC_STD_FACTOR``."""
+    whether leaving out the 1% divides the standard deviation by ``MAGIC_STD_FACTOR``
+    (meaningful from ``MAGIC_MIN_REQUESTS`` requests: `count`)."""
     ok = _ok(run)
     g = ok.groupby("point")["latency_ns"]
     in_top = top_mask_by(g)
@@ -133,6 +153,7 @@ def magic_one_percent(run: Run) -> pd.DataFrame:
     top = ok[in_top].groupby("point")["latency_ns"]
     t = pd.DataFrame(
         {
+            "count": g.size(),
             "mean_ms": g.mean() / _MS,
             "std_ms": g.std() / _MS,
             "max_ms": g.max() / _MS,
@@ -166,7 +187,7 @@ def failover_timeline(run: Run, point: int = 0) -> dict[str, Any]:
         }
     ).sort_values("t_s")
     e = run.events
-    marks = e[(e["point"] == point) & e["kind"].isin(["kill", "stop", "start"])]
+    marks = e[(e["point"] == point) & e["kind"].isin(TIMELINE_EVENTS)]
     return {"samples": frame, "events": marks[["t_s", "kind", "node"]].reset_index(drop=True)}
 
 
@@ -174,7 +195,7 @@ def failover_gap_ms(run: Run, point: int = 0) -> float | None:
     """The unavailability gap: the longest time without any successful reply, around the
     first kill or stop of the point (None if the point had none)."""
     e = run.events
-    kills = e[(e["point"] == point) & e["kind"].isin(["kill", "stop"])]
+    kills = e[(e["point"] == point) & e["kind"].isin(DOWN_EVENTS)]
     if kills.empty:
         return None
     s = run.samples
@@ -206,4 +227,145 @@ def failover_integrity(run: Run, point: int = 0) -> dict[str, int]:
         "applied_writes": int(audit["applied"].sum()),
         "lost": int(joined["applied"].isna().sum()),
         "applied_twice": int((audit["applied"] > 1).sum()),
+    }
+
+
+# ------------------------------------------------------------------------------- findings
+
+
+def failover_points(run: Run) -> list[int]:
+    """The points in which a replica was killed or stopped."""
+    e = run.events
+    if e.empty:
+        return []
+    return sorted(int(p) for p in e[e["kind"].isin(DOWN_EVENTS)]["point"].unique())
+
+
+def failover_summary(run: Run, point: int) -> dict[str, Any]:
+    """Everything the failover verdict of one point states: `integrity`
+    (`failover_integrity`, None when the audit is missing: `missing` says why), `passed`
+    (nothing lost, nothing applied twice), `gap_ms`, the first kill or stop (`down`: kind,
+    node, t_s), the requests, those retried and failed, the most attempts one took, the
+    replicas that answered, and the `timeline` (`failover_timeline`)."""
+    try:
+        integrity: dict[str, int] | None = failover_integrity(run, point)
+        missing = ""
+    except FileNotFoundError as e:
+        integrity, missing = None, str(e)
+    timeline = failover_timeline(run, point)
+    frame, events = timeline["samples"], timeline["events"]
+    down = events[events["kind"].isin(DOWN_EVENTS)].iloc[0]
+    ok = frame["status"] == "ok"
+    return {
+        "integrity": integrity,
+        "missing": missing,
+        "passed": integrity is not None
+        and integrity["lost"] == 0
+        and integrity["applied_twice"] == 0,
+        "gap_ms": failover_gap_ms(run, point),
+        "down": {"kind": str(down["kind"]), "node": str(down["node"]), "t_s": float(down["t_s"])},
+        "requests": len(frame),
+        "retried": int((frame["attempts"] > 1).sum()),
+        "failed": int((~ok).sum()),
+        "most_attempts": int(frame["attempts"].max()) if len(frame) else 0,
+        "served_by": sorted(int(r) for r in frame.loc[ok, "replica"].unique()),
+        "timeline": timeline,
+    }
+
+
+def thin_timeline(frame: pd.DataFrame, most: int) -> pd.DataFrame:
+    """At most about `most` rows of `failover_timeline`'s samples to draw: every one ranked
+    above the p99 (the slowest 1%, `knee.stats.quantiles.above`), and an even sample of the
+    rest."""
+    if len(frame) <= most:
+        return frame
+    slow = above(frame["latency_ms"].to_numpy(), 0.99)
+    stride = int(np.ceil(len(frame) / most))
+    even = np.zeros(len(frame), dtype=bool)
+    even[::stride] = True
+    return frame[slow | even]
+
+
+def measured_configurations(run: Run) -> pd.DataFrame:
+    """`configurations` of the points with at least one OK request after warm-up."""
+    cfg = configurations(run)
+    return cfg[cfg["count"].fillna(0) > 0]
+
+
+def latency_vs_clients_summary(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per reply size (column) of `latency_vs_clients`: the mean at the fewest and the most
+    clients, and whether adding clients lowered the mean anywhere (`fell`)."""
+    clients = [int(c) for c in table.index]
+    out = []
+    for reply in table.columns:
+        ys = table[reply].to_numpy(dtype=float)
+        out.append(
+            {
+                "reply_bytes": int(reply),
+                "first_clients": clients[0],
+                "first_ms": float(ys[0]),
+                "last_clients": clients[-1],
+                "last_ms": float(ys[-1]),
+                "fell": bool((np.diff(ys) < 0).any()),
+            }
+        )
+    return out
+
+
+def area_summary(area: pd.DataFrame, key: str) -> dict[str, Any]:
+    """For `latency_area` without its unmeasured rows and `key` "max_ms" or "p99_ms": the
+    range of key / mean over the configurations and the row (position) where it is widest."""
+    ratio = (area[key] / area["mean_ms"]).to_numpy()
+    return {
+        "ratio": (float(np.nanmin(ratio)), float(np.nanmax(ratio))),
+        "widest": int(np.nanargmax(ratio)),
+    }
+
+
+def breakdown_summary(b: pd.DataFrame, by: str) -> dict[str, Any] | None:
+    """For `breakdown(run, by)`: the network-and-middleware mean of the other 99% at the
+    first and last value of `by` and whether it grows at every step; the database's share of
+    the top 1%'s time. None with fewer than two values of `by`."""
+    if b[by].nunique() < 2:
+        return None
+    normal = b[b["kind"] == "normal"].sort_values(by)
+    net = normal["network_ms"].to_numpy()
+    top = b[b["kind"] == "outlier"]
+    parts = top[["db_ms", "server_ms", "network_ms"]].sum().sum()
+    return {
+        "first": (normal[by].iloc[0], float(net[0])),
+        "last": (normal[by].iloc[-1], float(net[-1])),
+        "grows": bool(np.all(np.diff(net) > 0)),
+        "db_share_of_top": float(top["db_ms"].sum() / parts),
+    }
+
+
+def scatter_correlations(scatter: pd.DataFrame, key: str) -> dict[str, float]:
+    """Spearman's rank correlation of `key` ("max_ms" or "p99_ms") of `reply_rate_scatter`
+    with the request rate and with the reply size (NaN when one of them is constant)."""
+    return {
+        "rate": float(scatter[key].corr(scatter["throughput_per_s"], method="spearman")),
+        "reply": float(scatter[key].corr(scatter["reply_bytes"], method="spearman")),
+    }
+
+
+def highest_throughput(table: pd.DataFrame) -> int:
+    """The row (position) of `latency_vs_throughput` with the highest throughput."""
+    return int(np.argmax(table["throughput_per_s"].to_numpy()))
+
+
+def magic_summary(magic: pd.DataFrame) -> dict[str, Any]:
+    """For `magic_one_percent`'s measured rows: in how many of the configurations with at
+    least MAGIC_MIN_REQUESTS requests the rule holds (`held`, `judged`), the range of the top
+    1%'s share of the total latency and of max / max without it, and the size of the smallest
+    configuration's top 1%."""
+    judged = magic[magic["count"] >= MAGIC_MIN_REQUESTS]
+    share = magic["top_share_of_time"]
+    fall = magic["max_ms"] / magic["max_without_ms"]
+    return {
+        "held": int(judged["holds"].sum()),
+        "judged": len(judged),
+        "top_share_of_time": (float(share.min()), float(share.max())),
+        "max_over_max_without": (float(fall.min()), float(fall.max())),
+        "smallest_top_count": int(magic["top_count"].min()),
     }

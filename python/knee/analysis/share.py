@@ -4,34 +4,39 @@ Every function takes a run (`knee.open_run(path)`) of one of the share experimen
 (experiments/share-*.toml) and returns a DataFrame, one row per (point, operation), with
 the point's parameters (series, design, index, peers, file_bytes) as columns. Warm-up and
 unsuccessful samples are left out of latencies; counts of each status are kept. Percentiles
-are knee's order statistic x_(ceil(n q)) (`knee.stats.quantiles`), as in summary.json.
+are knee's order statistic x_(ceil(n q)) (`knee.stats.quantiles`), as in summary.json. The
+parameters are those the run directory records each point ran with (`knee.run_params`).
+
+After the tables: how points join into a figure's lines (`lines`), and the numbers the
+report's findings state (under "lines and findings"); the report only words them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
+from knee.contract import SHARE_OPS as OPS
 from knee.results import Run
+from knee.run_params import point_params, setting, timeline
 from knee.stats.quantiles import order_statistics
-from knee.systems.share import FLAG_REPLICA, OPS
 
 PARAMS = ("design", "index", "peers", "files", "file_bytes")
+#: Operations in the order a client runs them (docs/share.md).
+PHASES = ("register", "search", "obtain", "unregister")
 
 
 def point_parameters(run: Run) -> pd.DataFrame:
     """One row per point: its series and the share server parameters it ran with."""
-    base = run.spec.get("server", {})
-    series = run.spec.get("series", {})
+    params = point_params(run)
     rows = []
     for p in run.points:
-        server: dict[str, Any] = {**base, **series.get(p["series"], {}).get("server", {})}
-        server.update(
-            {k.partition(".")[2]: v for k, v in p["swept"].items() if k.startswith("server.")}
-        )
-        values = {k: server.get(k) for k in PARAMS}
+        pp = params.get(p["point"])
+        values = {k: setting(pp, f"server.{k}") for k in PARAMS}
         rows.append({"point": p["point"], "series": p["series"], **values})
     return pd.DataFrame(rows)
 
@@ -50,7 +55,9 @@ def response_time_vs_nodes(run: Run) -> pd.DataFrame:
     """Figures "response time vs nodes" for register, search and obtain (report part 1,
     distributed design; part 3, centralized design): per point and operation, the mean and
     quantiles of the response time in ms, with the number of peers. Per operation, where the
-    report plotted register as the time for all 50 files (its 35 ms = 50 x 0.7 ms)."""
+    report plotted register as the time for all 50 files (its 35 ms = 50 x 0.7 ms):
+    `all_files_ms` is that figure (files per peer x mean register time; NaN for the other
+    operations)."""
     g = _per_op(_ok(run))["latency_ns"]
     q = order_statistics(g, [0.5, 0.99]) / 1e6
     out = pd.DataFrame(
@@ -61,7 +68,10 @@ def response_time_vs_nodes(run: Run) -> pd.DataFrame:
             "p99_ms": q[0.99],
         }
     ).reset_index()
-    return _with_parameters(run, out)
+    out = _with_parameters(run, out)
+    register = out["operation"] == "register"
+    out["all_files_ms"] = (out["mean_ms"] * out["files"]).where(register)
+    return out
 
 
 def ops_per_second(run: Run) -> pd.DataFrame:
@@ -133,3 +143,160 @@ def replica_fallbacks(run: Run) -> pd.DataFrame:
 def _with_parameters(run: Run, per_op: pd.DataFrame) -> pd.DataFrame:
     merged = point_parameters(run).merge(per_op, on="point")
     return merged.sort_values(["series", "peers", "operation"], ignore_index=True)
+
+
+# ------------------------------------------------------------------ lines and findings
+
+
+def design_label(df: pd.DataFrame) -> pd.Series:
+    """ "distributed" or "central (index)" per row."""
+    central = "central (" + df["index"].astype(str) + ")"
+    return central.where(df["design"] == "central", df["design"].astype(str))
+
+
+def operations_present(df: pd.DataFrame) -> list[str]:
+    """The operations in the data, in the order a client runs its phases."""
+    return [op for op in PHASES if op in set(df["operation"])]
+
+
+@dataclass
+class Line:
+    """One line of a figure: points that differ only in the figure's x."""
+
+    design: str  # design_label
+    #: The keys that tell it from the other lines of its design ([]: only its series does);
+    #: None when it is its design's only line.
+    distinct: list[str] | None
+    frame: pd.DataFrame  # its rows, sorted by x
+
+
+def lines(df: pd.DataFrame, keys: list[str], x: str) -> list[Line]:
+    """The lines of a figure over `x`: points grouped by `keys` (what must be equal along a
+    line), leaving out series that vary a key (they sweep something else: another figure's
+    experiment) so share-sizes' one-size series join its swept one. A group with an x value
+    twice is split by series. A line needs two or more x values."""
+    per_point = df.drop_duplicates("point")
+    varying = per_point.groupby("series", observed=True)[keys].nunique(dropna=False).max(axis=1)
+    df = df[~df["series"].isin(varying[varying > 1].index)]
+    df = df.assign(design_label=design_label(df))
+    groups: list[pd.DataFrame] = []
+    for _, g in df.groupby(keys, sort=False, dropna=False):
+        split = g[x].duplicated().any()
+        parts = [s for _, s in g.groupby("series", sort=False)] if split else [g]
+        groups += [s.sort_values(x) for s in parts if s[x].nunique() > 1]
+    designs = [str(g["design_label"].iloc[0]) for g in groups]
+    out = []
+    for design, g in zip(designs, groups, strict=True):
+        same = [h for n, h in zip(designs, groups, strict=True) if n == design]
+        distinct = None
+        if len(same) > 1:
+            distinct = [k for k in keys if len({h[k].iloc[0] for h in same}) > 1]
+        out.append(Line(design, distinct, g))
+    return out
+
+
+def nodes_summary(line: pd.DataFrame) -> dict[str, Any]:
+    """A line (`Line.frame`) of `response_time_vs_nodes` from its fewest to its most peers:
+    the mean at both, their ratio, and (register) the time for all files at the most."""
+    first, last = line.iloc[0], line.iloc[-1]
+    return {
+        "first_peers": first["peers"],
+        "first_ms": first["mean_ms"],
+        "last_peers": last["peers"],
+        "last_ms": last["mean_ms"],
+        "ratio": last["mean_ms"] / first["mean_ms"],
+        "files": last["files"],
+        "all_files_ms": last["all_files_ms"],
+    }
+
+
+def design_growth(times: pd.DataFrame) -> list[tuple[str, int, int]]:
+    """Per central index design: for how many operations its mean grew more than the
+    distributed index's from the fewest to the most peers, of the operations both measured
+    over more than one peer count: (design, count, operations). [] without a distributed
+    design."""
+    df = times.assign(design_label=design_label(times))
+    g = df.sort_values("peers").groupby(["operation", "design_label"], sort=False)
+    spans = g["peers"].agg(["min", "max"])
+    ratio = (g["mean_ms"].last() / g["mean_ms"].first()).where(spans["max"] > spans["min"])
+    ratio = ratio.dropna().unstack()
+    if "distributed" not in ratio.columns:
+        return []
+    out = []
+    for c in [c for c in ratio.columns if c.startswith("central")]:
+        both = ratio[[c, "distributed"]].dropna()
+        if not both.empty:
+            out.append((c, int((both[c] > both["distributed"]).sum()), len(both)))
+    return out
+
+
+def size_summary(g: pd.DataFrame) -> dict[str, Any]:
+    """A line (`Line.frame`) of `obtain_vs_file_size` from its smallest to its largest file:
+    the mean obtain time and measured aggregate MB/s at both, the step between its two
+    largest sizes (the smaller size, size ratio, mean ratio), and the peak aggregate MB/s
+    with its size."""
+    first, last = g.iloc[0], g.iloc[-1]
+    a = g.iloc[-2]
+    peak = g["aggregate_mb_per_s"].idxmax()
+    return {
+        "peers": last["peers"],
+        "first_bytes": first["file_bytes"],
+        "first_ms": first["mean_ms"],
+        "first_mb_per_s": first["aggregate_mb_per_s"],
+        "last_bytes": last["file_bytes"],
+        "last_ms": last["mean_ms"],
+        "last_mb_per_s": last["aggregate_mb_per_s"],
+        "step": (
+            a["file_bytes"],
+            last["file_bytes"] / a["file_bytes"],
+            last["mean_ms"] / a["mean_ms"],
+        ),
+        "peak_mb_per_s": g["aggregate_mb_per_s"].max(),
+        "peak_bytes": g.loc[peak, "file_bytes"],
+    }
+
+
+def ops_by_design(rates: pd.DataFrame) -> list[dict[str, Any]]:
+    """From `ops_per_second`: per design, its point with the most peers and the smallest
+    files (the report's case), with that point's rows by operation (in phase order)."""
+    rates = rates.assign(design_label=design_label(rates))
+    best = rates.sort_values(["peers", "file_bytes"], ascending=[False, True])
+    chosen = best.groupby("design_label", sort=False)["point"].first()
+    ops = operations_present(rates)
+    out = []
+    for design, point in chosen.items():
+        rows = rates[rates["point"] == point]
+        first = rows.iloc[0]
+        out.append(
+            {
+                "design": design,
+                "point": point,
+                "peers": first["peers"],
+                "file_bytes": first["file_bytes"],
+                "by_operation": rows.set_index("operation").reindex(ops),
+            }
+        )
+    return out
+
+
+def replica_summary(run: Run) -> dict[str, Any] | None:
+    """The distributed design's fallbacks: `fallbacks` (`replica_fallbacks` of its points),
+    the spec's event `timeline`, how many index operations (not obtains) a replica answered
+    of how many (`replica`, `index_operations`), those per operation (non-zero), and how many
+    operations found their node down (`drops`). None without distributed points."""
+    params = point_parameters(run)
+    distributed = set(params.loc[params["design"] == "distributed", "point"])
+    fb = replica_fallbacks(run)
+    fb = fb[fb["point"].isin(distributed)]
+    if fb.empty:
+        return None
+    index_ops = fb[fb["operation"] != "obtain"]
+    by_op = index_ops.groupby("operation")["replica"].sum()
+    return {
+        "fallbacks": fb,
+        "timeline": timeline(run),
+        "replica": int(index_ops["replica"].sum()),
+        "index_operations": int(index_ops["count"].sum()),
+        "drops": int(fb["drop"].sum()),
+        "by_operation": {str(op): int(n) for op, n in by_op.items() if n},
+    }

@@ -7,7 +7,11 @@ block request; `client` = frame, `arg` = block, `service` = the service's index;
 ok / timeout / late / error; flags bit 0 = redundant copy (hedging), bit 1 = retransmission;
 `detail_ns` = the emulated delay of a reply, or the timeout of a request that got none in time.
 Quartiles, medians and time-to-buffer levels are knee's order statistic x_(ceil(n q))
-(`knee.stats.quantiles`), the percentile summary.json gives.
+(`knee.stats.quantiles`), the percentile summary.json gives. What each point ran with (its
+services, mode, timeout, loss rate) is what the run directory records (`knee.run_params`).
+
+The functions after the tables take a table and give the numbers the report's findings
+state (ranges, ratios, counts): the report only puts them into words.
 """
 
 from __future__ import annotations
@@ -17,39 +21,35 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import STREAM_BLOCK_BYTES as BLOCK_BYTES
+from knee.contract import STREAM_FLAG_REDUNDANT as FLAG_REDUNDANT
+from knee.contract import STREAM_FLAG_RETRANSMISSION as FLAG_RETRANSMISSION
+from knee.contract import STREAM_OP_BLOCK
 from knee.results import Run
+from knee.run_params import PointParams, point_params, setting
 from knee.stats.quantiles import order_statistic
-from knee.systems.stream import BLOCK_BYTES, DEFAULT_SERVICES
 
-FLAG_REDUNDANT = 1
-FLAG_RETRANSMISSION = 2
 #: Time-to-buffer levels of the first frames, and how many frames they count.
 BUFFER_LEVELS = (0.5, 0.8, 0.95, 0.99, 1.0)
 BUFFER_FRAMES = 100
 #: z of the confidence intervals of drop rates (95 %).
 Z_95 = 1.959964
+#: The driver's modes; Table 1's column of the parallel client.
+SERIAL, PARALLEL = "serial", "parallel"
+PARALLEL_COLUMN = "parallel - all services"
 
 
-def _setting(run: Run, point: dict[str, Any], section: str, key: str, default: Any) -> Any:
-    """A point's value of section.key: swept, else its series' override, else the spec's."""
-    swept = point.get("swept", {})
-    if f"{section}.{key}" in swept:
-        return swept[f"{section}.{key}"]
-    series = run.spec.get("series", {}).get(point.get("series", ""), {})
-    if key in series.get(section, {}):
-        return series[section][key]
-    return run.spec.get(section, {}).get(key, default)
-
-
-def _service_names(run: Run, point: dict[str, Any]) -> list[str]:
-    services = _setting(run, point, "server", "services", DEFAULT_SERVICES)
+def _service_names(params: PointParams | None) -> list[str]:
+    """The point's services' names by index (one without a name is named by its index, as
+    the stream system names it)."""
+    services = setting(params, "server.services") or []
     return [s.get("name") or f"service-{i}" for i, s in enumerate(services)]
 
 
 def _blocks(run: Run) -> pd.DataFrame:
     """Block requests, with the time each was resolved (reply, or timeout) in ns."""
     df = run.samples
-    df = df[(df["op"] == 0) & ~df["warmup"]].copy()
+    df = df[(df["op"] == STREAM_OP_BLOCK) & ~df["warmup"]].copy()
     status = df["status"].astype(str).to_numpy()
     answered = np.isin(status, ("ok", "error"))
     df["resolved_ns"] = np.where(answered, df["received_ns"], df["sent_ns"] + df["detail_ns"])
@@ -59,24 +59,34 @@ def _blocks(run: Run) -> pd.DataFrame:
 
 
 def _points(run: Run) -> pd.DataFrame:
+    """Per measured point: what it ran with, as the run directory records it."""
+    params = point_params(run)
     rows = []
     for p in run.points:
-        names = _service_names(run, p)
-        mode = _setting(run, p, "driver", "mode", "serial")
-        service = int(_setting(run, p, "driver", "service", 0))
+        pp = params.get(p["point"])
+        names = _service_names(pp)
+        mode = setting(pp, "driver.mode")
+        service = int(setting(pp, "driver.service") or 0)
         rows.append(
             {
                 "point": p["point"],
                 "series": p["series"],
                 "label": p["label"],
                 "mode": mode,
-                "column": names[service] if mode == "serial" else "parallel - all services",
-                "timeout_ms": float(_setting(run, p, "load", "timeout_ms", 5000.0)),
-                "loss_p": _setting(run, p, "server", "loss_p", None),
+                "column": names[service] if mode == SERIAL else PARALLEL_COLUMN,
+                "timeout_ms": float(setting(pp, "load.timeout_ms")),
+                "loss_p": setting(pp, "server.loss_p"),
                 "names": names,
             }
         )
     return pd.DataFrame(rows)
+
+
+def timeouts_ms(run: Run) -> list[float]:
+    """The per-request timeouts the measured points ran with, ascending."""
+    params = point_params(run)
+    values = {setting(params.get(p["point"]), "load.timeout_ms") for p in run.points}
+    return sorted(values - {None})
 
 
 def _tukey(latency_ms: pd.Series) -> pd.Series:
@@ -182,7 +192,8 @@ def drop_rate_table(run: Run) -> pd.DataFrame:
     t["ci_low_pct"], t["ci_high_pct"] = 100 * (centre - half), 100 * (centre + half)
     t["late_pct"] = 100 * t["late"] / n
     t = t.reset_index()
-    names = _service_names(run, run.points[0]) if run.points else []
+    first = point_params(run).get(run.points[0]["point"]) if run.points else None
+    names = _service_names(first)
     t["service_name"] = [names[s] if s < len(names) else str(s) for s in t["service"]]
     return t
 
@@ -245,3 +256,143 @@ def throughput_vs_loss(run: Run) -> pd.DataFrame:
         }
     )
     return out.reset_index()
+
+
+# ------------------------------------------------------------------ the findings' numbers
+
+
+def _span(values: pd.Series) -> tuple[float, float]:
+    return float(values.min()), float(values.max())
+
+
+def boxes_share_point(boxes: pd.DataFrame) -> pd.Series:
+    """Per row of `block_latency_boxplot`: whether its point has other boxes (a parallel
+    point, one box per service)."""
+    return boxes.groupby("point")["service"].transform("size") > 1
+
+
+def box_summary(boxes: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per mode of `block_latency_boxplot` (in order of appearance): the range of the boxes'
+    medians (ms) and sizes, the outliers beyond the whiskers and the largest (None if none)."""
+    out = []
+    for mode, g in boxes.groupby("mode", sort=False):
+        largest = max((float(np.max(o)) for o in g["outliers_ms"] if len(o)), default=None)
+        out.append(
+            {
+                "mode": mode,
+                "median_ms": _span(g["median_ms"]),
+                "n": _span(g["n"]),
+                "outliers": int(g["outliers_ms"].map(len).sum()),
+                "largest_outlier_ms": largest,
+            }
+        )
+    return out
+
+
+def parallel_over_serial_median(boxes: pd.DataFrame) -> tuple[float, float] | None:
+    """The range, over the services measured in both modes, of the parallel median over the
+    serial median; None when no service was."""
+    if not {SERIAL, PARALLEL} <= set(boxes["mode"]):
+        return None
+    med = boxes.pivot_table(index="service", columns="mode", values="median_ms")
+    ratio = (med[PARALLEL] / med[SERIAL]).dropna()
+    return _span(ratio) if len(ratio) else None
+
+
+def is_per_service(table: pd.DataFrame) -> bool:
+    """Whether `frames_and_bits_table` has one point per column (each serial service once,
+    the parallel client once): the report's own layout."""
+    return bool(table["column"].is_unique)
+
+
+def throughput_summary(table: pd.DataFrame) -> dict[str, Any] | None:
+    """From `frames_and_bits_table`: the serial points' ranges of frames/s and goodput, and,
+    with one point per column and one parallel point, the parallel client's and its gain
+    over the best serial service. None without serial points."""
+    par = table[table["column"] == PARALLEL_COLUMN]
+    ser = table[table["column"] != PARALLEL_COLUMN]
+    if ser.empty:
+        return None
+    out: dict[str, Any] = {
+        "serial_frames_per_s": _span(ser["frames_per_s"]),
+        "serial_goodput_bits_per_s": _span(ser["goodput_bits_per_s"]),
+        "parallel": None,
+    }
+    if is_per_service(table) and len(par) == 1:
+        best = ser.loc[ser["goodput_bits_per_s"].idxmax()]
+        goodput = float(par["goodput_bits_per_s"].iloc[0])
+        out["parallel"] = {
+            "frames_per_s": float(par["frames_per_s"].iloc[0]),
+            "goodput_bits_per_s": goodput,
+            "best_serial": str(best["column"]),
+            "gain": float(goodput / best["goodput_bits_per_s"]),
+        }
+    return out
+
+
+def drop_summary(drops: pd.DataFrame) -> dict[str, Any]:
+    """From `drop_rate_table`: per mode (serial first) the range of the services' drop rates
+    (%, to 0.01) and the span of their 95 % intervals; and, with both modes, for how many of
+    the services measured in both the parallel interval lies above the serial one
+    (`parallel_above`: (count, services), else None)."""
+    modes = []
+    for mode, g in drops.sort_values("mode", ascending=False).groupby("mode", sort=False):
+        modes.append(
+            {
+                "mode": mode,
+                "drop_rate_pct": _span(g["drop_rate_pct"].round(2)),
+                "ci_low_pct": float(g["ci_low_pct"].min()),
+                "ci_high_pct": float(g["ci_high_pct"].max()),
+            }
+        )
+    wide = drops.pivot_table(
+        index="service", columns="mode", values=["ci_low_pct", "ci_high_pct"]
+    ).dropna()
+    above = None
+    if {SERIAL, PARALLEL} <= set(drops["mode"]) and len(wide):
+        n = int((wide[("ci_low_pct", PARALLEL)] > wide[("ci_high_pct", SERIAL)]).sum())
+        above = (n, len(wide))
+    return {"modes": modes, "parallel_above": above}
+
+
+def loss_sweeps(loss: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `throughput_vs_loss` in series that sweep the loss rate (two or more
+    values of p), by series and p."""
+    loss = loss[np.isfinite(loss["loss_p"].astype(float))]
+    swept = loss.groupby("series")["loss_p"].transform("nunique") > 1
+    return loss[swept].sort_values(["series", "loss_p"], kind="stable")
+
+
+def loss_summary(loss: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per series of `loss_sweeps`: the time per delivered block at its lowest and highest
+    p, the delivered fraction at the highest, and the range of measured / expected time."""
+    out = []
+    for series, g in loss.groupby("series", sort=False):
+        ratio = (g["time_per_block_s"] / g["expected_time_per_block_s"]).replace(
+            [np.inf, -np.inf], np.nan
+        )
+        lo, hi = g.iloc[0], g.iloc[-1]
+        out.append(
+            {
+                "series": series,
+                "low_p": float(lo["loss_p"]),
+                "low_time_per_block_s": float(lo["time_per_block_s"]),
+                "high_p": float(hi["loss_p"]),
+                "high_time_per_block_s": float(hi["time_per_block_s"]),
+                "high_delivered_fraction": float(hi["delivered_fraction"]),
+                "measured_over_expected": (float(ratio.min()), float(ratio.max())),
+            }
+        )
+    return out
+
+
+def buffer_summary(buf: pd.DataFrame) -> dict[str, Any]:
+    """From `time_to_buffer`: the range of frames counted, the points that buffered every
+    frame soonest and latest (label, s), and the range of the times to buffer half."""
+    full = buf.set_index("label")["t_100pct_s"]
+    return {
+        "frames": _span(buf["frames"]),
+        "fastest": (str(full.idxmin()), float(full.min())),
+        "slowest": (str(full.idxmax()), float(full.max())),
+        "half_s": _span(buf["t_50pct_s"]),
+    }

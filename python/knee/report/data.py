@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from knee.models import analyze
 from knee.results import Run, open_run
+from knee.run_params import PointParams, point_params, setting
 
 #: Columns the report's figures read from samples.parquet.
 SAMPLE_COLUMNS = (
@@ -88,17 +90,15 @@ class ReportRun:
     def model_for(self, series: str) -> dict[str, Any] | None:
         return next((m for m in self.models if m.get("series") == series), None)
 
+    @cached_property
+    def params(self) -> dict[int, PointParams]:
+        """What each point ran with, as the run directory records it (`knee.run_params`)."""
+        return point_params(self.run)
+
     def setting(self, point: dict[str, Any], key: str) -> Any:
-        """A point's value of "section.name" (e.g. "server.threads"): swept, else its
-        series' override, else the spec's top level (spec.toml has every default)."""
-        swept = point.get("swept") or {}
-        if key in swept:
-            return swept[key]
-        section, _, name = key.partition(".")
-        series = (self.run.spec.get("series") or {}).get(str(point.get("series")), {})
-        if name in (series.get(section) or {}):
-            return series[section][name]
-        return (self.run.spec.get(section) or {}).get(name)
+        """A point's value of "section.name" (e.g. "server.threads") as it ran (recorded in
+        the run directory; None for a point it does not know)."""
+        return setting(self.params.get(int(point["point"])), key)
 
 
 def load(run_dir: Path) -> ReportRun:

@@ -6,6 +6,10 @@ clients record samples), apply the spec's event timeline (kill, stop, start a no
 time), sample CPU and the nodes' counters every interval, stop everything, and add the
 point's statistics (every recorder's samples pooled) to summary.json. Nodes are stopped on
 every path out: normal end, a node failing (named with its last stderr lines), Ctrl-C.
+
+What each point ran with is recorded as it happens (`knee.run_params`): plan.json before the
+first point, and points/pNNN.json as the point starts, as each node starts, as each timeline
+event is applied and as the point ends, so a crashed run still says what ran.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from knee import env, results, systems
+from knee import env, results, run_params, systems
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
+from knee.run_params import PointParams
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import Spec
@@ -86,6 +91,7 @@ def run_experiment(
     run_dir = create_run_dir(out_root, spec.experiment["name"])
     header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
     (run_dir / "spec.toml").write_text(header + "\n" + dump_toml(spec.resolved))
+    run_params.write_plan(run_dir, spec.experiment, spec.events, spec.points)
     results.write_json(run_dir / "env.json", env.collect(binary))
     state = RunState(run_dir=run_dir, t0_ns=time.monotonic_ns(), keep_scratch=keep_scratch)
     display.run_started(run_dir, len(spec.points))
@@ -116,18 +122,39 @@ class PointNodes:
     configs: dict[str, dict[str, Any]]  # as started, placeholders replaced
     addrs: dict[str, str]  # reported by each node's ready line
     recorders: list[str]
+    record: PointParams  # what the point runs with, rewritten in points/pNNN.json
     ended: set[str] = field(default_factory=set)  # finished, or stopped by an event
     starts_ns: dict[str, int] = field(default_factory=dict)  # each recorder's schedule start
 
 
 def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> None:
+    """Runs one point, its record in points/pNNN.json saying how it ended."""
+    record = run_params.from_point(point)
+    record.status, record.started_s = "running", state.t_s()
+    run_params.write_point(state.run_dir, record)
+    try:
+        _measure_point(spec, point, state, display, record)
+    except BaseException as e:
+        record.status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        raise
+    else:
+        record.status = "complete"
+    finally:
+        record.ended_s = state.t_s()
+        run_params.write_point(state.run_dir, record)
+
+
+def _measure_point(
+    spec: Spec, point: Point, state: RunState, display: Display, record: PointParams
+) -> None:
     system = systems.SYSTEMS[spec.experiment["system"]]
     plans = system.topology(point)
     tag = f"p{point.index:03d}"
     warmup_ns = int(point.load["warmup_s"] * 1e9)
     state.event("point_start", point.index, detail=point.label)
     state.monitor.reset()  # the time between points is not this point's interference
-    nodes = PointNodes({p.name: p for p in plans}, {}, {}, [p.name for p in plans if p.records])
+    recorders = [p.name for p in plans if p.records]
+    nodes = PointNodes({p.name: p for p in plans}, {}, {}, recorders, record)
     raws: dict[str, results.RawFile] = {}
     scratch = state.run_dir / "scratch" / tag
     for plan in plans:
@@ -211,17 +238,24 @@ def _substitute(value: Any, addrs: dict[str, str]) -> Any:
 def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, system: str) -> Node:
     """Starts one node of the point; a node that does not record is waited for until ready."""
     tag = f"p{point.index:03d}"
+    node_config = nodes.configs[name]
     node = Node(
         name,
         nodes.plans[name].role,
         system,
-        nodes.configs[name],
+        node_config,
         config_path=state.run_dir / "nodes" / f"{name}.{tag}.json",
         log_path=state.run_dir / "nodes" / f"{name}.stderr.log",
     )
     state.nodes[name] = node
     state.monitor.add(name, node.pid)
     state.event("node_start", point.index, name, f"pid {node.pid}")
+    if all(n["name"] != name for n in nodes.record.topology):  # as first started
+        plan = nodes.plans[name]
+        nodes.record.topology.append(
+            {"name": name, "role": plan.role, "records": plan.records, "config": node_config}
+        )
+        run_params.write_point(state.run_dir, nodes.record)
     if not nodes.plans[name].records:
         ready = node.wait_ready(READY_TIMEOUT_S)
         nodes.addrs[name] = ready.get("addr", "")
@@ -238,6 +272,7 @@ def _apply_event(
     if action == "start":
         if node is not None and node.alive():
             state.event("start_skipped", point.index, name, detail + ": already running")
+            _applied(state, nodes, event, "skipped: already running")
             return
         if node is not None:
             _stop(state, point.index, name)
@@ -245,18 +280,27 @@ def _apply_event(
             nodes.configs[name] = {**nodes.configs[name], "listen": nodes.addrs[name]}
         nodes.ended.discard(name)
         state.event("start", point.index, name, detail)
+        _applied(state, nodes, event, "applied")
         _start_node(state, point, nodes, name, system)
         return
     if node is None or not node.alive():
         state.event(f"{action}_skipped", point.index, name, detail + ": not running")
+        _applied(state, nodes, event, "skipped: not running")
         return
     nodes.ended.add(name)
     state.event(action, point.index, name, f"{detail}, pid {node.pid}")
+    _applied(state, nodes, event, "applied")
     if action == "kill":
         node.proc.kill()
         node.proc.wait(timeout=5)
     else:
         node.stop()
+
+
+def _applied(state: RunState, nodes: PointNodes, event: dict[str, Any], outcome: str) -> None:
+    """Adds a timeline event to the point's record as the runner applied (or skipped) it."""
+    nodes.record.events.append({**event, "t_s": state.t_s(), "outcome": outcome})
+    run_params.write_point(state.run_dir, nodes.record)
 
 
 def _drive(

@@ -11,16 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from knee.contract import SHARE_FLAG_CHECKSUM_MISMATCH as FLAG_CHECKSUM_MISMATCH
+from knee.contract import SHARE_FLAG_FOR_OBTAIN as FLAG_FOR_OBTAIN
+from knee.contract import SHARE_FLAG_NOT_FOUND as FLAG_NOT_FOUND
+from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
+from knee.contract import SHARE_OPS as OPS
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
-#: Sample `op` codes (crates/knee-node/src/systems/share/mod.rs).
-OPS = {1: "register", 2: "unregister", 3: "search", 4: "obtain"}
-#: Sample `flags` bits.
-FLAG_CHECKSUM_MISMATCH = 1
-FLAG_REPLICA = 2
-FLAG_FOR_OBTAIN = 4
-FLAG_NOT_FOUND = 8
+# The sample contract (op codes, flag bits) lives in knee.contract; re-exported here.
+__all__ = [
+    "FLAG_CHECKSUM_MISMATCH",
+    "FLAG_FOR_OBTAIN",
+    "FLAG_NOT_FOUND",
+    "FLAG_REPLICA",
+    "OPS",
+    "SHARE",
+]
 
 
 def _share_rule(s: Sections) -> None:

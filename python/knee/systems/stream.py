@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
-BLOCK_SIDE_PX = 16
-BLOCK_BYTES = BLOCK_SIDE_PX * BLOCK_SIDE_PX * 3
 MAX_SERVICES = 64
 MAX_SIDE_PX = 4096
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from knee.report.data import ReportRun
 from knee.report.html import Section, esc
+from knee.run_params import planned
 
 
 def section(rr: ReportRun) -> Section:
@@ -43,13 +44,9 @@ def section(rr: ReportRun) -> Section:
 
 
 def _planned(rr: ReportRun) -> str:
-    """How many points the spec defines (expanded again from the resolved spec.toml)."""
-    from knee.spec import SpecError, load_spec
-
-    try:
-        return str(len(load_spec(rr.path / "spec.toml").points))
-    except (SpecError, OSError):
-        return "?"
+    """How many points the run planned (plan.json; `knee.run_params`)."""
+    points = planned(rr.run)
+    return str(len(points)) if points else "?"
 
 
 def _report_tools() -> str:

@@ -2,8 +2,9 @@
 applied twice, checked against the database), the sweep's five graph types and the magic-1%
 table.
 
-The figures' data comes from `knee.analysis.chat`; this module only draws it and states, in
-words computed from the run, what it shows next to what the source report found.
+The figures' data and every number the findings state come from `knee.analysis.chat`; this
+module only draws them and states in words what they show next to what the source report
+found.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
-from knee.stats.quantiles import above
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
@@ -55,23 +55,14 @@ SOURCE_MAGIC = (
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
-    out = [_failover(rr, point, labels) for point in _failover_points(rr)]
+    out = [_failover(rr, point, labels) for point in chat.failover_points(rr.run)]
     if rr.ok.empty:
         return out
-    cfg = chat.configurations(rr.run)
-    cfg = cfg[cfg["count"].fillna(0) > 0]
+    cfg = chat.measured_configurations(rr.run)
     if len(cfg) >= 2:
         out.append(_sweep(rr, cfg))
     out.append(_magic(rr, labels))
     return out
-
-
-def _failover_points(rr: ReportRun) -> list[int]:
-    e = rr.run.events
-    if e.empty:
-        return []
-    kills = e[e["kind"].isin(["kill", "stop"])]
-    return sorted(int(p) for p in kills["point"].unique())
 
 
 def _count(n: int, word: str) -> str:
@@ -83,9 +74,9 @@ def _amount(value: Any, unit: str) -> str:
     return f"{int(value)} {unit}" if unit == "B" else _count(int(value), unit)
 
 
-def _span(values: pd.Series, show: Any) -> str:
+def _span(span: tuple[float, float], show: Any) -> str:
     """ "a to b" over the configurations, or the one value."""
-    lo, hi = show(values.min()), show(values.max())
+    lo, hi = show(span[0]), show(span[1])
     return lo if lo == hi else f"{lo} to {hi}"
 
 
@@ -98,17 +89,9 @@ def _verdict_row(name: str, value: str, good: bool | None) -> str:
 
 
 def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
-    run = rr.run
-    try:
-        integrity: dict[str, int] | None = chat.failover_integrity(run, point)
-        missing = ""
-    except FileNotFoundError as e:
-        integrity, missing = None, str(e)
-    gap_ms = chat.failover_gap_ms(run, point)
-    timeline = chat.failover_timeline(run, point)
-    frame, events = timeline["samples"], timeline["events"]
-    kill = events[events["kind"].isin(["kill", "stop"])].iloc[0]
-    passed = integrity is not None and integrity["lost"] == 0 and integrity["applied_twice"] == 0
+    f = chat.failover_summary(rr.run, point)
+    integrity, missing, gap_ms, kill = f["integrity"], f["missing"], f["gap_ms"], f["down"]
+    passed = f["passed"]
     verdict = (
         f'<p class="finding" style="font-size:18px; background:{PASS_FAIL_BG[passed]}"><b>'
         + ("PASS" if passed else "FAIL")
@@ -148,17 +131,14 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
     ]
     table = '<table><tr><th class="l">failover</th><th>value</th></tr>' + "".join(rows)
     table += "</table>"
-    retried = frame[frame["attempts"] > 1]
-    failed = frame[frame["status"] != "ok"]
-    served = sorted(int(r) for r in frame.loc[frame["status"] == "ok", "replica"].unique())
-    most = int(frame["attempts"].max()) if len(frame) else 0
     text = (
-        f"<p>{len(frame)} requests in point {esc(labels.get(point, point))}: "
-        f"{len(retried)} needed more than one attempt (at most {most}), "
-        f"{len(failed)} did not succeed within the retry budget; replicas "
-        f"{', '.join(map(str, served)) or 'none'} answered.</p>"
+        f"<p>{f['requests']} requests in point {esc(labels.get(point, point))}: "
+        f"{f['retried']} needed more than one attempt (at most {f['most_attempts']}), "
+        f"{f['failed']} did not succeed within the retry budget; replicas "
+        f"{', '.join(map(str, f['served_by'])) or 'none'} answered.</p>"
     )
-    fig = _timeline_figure(point, frame, events, gap_ms)
+    timeline = f["timeline"]
+    fig = _timeline_figure(point, timeline["samples"], timeline["events"], gap_ms)
     title = "Chat: failover" + (
         f" (point {labels.get(point, point)})" if len(rr.points) > 1 else ""
     )
@@ -168,7 +148,7 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
 def _timeline_figure(
     point: int, frame: pd.DataFrame, events: pd.DataFrame, gap_ms: float | None
 ) -> Figure:
-    drawn = _thin(frame)
+    drawn = chat.thin_timeline(frame, MAX_DRAWN)
     traces: list[Trace] = []
     ok = drawn[drawn["status"] == "ok"]
     for i, replica in enumerate(sorted(ok["replica"].unique())):
@@ -219,16 +199,6 @@ def _timeline_figure(
     )
 
 
-def _thin(frame: pd.DataFrame) -> pd.DataFrame:
-    if len(frame) <= MAX_DRAWN:
-        return frame
-    slow = above(frame["latency_ms"].to_numpy(), 0.99)  # ranked above the p99
-    stride = int(np.ceil(len(frame) / MAX_DRAWN))
-    even = np.zeros(len(frame), dtype=bool)
-    even[::stride] = True
-    return frame[slow | even]
-
-
 # ------------------------------------------------------------------ the sweep's five graphs
 
 
@@ -260,16 +230,19 @@ def _by_clients(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
             "vs clients plot.</p>"
         ]
     clients = [int(c) for c in table.index]
-    traces, parts, fell = [], [], []
-    for i, reply in enumerate(table.columns):
-        ys = table[reply].tolist()
-        traces.append(Trace("line", f"{int(reply)} B reply", clients, ys, color=i))
+    traces = [
+        Trace("line", f"{int(reply)} B reply", clients, table[reply].tolist(), color=i)
+        for i, reply in enumerate(table.columns)
+    ]
+    parts, fell = [], []
+    for r in chat.latency_vs_clients_summary(table):
         parts.append(
-            f"{int(reply)} B: {fmt.num(ys[0])} ms with {_count(clients[0], 'client')} to "
-            f"{fmt.num(ys[-1])} ms with {_count(clients[-1], 'client')}"
+            f"{r['reply_bytes']} B: {fmt.num(r['first_ms'])} ms with "
+            f"{_count(r['first_clients'], 'client')} to {fmt.num(r['last_ms'])} ms with "
+            f"{_count(r['last_clients'], 'client')}"
         )
-        if any(b < a for a, b in zip(ys, ys[1:], strict=False)):
-            fell.append(f"{int(reply)} B")
+        if r["fell"]:
+            fell.append(f"{r['reply_bytes']} B")
     shape = (
         "more clients lowered the mean somewhere at " + ", ".join(fell)
         if fell
@@ -292,8 +265,8 @@ def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     hover = _names(area)
     figs = []
     for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
-        ratio = (area[key] / area["mean_ms"]).to_numpy()
-        worst = int(np.nanargmax(ratio))
+        a = chat.area_summary(area, key)
+        (lowest, highest), worst = a["ratio"], a["widest"]
         figs.append(
             Figure(
                 f"chat-area-{name}",
@@ -313,8 +286,8 @@ def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                     Trace("line", name, ranks, area[key].tolist(), color=1, hover=hover),
                     Trace("line", "mean", ranks, area["mean_ms"].tolist(), color=0, hover=hover),
                 ],
-                caption=f"{SOURCE_AREA} This run: the {name} is {np.nanmin(ratio):.3g}x to "
-                f"{np.nanmax(ratio):.3g}x the mean; the widest gap is at {hover[worst]} "
+                caption=f"{SOURCE_AREA} This run: the {name} is {lowest:.3g}x to "
+                f"{highest:.3g}x the mean; the widest gap is at {hover[worst]} "
                 f"({fmt.num(area[key].iloc[worst])} ms against a mean of "
                 f"{fmt.num(area['mean_ms'].iloc[worst])} ms).",
             )
@@ -324,13 +297,15 @@ def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
 
 def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     out: list[Any] = []
+    held = chat.breakdown_fixed(cfg)
     fixed = {
-        "clients": f"no pause, {int(cfg['reply_bytes'].max())} B replies",
-        "reply_bytes": f"no pause, {int(cfg['clients'].max())} clients",
+        "clients": f"no pause, {int(held['clients'][1])} B replies",
+        "reply_bytes": f"no pause, {int(held['reply_bytes'][1])} clients",
     }
     for by, unit in (("clients", "client"), ("reply_bytes", "B")):
         b = chat.breakdown(rr.run, by)
-        if b[by].nunique() < 2:
+        summary = chat.breakdown_summary(b, by)
+        if summary is None:
             out.append(f"<p>Fewer than two {by} values with {fixed[by]}: no breakdown.</p>")
             continue
         cats = [
@@ -347,11 +322,8 @@ def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                 )
             )
         ]
-        normal = b[b["kind"] == "normal"].sort_values(by)
-        net = normal["network_ms"].to_numpy()
-        trend = "grows at every step" if np.all(np.diff(net) > 0) else "does not grow at every step"
-        top = b[b["kind"] == "outlier"]
-        db_share = top["db_ms"].sum() / top[["db_ms", "server_ms", "network_ms"]].sum().sum()
+        (first, first_ms), (last, last_ms) = summary["first"], summary["last"]
+        trend = "grows at every step" if summary["grows"] else "does not grow at every step"
         out.append(
             Figure(
                 f"chat-breakdown-{'clients' if by == 'clients' else 'reply'}",
@@ -362,10 +334,9 @@ def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                 traces,
                 stacked=True,
                 caption=f"{SOURCE_BREAKDOWN} This run: the network and middleware part of the "
-                f"other 99% goes from {fmt.num(net[0])} ms at "
-                f"{_amount(normal[by].iloc[0], unit)} to {fmt.num(net[-1])} ms at "
-                f"{_amount(normal[by].iloc[-1], unit)} ({trend}); in the top 1% the database is "
-                f"{fmt.pct(db_share)} of the time.",
+                f"other 99% goes from {fmt.num(first_ms)} ms at {_amount(first, unit)} to "
+                f"{fmt.num(last_ms)} ms at {_amount(last, unit)} ({trend}); in the top 1% the "
+                f"database is {fmt.pct(summary['db_share_of_top'])} of the time.",
             )
         )
     return out
@@ -388,8 +359,7 @@ def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                     hover=[names[p] for p in part["point"]],
                 )
             )
-        rho_rate = sc[key].corr(sc["throughput_per_s"], method="spearman")
-        rho_reply = sc[key].corr(sc["reply_bytes"], method="spearman")
+        rho = chat.scatter_correlations(sc, key)
         figs.append(
             Figure(
                 f"chat-scatter-{name}",
@@ -398,8 +368,8 @@ def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                 Axis(f"{name} latency (ms)", "log"),
                 traces,
                 caption=f"{SOURCE_SCATTER} This run: the {name} latency's rank correlation "
-                f"with the request rate is {_rho(rho_rate)} and with the reply size "
-                f"{_rho(rho_reply)} (Spearman, over {len(sc)} configurations).",
+                f"with the request rate is {_rho(rho['rate'])} and with the reply size "
+                f"{_rho(rho['reply'])} (Spearman, over {len(sc)} configurations).",
             )
         )
     return figs
@@ -437,7 +407,7 @@ def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
                 hover=hover,
             )
         )
-    best = int(np.argmax(lt["throughput_per_s"].to_numpy()))
+    best = chat.highest_throughput(lt)
     return [
         Figure(
             "chat-latency-throughput",
@@ -458,7 +428,6 @@ def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
 
 def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
     m = chat.magic_one_percent(rr.run).dropna(subset=["mean_ms"])
-    counts = rr.ok.groupby("point").size()
     head = (
         '<table><tr><th class="l">configuration</th><th>n</th><th>mean</th><th>std</th>'
         "<th>max</th><th>mean w/o</th><th>std w/o</th><th>max w/o</th>"
@@ -476,24 +445,23 @@ def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
         ]
         rows.append(
             f'<tr><td class="l">{esc(labels.get(r.point, r.point))}</td>'
-            f"<td>{int(counts.get(r.point, 0))}</td>"
+            f"<td>{int(r.count)}</td>"
             + "".join(f"<td>{fmt.num(v)}</td>" for v in cells)
             + f"<td>{fmt.pct(r.top_share_of_time)}</td><td>{fmt.num(r.top_db_ms)}</td>"
-            + _holds_cell(r.holds, int(counts.get(r.point, 0)))
+            + _holds_cell(r.holds, int(r.count))
             + "</tr>"
         )
-    judged = m[m["point"].map(lambda pt: counts.get(pt, 0) >= 100)]
-    held = int(judged["holds"].sum())
+    summary = chat.magic_summary(m)
     text = (
         f"<p>{SOURCE_MAGIC} The rule (Dumitras and Narasimhan): leaving out the highest 1% of "
         "requests makes latency bounded and predictable. Here it holds for a configuration "
         f"when leaving out the 1% divides the standard deviation by at least "
-        f"{chat.MAGIC_STD_FACTOR:g}. This run: it holds in {held} of {len(judged)} configurations "
-        "with at least 100 requests; "
-        f"the top 1% carries {_span(m['top_share_of_time'], fmt.pct)} of the total latency, "
-        "and without it the maximum falls by a factor of "
-        f"{_span(m['max_ms'] / m['max_without_ms'], lambda v: f'{v:.3g}')}. The top 1% of "
-        f"the smallest configuration is {_count(int(m['top_count'].min()), 'request')} (the "
+        f"{chat.MAGIC_STD_FACTOR:g}. This run: it holds in {summary['held']} of "
+        f"{summary['judged']} configurations with at least {chat.MAGIC_MIN_REQUESTS} requests; "
+        f"the top 1% carries {_span(summary['top_share_of_time'], fmt.pct)} of the total "
+        "latency, and without it the maximum falls by a factor of "
+        f"{_span(summary['max_over_max_without'], lambda v: f'{v:.3g}')}. The top 1% of "
+        f"the smallest configuration is {_count(summary['smallest_top_count'], 'request')} (the "
         "top 1% of n requests is the floor(n/100) slowest, those above the p99). Times "
         "in ms; w/o = without the top 1%.</p>"
     )
@@ -502,6 +470,6 @@ def _magic(rr: ReportRun, labels: dict[int, str]) -> Section:
 
 def _holds_cell(holds: bool, requests: int) -> str:
     """The magic-1% verdict; n/a below 100 requests, where the slowest 1% is empty."""
-    if requests < 100:
+    if requests < chat.MAGIC_MIN_REQUESTS:
         return '<td class="v-na" title="fewer than 100 requests: no slowest 1%">n/a</td>'
     return f'<td class="{"v-pass" if holds else "v-warn"}">{"yes" if holds else "no"}</td>'

@@ -2,10 +2,11 @@
 central and the distributed index, obtain time and aggregate MB/s vs file size, operations
 per second per operation, and the replica fallbacks when an owner was down.
 
-The figures' data comes from `knee.analysis.share`; lines are recognised by what the points
-ran with (design, index, peers, file size), not by series names, so a user's own share spec
-gets the figures its data supports. Every sentence is computed from the run; the source
-report's numbers appear only in captions, as what it showed.
+The figures' data, their lines and every number the findings state come from
+`knee.analysis.share`; lines are recognised by what the points ran with (design, index,
+peers, file size), not by series names, so a user's own share spec gets the figures its data
+supports. Every sentence is computed from the run; the source report's numbers appear only in
+captions, as what it showed.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 
-#: Operations in the order a client runs them (docs/share.md).
-PHASES = ("register", "search", "obtain", "unregister")
 #: Report 002's aggregate MB/s of eight clients by file size (its part 2 table; EC2).
 REPORT_MB_PER_S = {
     1024: 10.3,
@@ -75,22 +74,11 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
 # ------------------------------------------------------------------ shared helpers
 
 
-def _design(df: pd.DataFrame) -> pd.Series:
-    """ "distributed" or "central (index)" per row."""
-    central = "central (" + df["index"].astype(str) + ")"
-    return central.where(df["design"] == "central", df["design"].astype(str))
-
-
 def _size(n_bytes: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= scale:
             return f"{n_bytes / scale:g} {unit}"
     return f"{n_bytes:g} B"
-
-
-def _ops_present(df: pd.DataFrame) -> list[str]:
-    """The operations in the data, in the order a client runs its phases."""
-    return [op for op in PHASES if op in set(df["operation"])]
 
 
 def _table(head: list[str], rows: list[list[str]], summary: str) -> str:
@@ -108,28 +96,14 @@ def _table(head: list[str], rows: list[list[str]], summary: str) -> str:
 
 
 def _lines(df: pd.DataFrame, keys: list[str], x: str) -> list[tuple[str, pd.DataFrame]]:
-    """The lines of a figure over `x`: points grouped by `keys` (what must be equal along a
-    line), leaving out series that vary a key (they sweep something else: another figure's
-    experiment) so share-sizes' one-size series join its swept one. A group with an x value
-    twice is split by series. A line needs two or more x values; it is sorted by x and named
-    by its design, plus whatever tells it from another line of the same design."""
-    per_point = df.drop_duplicates("point")
-    varying = per_point.groupby("series", observed=True)[keys].nunique(dropna=False).max(axis=1)
-    df = df[~df["series"].isin(varying[varying > 1].index)]
-    df = df.assign(design_label=_design(df))
-    groups: list[pd.DataFrame] = []
-    for _, g in df.groupby(keys, sort=False, dropna=False):
-        split = g[x].duplicated().any()
-        parts = [s for _, s in g.groupby("series", sort=False)] if split else [g]
-        groups += [s.sort_values(x) for s in parts if s[x].nunique() > 1]
-    names = [str(g["design_label"].iloc[0]) for g in groups]
+    """The lines of a figure over `x` (`knee.analysis.share.lines`), each named by its
+    design, plus whatever tells it from another line of the same design."""
     out = []
-    for name, g in zip(names, groups, strict=True):
-        same = [h for n, h in zip(names, groups, strict=True) if n == name]
-        if len(same) > 1:
-            differ = [k for k in keys if len({h[k].iloc[0] for h in same}) > 1]
-            extra = [_describe(k, g[k].iloc[0]) for k in differ] or [str(g["series"].iloc[0])]
-            name = f"{name}, {', '.join(extra)}"
+    for line in analysis.lines(df, keys, x):
+        g, name = line.frame, line.design
+        if line.distinct is not None:
+            extra = [_describe(k, g[k].iloc[0]) for k in line.distinct]
+            name = f"{name}, {', '.join(extra or [str(g['series'].iloc[0])])}"
         out.append((name, g))
     return out
 
@@ -150,7 +124,7 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
     figs: list[str | Figure] = []
     growth: list[str] = []
     rows: list[list[str]] = []
-    for op in _ops_present(times):
+    for op in analysis.operations_present(times):
         lines = _lines(
             times[times["operation"] == op], ["design", "index", "files", "file_bytes"], "peers"
         )
@@ -162,13 +136,12 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
             xs = [int(v) for v in g["peers"]]
             traces.append(Trace("line", f"{name} mean", xs, list(g["mean_ms"]), color=i))
             traces.append(Trace("line", f"{name} p99", xs, list(g["p99_ms"]), color=i, dash=True))
-            first, last = g.iloc[0], g.iloc[-1]
-            ratio = last["mean_ms"] / first["mean_ms"]
+            n = analysis.nodes_summary(g)
             parts.append(
-                f"{esc(name)} {fmt.num(first['mean_ms'])} &rarr; {fmt.num(last['mean_ms'])} ms "
-                f"({ratio:.2g}x) from {first['peers']} to {last['peers']} peers"
+                f"{esc(name)} {fmt.num(n['first_ms'])} &rarr; {fmt.num(n['last_ms'])} ms "
+                f"({n['ratio']:.2g}x) from {n['first_peers']} to {n['last_peers']} peers"
                 + (
-                    f" (all {last['files']} files: {fmt.num(last['mean_ms'] * last['files'])} ms)"
+                    f" (all {n['files']} files: {fmt.num(n['all_files_ms'])} ms)"
                     if op == "register"
                     else ""
                 )
@@ -183,7 +156,7 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
                         fmt.num(r["mean_ms"]),
                         fmt.num(r["p50_ms"]),
                         fmt.num(r["p99_ms"]),
-                        fmt.num(r["mean_ms"] * r["files"]) if op == "register" else "-",
+                        fmt.num(r["all_files_ms"]) if op == "register" else "-",
                     ]
                 )
         growth.append(f"{op}: " + "; ".join(parts))
@@ -215,25 +188,11 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
 
 def _design_comparison(times: pd.DataFrame) -> str:
     """Which design's mean grew more from its fewest to its most peers, per operation."""
-    df = times.assign(design_label=_design(times))
-    g = df.sort_values("peers").groupby(["operation", "design_label"], sort=False)
-    spans = g["peers"].agg(["min", "max"])
-    ratio = (g["mean_ms"].last() / g["mean_ms"].first()).where(spans["max"] > spans["min"])
-    ratio = ratio.dropna().unstack()
-    if "distributed" not in ratio.columns:
-        return ""
-    central = [c for c in ratio.columns if c.startswith("central")]
-    out = []
-    for c in central:
-        both = ratio[[c, "distributed"]].dropna()
-        if both.empty:
-            continue
-        more = int((both[c] > both["distributed"]).sum())
-        out.append(
-            f" The {esc(c)} index's mean grew more than the distributed index's for {more} of "
-            f"{len(both)} operations."
-        )
-    return "".join(out)
+    return "".join(
+        f" The {esc(c)} index's mean grew more than the distributed index's for {more} of "
+        f"{both} operations."
+        for c, more, both in analysis.design_growth(times)
+    )
 
 
 # ------------------------------------------------------------------ obtain vs file size
@@ -291,10 +250,10 @@ def _sizes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
             symbol="diamond",
         )
     )
+    peaks = [(name, analysis.size_summary(g)) for name, g in lines]
     measured = "; ".join(
-        f"{esc(name)}: peak {fmt.num(g['aggregate_mb_per_s'].max())} MB/s at "
-        f"{_size(g.loc[g['aggregate_mb_per_s'].idxmax(), 'file_bytes'])}"
-        for name, g in lines
+        f"{esc(name)}: peak {fmt.num(s['peak_mb_per_s'])} MB/s at {_size(s['peak_bytes'])}"
+        for name, s in peaks
     )
     figs: list[str | Figure] = [
         Figure(
@@ -338,21 +297,16 @@ def _sizes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
 
 
 def _size_sentence(name: str, g: pd.DataFrame) -> str:
-    first, last = g.iloc[0], g.iloc[-1]
-    text = (
-        f"{esc(name)} ({last['peers']} peers): mean obtain time {fmt.num(first['mean_ms'])} ms "
-        f"at {_size(first['file_bytes'])} and {fmt.num(last['mean_ms'])} ms at "
-        f"{_size(last['file_bytes'])}; measured aggregate {fmt.num(first['aggregate_mb_per_s'])}"
-        f" &rarr; {fmt.num(last['aggregate_mb_per_s'])} MB/s."
+    s = analysis.size_summary(g)
+    before, larger, grew = s["step"]
+    return (
+        f"{esc(name)} ({s['peers']} peers): mean obtain time {fmt.num(s['first_ms'])} ms "
+        f"at {_size(s['first_bytes'])} and {fmt.num(s['last_ms'])} ms at "
+        f"{_size(s['last_bytes'])}; measured aggregate {fmt.num(s['first_mb_per_s'])}"
+        f" &rarr; {fmt.num(s['last_mb_per_s'])} MB/s."
+        f" From {_size(before)} to {_size(s['last_bytes'])} "
+        f"({larger:.4g}x larger) the mean grew {grew:.3g}x."
     )
-    if len(g) >= 2:
-        a, b = g.iloc[-2], g.iloc[-1]
-        text += (
-            f" From {_size(a['file_bytes'])} to {_size(b['file_bytes'])} "
-            f"({b['file_bytes'] / a['file_bytes']:.4g}x larger) the mean grew "
-            f"{b['mean_ms'] / a['mean_ms']:.3g}x."
-        )
-    return text
 
 
 # ------------------------------------------------------------------ operations per second
@@ -362,17 +316,13 @@ def _ops(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figure]
     rates = analysis.ops_per_second(rr.run)
     if rates.empty:
         return "", []
-    rates = rates.assign(design_label=_design(rates))
     # Per design, the point with the most peers and the smallest files (the report's case).
-    best = rates.sort_values(["peers", "file_bytes"], ascending=[False, True])
-    chosen = best.groupby("design_label", sort=False)["point"].first()
-    ops = _ops_present(rates)
+    ops = analysis.operations_present(rates)
     traces = []
     said = []
-    for i, (design, point) in enumerate(chosen.items()):
-        r = rates[rates["point"] == point].set_index("operation").reindex(ops)
-        first = rates[rates["point"] == point].iloc[0]
-        name = f"{design}, {first['peers']} peers, {_size(first['file_bytes'])}"
+    for i, d in enumerate(analysis.ops_by_design(rates)):
+        r = d["by_operation"]
+        name = f"{d['design']}, {d['peers']} peers, {_size(d['file_bytes'])}"
         traces.append(Trace("bar", name, ops, list(r["aggregate_per_s"]), color=i))
         said.append(
             f"{esc(name)}: "
@@ -421,13 +371,10 @@ def _ops(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figure]
 
 
 def _replicas(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figure]]:
-    params = analysis.point_parameters(rr.run)
-    distributed = set(params.loc[params["design"] == "distributed", "point"])
-    fb = analysis.replica_fallbacks(rr.run)
-    fb = fb[fb["point"].isin(distributed)]
-    if fb.empty:
+    summary = analysis.replica_summary(rr.run)
+    if summary is None:
         return "", []
-    events = rr.run.spec.get("events") or []
+    fb, events = summary["fallbacks"], summary["timeline"]
     timeline = (
         "The timeline: "
         + ", ".join(
@@ -438,19 +385,17 @@ def _replicas(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Fi
         if events
         else "No node was stopped or killed in this run."
     )
-    index_ops = fb[fb["operation"] != "obtain"]
-    replica, index_n = int(index_ops["replica"].sum()), int(index_ops["count"].sum())
-    drops = int(fb["drop"].sum())
+    replica, index_n = summary["replica"], summary["index_operations"]
+    drops = summary["drops"]
     text = (
         f"<b>Replica fallbacks.</b> {timeline} In the distributed design {replica} of "
         f"{index_n} index operations ({fmt.pct(replica / index_n if index_n else None)}) "
         f"were answered by the owner's replica, and {drops} operations found their node down."
     )
     if replica:
-        by_op = index_ops.groupby("operation")["replica"].sum()
-        text += " By operation: " + ", ".join(f"{op} {int(n)}" for op, n in by_op.items() if n)
-        text += "."
-    ops = _ops_present(fb)
+        by_op = summary["by_operation"]
+        text += " By operation: " + ", ".join(f"{op} {n}" for op, n in by_op.items()) + "."
+    ops = analysis.operations_present(fb)
     rows = []
     for point, g in fb.groupby("point", sort=True):
         g = g.set_index("operation").reindex(ops)

@@ -3,16 +3,16 @@ serial and parallel side by side; the report's two tables (frames/s and bits/s; 
 serial vs parallel, here with 95 % intervals); throughput vs loss next to the expected time
 per block L + p/(1-p) T; and the time to buffer the first frames.
 
-The data of every figure and table comes from `knee.analysis.stream`; this module only lays
-it out and says in words what this run measured, next to what the source report measured
-(its numbers are kept below as the reference, never as a claim about this run).
+The data of every figure and table, and every number of the findings, comes from
+`knee.analysis.stream`; this module only lays it out and says in words what this run
+measured, next to what the source report measured (its numbers are kept below as the
+reference, never as a claim about this run).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from knee.analysis import stream as analysis
@@ -36,7 +36,7 @@ SOURCE_DROPS = {
     "bellatrix": (5.0, 7.92),
     "draco": (5.36, 7.29),
 }
-PARALLEL = "parallel"
+PARALLEL = analysis.PARALLEL
 
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
@@ -46,8 +46,8 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     boxes = analysis.block_latency_boxplot(run)
     table1 = analysis.frames_and_bits_table(run)
     buffering = analysis.time_to_buffer(run)
-    loss = _loss_rows(analysis.throughput_vs_loss(run))
-    per_service = table1["column"].is_unique  # one point per serial service (+ parallel)
+    loss = analysis.loss_sweeps(analysis.throughput_vs_loss(run))
+    per_service = analysis.is_per_service(table1)  # one point per serial service (+ parallel)
     drops = analysis.drop_rate_table(run) if per_service else None
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
 
@@ -55,7 +55,7 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
         f
         for f in (
             _latency_text(boxes, per_service),
-            _throughput_text(table1, per_service),
+            _throughput_text(table1),
             _drops_text(drops),
             _loss_text(loss),
             _buffer_text(buffering),
@@ -89,8 +89,8 @@ def _note(text: str) -> str:
     return f'<p class="note">{esc(text)}</p>'
 
 
-def _range(values: pd.Series, unit: str = "", show: Any = fmt.num) -> str:
-    lo, hi = float(values.min()), float(values.max())
+def _range(span: tuple[float, float], unit: str = "", show: Any = fmt.num) -> str:
+    lo, hi = span
     return f"{show(lo)}{unit}" if lo == hi else f"{show(lo)}-{show(hi)}{unit}"
 
 
@@ -108,7 +108,7 @@ def _box_figure(
     measured once per mode, else one box per point and service."""
     traces: list[Trace] = []
     groups = ["mode"] if per_service else ["series"]
-    many = boxes.groupby("point")["service"].transform("size") > 1
+    many = analysis.boxes_share_point(boxes)
     for i, (key, g) in enumerate(boxes.groupby(groups, sort=False)):
         name = key[0] if isinstance(key, tuple) else key
         if per_service:
@@ -138,7 +138,7 @@ def _box_figure(
                 color=i,
             )
         )
-    timeouts = sorted({rr.setting(p, "load.timeout_ms") for p in rr.points} - {None})
+    timeouts = analysis.timeouts_ms(rr.run)
     return Figure(
         "stream-latency-boxes",
         "block latency per service, serial and parallel (Tukey box plots)"
@@ -161,12 +161,11 @@ def _box_figure(
 
 def _box_summary(boxes: pd.DataFrame) -> str:
     parts = []
-    for mode, g in boxes.groupby("mode", sort=False):
-        outliers = int(g["outliers_ms"].map(len).sum())
-        top = max((float(np.max(o)) for o in g["outliers_ms"] if len(o)), default=None)
+    for m in analysis.box_summary(boxes):
+        top = m["largest_outlier_ms"]
         parts.append(
-            f"{mode} medians {_range(g['median_ms'], ' ms')} over n = {_range(g['n'])} blocks "
-            f"per box, {outliers} outliers"
+            f"{m['mode']} medians {_range(m['median_ms'], ' ms')} over n = {_range(m['n'])} "
+            f"blocks per box, {m['outliers']} outliers"
             + (f" (largest {fmt.num(top)} ms)" if top is not None else "")
         )
     return "; ".join(parts)
@@ -176,15 +175,12 @@ def _latency_text(boxes: pd.DataFrame, per_service: bool) -> str:
     if boxes.empty:
         return "<b>Latency.</b> No block arrived in time, so there is no latency to show."
     text = f"<b>Latency.</b> {esc(_box_summary(boxes))}."
-    modes = set(boxes["mode"])
-    if per_service and {"serial", PARALLEL} <= modes:
-        med = boxes.pivot_table(index="service", columns="mode", values="median_ms")
-        ratio = (med[PARALLEL] / med["serial"]).dropna()
-        if len(ratio):
-            text += (
-                f" Per service, the parallel median is {_range(ratio)} times the serial one "
-                f"(the source report's was 1.3-2.6 times: 209-409 ms vs 151-158 ms)."
-            )
+    ratio = analysis.parallel_over_serial_median(boxes) if per_service else None
+    if ratio is not None:
+        text += (
+            f" Per service, the parallel median is {_range(ratio)} times the serial one "
+            f"(the source report's was 1.3-2.6 times: 209-409 ms vs 151-158 ms)."
+        )
     return text
 
 
@@ -223,22 +219,20 @@ def _table1_html(table: pd.DataFrame, labels: dict[Any, str], per_service: bool)
     )
 
 
-def _throughput_text(table: pd.DataFrame, per_service: bool) -> str:
-    par = table[table["column"] == "parallel - all services"]
-    ser = table[table["column"] != "parallel - all services"]
-    if ser.empty:
+def _throughput_text(table: pd.DataFrame) -> str:
+    t = analysis.throughput_summary(table)
+    if t is None:
         return ""
     text = (
-        f"<b>Throughput.</b> Serially, {_range(ser['frames_per_s'], ' frames/s')} and "
-        f"{_range(ser['goodput_bits_per_s'], ' bits/s', _bits)} of goodput per point"
+        f"<b>Throughput.</b> Serially, {_range(t['serial_frames_per_s'], ' frames/s')} and "
+        f"{_range(t['serial_goodput_bits_per_s'], ' bits/s', _bits)} of goodput per point"
     )
-    if per_service and len(par) == 1:
-        best = ser.loc[ser["goodput_bits_per_s"].idxmax()]
-        gain = float(par["goodput_bits_per_s"].iloc[0] / best["goodput_bits_per_s"])
+    par = t["parallel"]
+    if par is not None:
         text += (
-            f"; in parallel {fmt.num(float(par['frames_per_s'].iloc[0]))} frames/s and "
-            f"{float(par['goodput_bits_per_s'].iloc[0]):,.0f} bits/s, {gain:.2g}x the best "
-            f"serial service ({esc(best['column'])}). The source report's parallel client "
+            f"; in parallel {fmt.num(par['frames_per_s'])} frames/s and "
+            f"{par['goodput_bits_per_s']:,.0f} bits/s, {par['gain']:.2g}x the best "
+            f"serial service ({esc(par['best_serial'])}). The source report's parallel client "
             "reached 1.5x its best serial one (45,969 vs 29,804 bits/s) with four services"
         )
     return text + "."
@@ -281,20 +275,17 @@ def _table2_html(drops: pd.DataFrame) -> str:
 def _drops_text(drops: pd.DataFrame | None) -> str:
     if drops is None or drops.empty:
         return ""
-    parts = []
-    for mode, g in drops.sort_values("mode", ascending=False).groupby("mode", sort=False):
-        parts.append(
-            f"{mode} {_range(g['drop_rate_pct'].round(2), '%')} "
-            f"(95% intervals from {g['ci_low_pct'].min():.2f}% to {g['ci_high_pct'].max():.2f}%)"
-        )
+    d = analysis.drop_summary(drops)
+    parts = [
+        f"{m['mode']} {_range(m['drop_rate_pct'], '%')} "
+        f"(95% intervals from {m['ci_low_pct']:.2f}% to {m['ci_high_pct']:.2f}%)"
+        for m in d["modes"]
+    ]
     text = "<b>Drops.</b> Drop rates per service: " + "; ".join(parts) + "."
-    wide = drops.pivot_table(
-        index="service", columns="mode", values=["ci_low_pct", "ci_high_pct"]
-    ).dropna()
-    if PARALLEL in drops["mode"].values and "serial" in drops["mode"].values and len(wide):
-        above = int((wide[("ci_low_pct", PARALLEL)] > wide[("ci_high_pct", "serial")]).sum())
+    if d["parallel_above"] is not None:
+        above, services = d["parallel_above"]
         text += (
-            f" For {above} of {len(wide)} services the parallel rate's interval lies above the "
+            f" For {above} of {services} services the parallel rate's interval lies above the "
             "serial one's (the source report found parallel higher for all four: 6.04-8.75% "
             "vs 5.0-5.36%)."
         )
@@ -302,13 +293,6 @@ def _drops_text(drops: pd.DataFrame | None) -> str:
 
 
 # ------------------------------------------------------------------ loss
-
-
-def _loss_rows(loss: pd.DataFrame) -> pd.DataFrame:
-    """The points of series that sweep the loss rate (two or more values of p)."""
-    loss = loss[np.isfinite(loss["loss_p"].astype(float))]
-    swept = loss.groupby("series")["loss_p"].transform("nunique") > 1
-    return loss[swept].sort_values(["series", "loss_p"], kind="stable")
 
 
 def _loss_figures(loss: pd.DataFrame) -> list[str | Figure]:
@@ -387,16 +371,13 @@ def _loss_figures(loss: pd.DataFrame) -> list[str | Figure]:
 
 def _loss_summary(loss: pd.DataFrame) -> str:
     parts = []
-    for series, g in loss.groupby("series", sort=False):
-        ratio = (g["time_per_block_s"] / g["expected_time_per_block_s"]).replace(
-            [np.inf, -np.inf], np.nan
-        )
-        lo, hi = g.iloc[0], g.iloc[-1]
+    for m in analysis.loss_summary(loss):
+        lo, hi = m["measured_over_expected"]
         parts.append(
-            f"{series}: {fmt.num(lo['time_per_block_s'] * 1e3)} ms per block at "
-            f"p={lo['loss_p']:g}, {fmt.num(hi['time_per_block_s'] * 1e3)} ms at "
-            f"p={hi['loss_p']:g} (delivered {hi['delivered_fraction']:.1%}), measured/expected "
-            f"{fmt.num(ratio.min())}-{fmt.num(ratio.max())}"
+            f"{m['series']}: {fmt.num(m['low_time_per_block_s'] * 1e3)} ms per block at "
+            f"p={m['low_p']:g}, {fmt.num(m['high_time_per_block_s'] * 1e3)} ms at "
+            f"p={m['high_p']:g} (delivered {m['high_delivered_fraction']:.1%}), "
+            f"measured/expected {fmt.num(lo)}-{fmt.num(hi)}"
         )
     return "; ".join(parts)
 
@@ -439,13 +420,12 @@ def _buffer_figure(buf: pd.DataFrame) -> Figure:
 
 
 def _buffer_summary(buf: pd.DataFrame) -> str:
-    full = buf.set_index("label")["t_100pct_s"]
-    half = buf.set_index("label")["t_50pct_s"]
-    fastest, slowest = full.idxmin(), full.idxmax()
+    b = analysis.buffer_summary(buf)
+    (fastest, soonest_s), (slowest, latest_s) = b["fastest"], b["slowest"]
     return (
-        f"all {_range(buf['frames'])} frames buffered after {fmt.num(full.min())} s "
-        f"({fastest}) to {fmt.num(full.max())} s ({slowest}); half of them after "
-        f"{_range(half, ' s')}"
+        f"all {_range(b['frames'])} frames buffered after {fmt.num(soonest_s)} s "
+        f"({fastest}) to {fmt.num(latest_s)} s ({slowest}); half of them after "
+        f"{_range(b['half_s'], ' s')}"
     )
 
 

@@ -1,0 +1,48 @@
+"""What knee-node writes into the samples of each system, as plain data: operation codes and
+their names (the `op` column), flag bits (the `flags` column) and fixed sizes.
+
+Each value is written once in Python: `knee.systems` (which plans the nodes) and the analysis
+and report (which read a run directory) both import it from here. The values mirror
+crates/knee-node/src/systems/<system>; `knee-node describe` is the reference. No imports, no
+logic: plain data only.
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ chat (chat/mod.rs)
+
+#: Sample `op` codes and their names.
+CHAT_OPS = {1: "login", 2: "logout", 3: "join", 4: "post", 5: "fetch", 6: "audit"}
+#: The operations that change the database (deduplicated and audited).
+CHAT_WRITE_OPS = (1, 2, 3, 4)
+#: Reply flag: the replica asked is not the primary.
+CHAT_FLAG_NOT_PRIMARY = 1
+#: Reply flag: a retried request that was already applied; the stored result came back.
+CHAT_FLAG_DUPLICATE = 2
+
+# ------------------------------------------------------------------ share (share/mod.rs)
+
+#: Sample `op` codes of the client's operations and their names.
+SHARE_OPS = {1: "register", 2: "unregister", 3: "search", 4: "obtain"}
+#: Sample flag: a download whose checksum differs from the index's.
+SHARE_FLAG_CHECKSUM_MISMATCH = 1
+#: Sample flag: the owner of the key was down; its replica answered (distributed design).
+SHARE_FLAG_REPLICA = 2
+#: Sample flag: a search made to find a peer for an obtain (not a search-phase operation).
+SHARE_FLAG_FOR_OBTAIN = 4
+#: Sample flag: a search that found nobody although only registered names are searched.
+SHARE_FLAG_NOT_FOUND = 8
+
+# ------------------------------------------------------------------ stream (stream/*.rs)
+
+#: Sample `op` code of a block request (the only operation).
+STREAM_OP_BLOCK = 0
+#: Sample flag: the block was already done (the losing copy of a hedged request).
+STREAM_FLAG_REDUNDANT = 1
+#: Sample flag: a retransmission after a timeout.
+STREAM_FLAG_RETRANSMISSION = 2
+#: Sample flag: a copy sent to a second service (hedging).
+STREAM_FLAG_HEDGED = 4
+#: A block is 16 x 16 RGB pixels, 3 bytes each.
+STREAM_BLOCK_SIDE_PX = 16
+STREAM_BLOCK_BYTES = STREAM_BLOCK_SIDE_PX * STREAM_BLOCK_SIDE_PX * 3
