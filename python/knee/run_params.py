@@ -21,6 +21,7 @@ and says so: ``PointParams.recorded`` is False.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -138,8 +139,22 @@ def planned(run: Run | str | os.PathLike[str]) -> list[PointParams]:
 
 
 def point_params(run: Run | str | os.PathLike[str]) -> dict[int, PointParams]:
-    """Every planned point by index, each replaced by its record once it started."""
+    """Every planned point by index, each replaced by its record once it started (read
+    again only when the records changed: an atomic rewrite changes the folder's mtime)."""
     run_dir = _path(run)
+    return dict(_point_params(run_dir, _mtime_ns(run_dir / PLAN), _mtime_ns(run_dir / POINTS)))
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+#: Runs whose records are kept in memory (a report reads one or two).
+@functools.lru_cache(maxsize=8)
+def _point_params(run_dir: Path, _plan_ns: int, _points_ns: int) -> dict[int, PointParams]:
     out = {p.point: p for p in planned(run_dir)}
     for path in sorted((run_dir / POINTS).glob("p*.json")):
         record = _read_json(path)

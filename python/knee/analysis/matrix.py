@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee import run_params
 from knee.results import Run
 
 #: A point whose mean latency exceeds this multiple of the lowest-load mean is past the
@@ -44,16 +45,9 @@ class Roles:
 
 
 def setting(run: Run, point: dict[str, Any], key: str) -> Any:
-    """A point's value of "section.name" (e.g. "server.threads"): swept, else its series'
-    override, else the spec's top level (spec.toml has every default)."""
-    swept = point.get("swept") or {}
-    if key in swept:
-        return swept[key]
-    section, _, name = key.partition(".")
-    series = (run.spec.get("series") or {}).get(str(point.get("series")), {})
-    if name in (series.get(section) or {}):
-        return series[section][name]
-    return (run.spec.get(section) or {}).get(name)
+    """A point's value of "section.name" (e.g. "server.threads"), as the run directory
+    records it (`knee.run_params`)."""
+    return run_params.setting(run_params.point_params(run).get(int(point["point"])), key)
 
 
 def points_of(run: Run, series: str) -> list[dict[str, Any]]:

@@ -165,7 +165,7 @@ def _nodes(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Figur
                 f"share-nodes-{op}",
                 f"{op} response time vs nodes",
                 Axis("nodes (peers, one client each)"),
-                Axis(f"{op} response time (ms)", "log"),
+                Axis(f"{op} response time", "log", kind="time"),
                 traces,
                 caption=f"Solid: mean; dashed: p99. Report 002 showed {REPORT_NODES[op]}. "
                 f"This run, mean {op} time: " + "; ".join(parts).replace("&rarr;", "->") + ".",
