@@ -13,8 +13,8 @@ import pytest
 from report_helpers import (
     check_in_browser,
     check_pngs,
-    figure_ids,
     drawn_ms,
+    figure_ids,
     figure_spec,
     line,
     ok_after_warmup,
@@ -181,7 +181,9 @@ def test_nodes_figures_match_the_samples(runs: Runs) -> None:
             spec = figure_spec(page, f"share-nodes-{op}")
             p99 = line(spec, f"{design} p99")
             assert p99["x"] == [1, 2]
-            assert drawn_ms(spec, p99["y"]) == pytest.approx([order_stat(latency[x], 990) / 1e6 for x in [1, 2]])
+            assert drawn_ms(spec, p99["y"]) == pytest.approx(
+                [order_stat(latency[x], 990) / 1e6 for x in [1, 2]]
+            )
             # The table: peers, n, mean, p50 per design and operation.
             rows = re.findall(
                 rf'<tr><td class="l">{re.escape(html.escape(design))}</td><td class="">{op}'
