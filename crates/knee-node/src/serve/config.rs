@@ -63,3 +63,26 @@ pub struct ServeConfig {
     /// Connections beyond this are closed on accept (each costs a thread).
     pub max_connections: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(json: &str) -> Result<ServeOptions, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tcp_limits_default_and_a_datagram_server_refuses_them() {
+        let opts = options(r#"{"server": {"threads": 2}}"#).unwrap();
+        let cfg = opts.framed(2, 10);
+        assert_eq!(cfg.max_frame_bytes, config_defaults::max_frame_bytes());
+        assert_eq!(cfg.max_connections, config_defaults::max_connections());
+        assert_eq!(opts.listen, "127.0.0.1:0");
+        assert!(opts.datagram().is_ok());
+        let opts = options(r#"{"max_connections": 3}"#).unwrap();
+        assert_eq!(opts.framed(0, 0).max_connections, 3);
+        assert!(opts.datagram().unwrap_err().contains("UDP"));
+        assert!(options(r#"{"colour": 3}"#).unwrap_err().contains("unknown field"));
+    }
+}
