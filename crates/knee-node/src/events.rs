@@ -85,6 +85,22 @@ impl<E: Serialize> NodeEvent for Stats<E> {
     const NAME: &'static str = "stats";
 }
 
+/// A chat replica's view of who is primary changed (`systems/chat/replica.rs`).
+#[derive(Serialize, Debug)]
+pub struct Primary {
+    /// This replica's index.
+    pub replica: u32,
+    /// The primary now (`u32::MAX`: unknown, this replica cannot reach the database).
+    pub primary: u32,
+    /// The primary before.
+    pub was: u32,
+    pub t_ns: u64,
+}
+
+impl NodeEvent for Primary {
+    const NAME: &'static str = "primary";
+}
+
 /// A load node's schedule starts: intended send times count from `start_ns`.
 #[derive(Serialize, Debug)]
 pub struct Start {

@@ -10,14 +10,12 @@
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
-use std::net::TcpListener;
 use std::process::ExitCode;
 
 use knee_node::load::recorder::{Status, SAMPLE_BYTES};
-use knee_node::serve::{self, ServeConfig};
+use knee_node::serve::ServeOptions;
 use knee_node::systems::matrix::power;
-use knee_node::{clock, signals, stdio, systems, wire};
-use serde::Deserialize;
+use knee_node::{clock, signals, stdio, systems};
 
 const USAGE: &str = "usage: knee-node --version
        knee-node serve <system> [--name NAME] [--config JSON|@FILE]
@@ -94,52 +92,10 @@ fn options(rest: &[String]) -> Result<(Option<String>, serde_json::Value), Strin
     Ok((name, config))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ServeOptions {
-    /// Loopback by default: a node listens elsewhere only when asked to.
-    #[serde(default = "knee_node::config_defaults::listen")]
-    listen: String,
-    #[serde(default = "knee_node::config_defaults::max_frame_bytes")]
-    max_frame_bytes: usize,
-    #[serde(default = "knee_node::config_defaults::max_connections")]
-    max_connections: usize,
-    #[serde(default)]
-    server: serde_json::Value,
-}
-
 fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
-    if system == "share" {
-        return systems::share::serve(config); // peers stream files: their own server loop
-    }
-    if system == "stream" {
-        return systems::stream::serve(config); // UDP block services, not the framed-TCP server
-    }
     let opts: ServeOptions =
         serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
-    let parts = systems::server(system, &opts.server)?;
-    let listener =
-        TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    // Before `ready`: accepted sockets inherit it, and the kernel is stamping by then.
-    wire::arrival::enable_rx_timestamps(&listener);
-    stdio::emit(&serde_json::json!({
-        "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
-    }));
-    let cfg = ServeConfig {
-        threads: parts.threads,
-        max_queue: parts.max_queue,
-        max_frame_bytes: opts.max_frame_bytes,
-        max_connections: opts.max_connections,
-    };
-    // The accept loop blocks; SIGTERM's flag is polled by this watcher, which exits cleanly.
-    std::thread::spawn(|| loop {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        if signals::stop_requested() {
-            std::process::exit(0);
-        }
-    });
-    serve::run(listener, parts.service, cfg).map_err(|e| e.to_string())
+    systems::serve(system, &opts)
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {

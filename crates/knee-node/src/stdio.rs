@@ -28,8 +28,3 @@ pub fn log(msg: &str) {
     let name = NODE_NAME.get().map(String::as_str).unwrap_or("knee-node");
     let _ = writeln!(std::io::stderr().lock(), "[{name}] {msg}");
 }
-
-/// Untyped lines, until every caller emits a typed event (`events.rs`).
-pub fn emit(value: &serde_json::Value) {
-    emit_line(value);
-}

@@ -6,19 +6,19 @@ use std::sync::Arc;
 
 use super::pool::{Job, Pool};
 use super::reply::{finish, Replier};
-use super::{Outcome, ServerStats, Service};
+use super::{Outcome, ServerStats, Service, StatsExtra};
 use crate::wire::arrival::{self, StampedSocket};
 use crate::wire::{frame_bytes, FrameError, FrameReader, RequestHeader, WireStatus};
 use crate::{clock, stdio};
 
-pub(super) struct Context {
-    pub service: Arc<dyn Service>,
+pub(super) struct Context<E: StatsExtra> {
+    pub service: Arc<dyn Service<E>>,
     pub pool: Option<Arc<Pool>>,
     pub stats: Arc<ServerStats>,
     pub max_frame_bytes: usize,
 }
 
-pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
+pub(super) fn serve<E: StatsExtra>(stream: TcpStream, ctx: Arc<Context<E>>) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -33,7 +33,9 @@ pub(super) fn serve(stream: TcpStream, ctx: Arc<Context>) {
     ctx.stats.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
+fn serve_frames<E: StatsExtra>(stream: &TcpStream, ctx: &Context<E>) -> Result<(), FrameError> {
+    // The listener is non-blocking; this connection's reads and writes block.
+    stream.set_nonblocking(false).map_err(FrameError::Io)?;
     stream.set_nodelay(true).map_err(FrameError::Io)?;
     arrival::enable_rx_timestamps(stream);
     let replier = Arc::new(Replier::new(stream.try_clone().map_err(FrameError::Io)?));
@@ -69,7 +71,7 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
                     &replier,
                     &ctx.stats,
                     header.request_id,
-                    &outcome,
+                    outcome,
                     done_ns - arrived_ns,
                     taken_ns - arrived_ns,
                     done_ns - taken_ns,
@@ -85,17 +87,13 @@ fn serve_frames(stream: &TcpStream, ctx: &Context) -> Result<(), FrameError> {
                 };
                 if let Err(job) = pool.push(job) {
                     ctx.stats.overloaded.fetch_add(1, Ordering::Relaxed);
-                    let outcome = Outcome {
-                        status: WireStatus::Overloaded,
-                        flags: 0,
-                        detail_ns: 0,
-                    };
+                    let outcome = Outcome::with_status(WireStatus::Overloaded);
                     let server_ns = clock::now_ns() - arrived_ns;
                     finish(
                         &replier,
                         &ctx.stats,
                         job.header.request_id,
-                        &outcome,
+                        outcome,
                         server_ns,
                         server_ns,
                         0,

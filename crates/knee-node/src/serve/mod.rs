@@ -1,23 +1,36 @@
-//! A generic request/response TCP server: every system's server is a [`Service`] run here.
+//! Every knee server runs here. A framed-TCP request/response system is a [`Service`] run by
+//! [`run`]; a server with its own transport (stream's UDP service) uses the same
+//! [`lifecycle`]: the `ready` line, a `stats` line every second, and one stop path.
 //!
-//! One thread per connection reads frames. A request is either served on that thread
-//! (`threads = 0`, lowest latency, used by echo) or put on one FIFO queue shared by all
-//! connections and served by a pool of `threads` workers (`threads = 1` serves strictly one
-//! request at a time in arrival order). The server measures each request's residence time
-//! and its parts, and returns them in the reply header.
+//! In [`run`], one thread per connection reads frames. A request is either served on that
+//! thread (`threads = 0`, lowest latency, used by echo and share) or put on one FIFO queue
+//! shared by all connections and served by a pool of `threads` workers (`threads = 1` serves
+//! strictly one request at a time in arrival order). The server measures each request's
+//! residence time and its parts, and returns them in the reply header. A reply may carry a
+//! file after its frame ([`FileTail`], share's obtain), sent with `sendfile(2)`.
 
+mod config;
 mod connection;
+pub mod lifecycle;
 mod pool;
 mod reply;
+mod sendfile;
 mod stats;
 
+use std::fs::File;
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::stdio;
-use crate::wire::{RequestHeader, WireStatus};
+use serde::Serialize;
 
+use crate::events::NoExtra;
+use crate::wire::{arrival, RequestHeader, WireStatus};
+use crate::{clock, stdio};
+
+pub use config::{ServeConfig, ServeOptions};
+pub use lifecycle::{Lifecycle, Stop};
 pub use stats::ServerStats;
 
 /// What a handler tells the server about one request.
@@ -27,42 +40,63 @@ pub struct Outcome {
     pub flags: u16,
     /// A system-specific part of the service time, e.g. the database's share.
     pub detail_ns: u64,
+    /// Bytes that follow the reply frame on the connection, straight from a file.
+    pub tail: Option<FileTail>,
+}
+
+/// A file's first `size_bytes`, sent right after the reply frame with `sendfile(2)` and
+/// counted in `bytes_tx`. The reply body tells the client how many bytes follow; if fewer
+/// can be sent, the connection is closed, since the client would misread what comes next.
+pub struct FileTail {
+    pub file: File,
+    pub size_bytes: u64,
 }
 
 impl Outcome {
     pub fn ok() -> Self {
+        Outcome::with_status(WireStatus::Ok)
+    }
+
+    pub fn with_status(status: WireStatus) -> Self {
         Outcome {
-            status: WireStatus::Ok,
+            status,
             flags: 0,
             detail_ns: 0,
+            tail: None,
         }
     }
 
     /// An operation this system does not have; `reply` receives the reason.
     pub fn unknown_op(reply: &mut Vec<u8>, system: &str, op: u16) -> Self {
-        reply.clear();
-        reply.extend_from_slice(format!("{system} has no operation {op}").as_bytes());
-        Outcome {
-            status: WireStatus::UnknownOp,
-            flags: 0,
-            detail_ns: 0,
-        }
+        Outcome::refused(
+            reply,
+            WireStatus::UnknownOp,
+            &format!("{system} has no operation {op}"),
+        )
     }
 
     /// A refused request; `reply` receives the reason for the client.
     pub fn bad_request(reply: &mut Vec<u8>, reason: &str) -> Self {
+        Outcome::refused(reply, WireStatus::BadRequest, reason)
+    }
+
+    /// A request answered with `status` and, as its body, `reason`.
+    pub fn refused(reply: &mut Vec<u8>, status: WireStatus, reason: &str) -> Self {
         reply.clear();
         reply.extend_from_slice(reason.as_bytes());
-        Outcome {
-            status: WireStatus::BadRequest,
-            flags: 0,
-            detail_ns: 0,
-        }
+        Outcome::with_status(status)
     }
 }
 
+/// A system's own fields of the `stats` line, flattened into it (`NoExtra`: none).
+pub trait StatsExtra: Serialize + Default + 'static {}
+impl<T: Serialize + Default + 'static> StatsExtra for T {}
+
 /// One system's server logic. Called concurrently from connection or worker threads.
-pub trait Service: Send + Sync + 'static {
+///
+/// `E` is the system's fields of the `stats` line: a type parameter rather than an associated
+/// type so that it can default to none.
+pub trait Service<E: StatsExtra = NoExtra>: Send + Sync + 'static {
     /// Serves one request: writes the reply body into `reply` (empty on entry).
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome;
 
@@ -71,35 +105,59 @@ pub trait Service: Send + Sync + 'static {
     fn handle_request(&self, header: &RequestHeader, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         self.handle(header.op, body, reply)
     }
+
+    /// The largest request frame this service takes; the node's `max_frame_bytes` applies
+    /// below it (share: its control frames are small, its files are not frames).
+    fn max_frame_bytes(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Called once right after `ready`, for work that must not delay it (share generates
+    /// its files). A failure on a thread of its own ends the server through `stop.fail`.
+    fn started(&self, _stop: &Stop) {}
+
+    /// This system's fields of the next `stats` line.
+    fn stats_extra(&self) -> E {
+        E::default()
+    }
 }
 
-/// Limits and execution mode of a server.
-#[derive(Clone, Debug)]
-pub struct ServeConfig {
-    /// 0: serve on the connection's thread; N: a pool of N workers behind one FIFO queue.
-    pub threads: usize,
-    /// Requests waiting for a worker beyond this are answered `Overloaded` at once.
-    pub max_queue: usize,
-    pub max_frame_bytes: usize,
-    /// Connections beyond this are closed on accept (each costs a thread).
-    pub max_connections: usize,
-}
-
-/// Accepts connections until the process is stopped. Prints a `stats` line every second.
-pub fn run(listener: TcpListener, service: Arc<dyn Service>, cfg: ServeConfig) -> std::io::Result<()> {
+/// Serves `listener` until SIGTERM/SIGINT (then `Ok`) or a failure reported through
+/// [`Stop::fail`] (then its reason). Prints `ready`, then a `stats` line every second.
+pub fn run<E: StatsExtra>(
+    listener: TcpListener,
+    service: Arc<dyn Service<E>>,
+    cfg: ServeConfig,
+) -> Result<(), String> {
+    // Before `ready`: accepted sockets inherit it, and the kernel is stamping by then.
+    arrival::enable_rx_timestamps(&listener);
+    // Accepts wait in ppoll, so that the loop also keeps the stats clock and sees a stop.
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let stats = Arc::new(ServerStats::default());
     let pool = (cfg.threads > 0)
         .then(|| pool::Pool::start(cfg.threads, cfg.max_queue, service.clone(), stats.clone()));
-    stats::spawn_reporter(stats.clone(), pool.clone());
     let ctx = Arc::new(connection::Context {
-        service,
-        pool,
+        service: service.clone(),
+        pool: pool.clone(),
         stats: stats.clone(),
-        max_frame_bytes: cfg.max_frame_bytes,
+        max_frame_bytes: cfg.max_frame_bytes.min(service.max_frame_bytes()),
     });
-    for stream in listener.incoming() {
-        let stream = match stream {
-            Ok(s) => s,
+    let stop = Stop::default();
+    let mut life = Lifecycle::ready(addr, stop.clone());
+    service.started(&stop);
+    loop {
+        let now_ns = clock::now_ns();
+        let queue_len = || pool.as_ref().map_or(0, |p| p.len());
+        if let Some(end) = life.tick(now_ns, || stats.line(queue_len(), service.stats_extra())) {
+            return end;
+        }
+        if !life.wait_readable(listener.as_raw_fd(), now_ns, u64::MAX) {
+            continue;
+        }
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 stdio::log(&format!("accept failed: {e}"));
                 continue;
@@ -117,7 +175,7 @@ pub fn run(listener: TcpListener, service: Arc<dyn Service>, cfg: ServeConfig) -
         let ctx = ctx.clone();
         std::thread::Builder::new()
             .name("conn".into())
-            .spawn(move || connection::serve(stream, ctx))?;
+            .spawn(move || connection::serve(stream, ctx))
+            .map_err(|e| format!("spawning a connection thread: {e}"))?;
     }
-    Ok(())
 }

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::reply::{finish, Replier};
-use super::{ServerStats, Service};
+use super::{ServerStats, Service, StatsExtra};
 use crate::clock;
 use crate::wire::RequestHeader;
 
@@ -22,10 +22,10 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub fn start(
+    pub fn start<E: StatsExtra>(
         threads: usize,
         max_queue: usize,
-        service: Arc<dyn Service>,
+        service: Arc<dyn Service<E>>,
         stats: Arc<ServerStats>,
     ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
@@ -59,7 +59,7 @@ impl Pool {
         self.queue.lock().map(|q| q.len()).unwrap_or(0)
     }
 
-    fn work(&self, service: &dyn Service, stats: &ServerStats) {
+    fn work<E: StatsExtra>(&self, service: &dyn Service<E>, stats: &ServerStats) {
         let mut reply = Vec::new();
         loop {
             let job = {
@@ -79,7 +79,7 @@ impl Pool {
                 &job.replier,
                 stats,
                 job.header.request_id,
-                &outcome,
+                outcome,
                 done_ns - job.arrived_ns,
                 started_ns - job.arrived_ns,
                 done_ns - started_ns,

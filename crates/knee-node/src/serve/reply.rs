@@ -1,11 +1,13 @@
 //! The reply side of a request, shared by a connection's reader thread and the pool's
 //! workers: its own module so that neither of those depends on the other.
 
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use super::{Outcome, ServerStats};
+use super::sendfile::send_file;
+use super::{FileTail, Outcome, ServerStats};
+use crate::stdio;
 use crate::wire::{write_frame, ReplyHeader, WireStatus};
 
 /// The write half of a connection, shared by its reader thread and the pool's workers.
@@ -20,12 +22,29 @@ impl Replier {
         }
     }
 
-    /// Writes one reply frame. A failed write means the client left; its reader sees that.
-    pub fn send(&self, header: &ReplyHeader, body: &[u8], stats: &ServerStats) {
+    /// Writes one reply frame, then its file tail, under one lock so that no other reply
+    /// lands in between. A failed frame write means the client left; its reader sees that.
+    /// A failed tail leaves the client short of bytes: the connection is shut, so that its
+    /// reader ends it.
+    pub fn send(&self, header: &ReplyHeader, body: &[u8], tail: Option<FileTail>, stats: &ServerStats) {
         let Ok(mut guard) = self.stream.lock() else { return };
         let (stream, scratch) = &mut *guard;
-        if write_frame(stream, scratch, &[&header.encode(), body]).is_ok() {
-            stats.bytes_tx.fetch_add(scratch.len() as u64, Ordering::Relaxed);
+        if write_frame(stream, scratch, &[&header.encode(), body]).is_err() {
+            return;
+        }
+        stats.bytes_tx.fetch_add(scratch.len() as u64, Ordering::Relaxed);
+        let Some(FileTail { mut file, size_bytes }) = tail else {
+            return;
+        };
+        match send_file(stream, &mut file, size_bytes) {
+            Ok(()) => {
+                stats.bytes_tx.fetch_add(size_bytes, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                stdio::log(&format!("closing connection from {peer}: sending a file: {e}"));
+                let _ = stream.shutdown(Shutdown::Both);
+            }
         }
     }
 }
@@ -36,7 +55,7 @@ pub(super) fn finish(
     replier: &Replier,
     stats: &ServerStats,
     request_id: u64,
-    outcome: &Outcome,
+    outcome: Outcome,
     server_ns: u64,
     queue_ns: u64,
     service_ns: u64,
@@ -55,5 +74,5 @@ pub(super) fn finish(
         service_ns,
         detail_ns: outcome.detail_ns,
     };
-    replier.send(&header, body, stats);
+    replier.send(&header, body, outcome.tail, stats);
 }

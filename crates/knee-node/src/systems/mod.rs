@@ -7,31 +7,50 @@ pub mod matrix;
 pub mod share;
 pub mod stream;
 
+use std::net::TcpListener;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use crate::events::NoExtra;
 use crate::load::config::LoadConfig;
 use crate::load::driver::DriverFactory;
 use crate::load::harness::ClientRole;
-use crate::serve::Service;
+use crate::serve::{self, ServeOptions, Service, StatsExtra};
 
-/// A system's server: its logic and the pool size / queue bound it asks for.
-pub struct ServerParts {
-    pub service: Arc<dyn Service>,
+/// A framed-TCP system's server: its logic and the pool size / queue bound it asks for.
+/// `E` is its fields of the `stats` line.
+pub struct ServerParts<E: StatsExtra = NoExtra> {
+    pub service: Arc<dyn Service<E>>,
     pub threads: usize,
     pub max_queue: usize,
 }
 
 pub const NAMES: &[&str] = &["chat", "echo", "matrix", "share", "stream"];
 
-pub fn server(system: &str, params: &serde_json::Value) -> Result<ServerParts, String> {
+/// `knee-node serve <system>`: builds the system's server from `opts.server` and serves
+/// until stopped. Every server runs on `serve`: the framed-TCP ones on `serve::run`,
+/// stream's UDP service on its lifecycle.
+pub fn serve(system: &str, opts: &ServeOptions) -> Result<(), String> {
+    let params = &opts.server;
     match system {
-        "chat" => chat::server::build(parse(params, "server")?),
-        "echo" => echo::server(parse(params, "server")?),
-        "matrix" => matrix::server::build(parse(params, "server")?),
+        "chat" => framed(opts, chat::server::build(parse(params, "server")?)?),
+        "echo" => framed(opts, echo::server(parse(params, "server")?)?),
+        "matrix" => framed(opts, matrix::server::build(parse(params, "server")?)?),
+        "share" => framed(opts, share::server::build(parse(params, "server")?)?),
+        "stream" => stream::serve(opts),
         _ => Err(unknown(system)),
     }
+}
+
+fn framed<E: StatsExtra>(opts: &ServeOptions, parts: ServerParts<E>) -> Result<(), String> {
+    let listener =
+        TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
+    serve::run(
+        listener,
+        parts.service,
+        opts.framed(parts.threads, parts.max_queue),
+    )
 }
 
 /// A system's client role (`knee-node load <system>`), set up and ready for the harness.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::store::{DbConfig, Store, Value};
+use crate::events::{self, Primary};
 use crate::{clock, stdio};
 
 /// No primary is known (this replica cannot reach the database).
@@ -123,10 +124,12 @@ pub fn start(
                 stdio::log(&format!(
                     "replica {me}: primary is now {now_primary} (was {before})"
                 ));
-                stdio::emit(&serde_json::json!({
-                    "event": "primary", "replica": me, "primary": now_primary,
-                    "was": before, "t_ns": clock::now_ns(),
-                }));
+                events::emit(&Primary {
+                    replica: me,
+                    primary: now_primary,
+                    was: before,
+                    t_ns: clock::now_ns(),
+                });
             }
         })
         .map_err(|e| e.to_string())?;

@@ -76,9 +76,9 @@ struct Replica {
 /// A failed request: the body is the primary's index (not primary) or the reason.
 fn server_error(flags: u16, detail_ns: u64) -> Outcome {
     Outcome {
-        status: WireStatus::ServerError,
         flags,
         detail_ns,
+        ..Outcome::with_status(WireStatus::ServerError)
     }
 }
 
@@ -121,9 +121,9 @@ impl Service for Replica {
                     reply.resize(req.reply_bytes as usize, 0);
                 }
                 Outcome {
-                    status: WireStatus::Ok,
                     flags: if duplicate { FLAG_DUPLICATE } else { 0 },
                     detail_ns: db_ns,
+                    ..Outcome::ok()
                 }
             }
             Err(e) => {

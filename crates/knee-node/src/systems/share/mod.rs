@@ -17,12 +17,9 @@ mod conn;
 mod files;
 mod index;
 mod names;
-mod obtain;
 mod route;
-mod server;
+pub mod server;
 mod sqlite_index;
-
-pub use server::serve;
 
 /// Operation codes on the wire and in the samples' `op` column.
 pub const OP_REGISTER: u16 = 1;

@@ -16,8 +16,8 @@ mod service;
 mod timer;
 
 /// `knee-node serve stream`: one block service.
-pub fn serve(config: &serde_json::Value) -> Result<(), String> {
-    service::run(config)
+pub fn serve(opts: &crate::serve::ServeOptions) -> Result<(), String> {
+    service::run(opts)
 }
 
 /// `knee-node load stream`: the FrameAccessor client, which records one sample per request.

@@ -2,26 +2,28 @@
 //! thread. It reads block requests, emulates its link (loss decided on arrival, the reply
 //! held in a bounded timer queue for the emulated delay) and sends replies when due.
 //! Malformed datagrams are counted and ignored; nothing a client sends can stop it.
+//! UDP has no frames, so it is not a `serve::Service`; its `ready` and `stats` lines and its
+//! stop come from `serve::lifecycle`, as every server's.
 
 use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::datagram::{self, BlockId, ReplyHeader, Request, BLOCK_SIDE_PX, REPLY_NO_SUCH_BLOCK, REPLY_OK};
 use super::link::{Delay, Loss, LossProcess};
 use super::timer::{Pending, TimerQueue};
+use crate::events::{self, Stats};
 use crate::rng::Rng;
-use crate::{clock, signals, stdio};
+use crate::serve::{Lifecycle, ServeOptions, Stop};
+use crate::{clock, stdio};
 
 /// Largest frame side, in pixels; the catalog is checked against it.
 const MAX_SIDE_PX: u32 = 4096;
 const MAX_STREAMS: usize = 256;
 /// Datagrams read per pass before due replies are sent again, so a flood cannot starve them.
 const MAX_READS_PER_PASS: usize = 256;
-/// Longest wait for a datagram, so a stop request and the stats line are noticed.
-const IDLE_WAIT_NS: u64 = 20_000_000;
 /// Larger than any valid request: a longer datagram arrives truncated to this and is malformed.
 const RECV_BUFFER_BYTES: usize = 2048;
 /// Malformed datagrams logged with their reason; later ones are only counted.
@@ -38,15 +40,6 @@ fn default_loss() -> Loss {
 }
 fn default_max_pending() -> usize {
     100_000
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ServeOptions {
-    #[serde(default = "crate::config_defaults::listen")]
-    listen: String,
-    #[serde(default)]
-    server: serde_json::Value,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -113,13 +106,29 @@ struct Counts {
     bytes_tx: u64,
 }
 
-pub fn run(config: &serde_json::Value) -> Result<(), String> {
-    let opts: ServeOptions =
-        serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
+/// The service's fields of its `stats` line, after the generic ones.
+#[derive(Serialize, Default, Debug)]
+struct StreamStats {
+    received: u64,
+    replied: u64,
+    dropped: u64,
+    overflow: u64,
+    malformed: u64,
+    bad_requests: u64,
+    send_errors: u64,
+    /// The emulated link's mean loss rate.
+    loss_rate: f64,
+    /// The last line, printed once stopped.
+    #[serde(rename = "final")]
+    last: bool,
+}
+
+pub fn run(opts: &ServeOptions) -> Result<(), String> {
+    opts.datagram()?;
     let server = if opts.server.is_null() {
         serde_json::json!({})
     } else {
-        opts.server
+        opts.server.clone()
     };
     let cfg: ServiceConfig = serde_json::from_value(server).map_err(|e| format!("server parameters: {e}"))?;
     cfg.check().map_err(|e| format!("server parameters: {e}"))?;
@@ -127,9 +136,7 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
     socket.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = socket.local_addr().map_err(|e| e.to_string())?;
     clock::tighten_timer_slack();
-    stdio::emit(&serde_json::json!({
-        "event": "ready", "addr": addr.to_string(), "pid": std::process::id(), "t_ns": clock::now_ns(),
-    }));
+    let life = Lifecycle::ready(addr, Stop::default());
     Service {
         rng: Rng::new(cfg.seed),
         loss: LossProcess::new(cfg.loss.clone()),
@@ -138,8 +145,7 @@ pub fn run(config: &serde_json::Value) -> Result<(), String> {
         socket,
         counts: Counts::default(),
     }
-    .serve();
-    Ok(())
+    .serve(life)
 }
 
 struct Service {
@@ -152,39 +158,27 @@ struct Service {
 }
 
 impl Service {
-    /// Serves until SIGTERM/SIGINT, then prints a last `stats` line.
-    fn serve(&mut self) {
+    /// Serves until the lifecycle ends it, then prints a last `stats` line.
+    fn serve(&mut self, mut life: Lifecycle) -> Result<(), String> {
         let (mut buf, mut out) = (
             vec![0u8; RECV_BUFFER_BYTES],
             Vec::with_capacity(datagram::REPLY_BYTES),
         );
-        let mut next_stats_ns = clock::now_ns() + 1_000_000_000;
-        while !signals::stop_requested() {
+        loop {
             let now = clock::now_ns();
             self.send_due(now, &mut out);
-            if now >= next_stats_ns {
-                self.emit_stats(false);
-                next_stats_ns += 1_000_000_000;
+            if let Some(end) = life.tick(now, || self.stats(false)) {
+                events::emit(&self.stats(true));
+                return end;
             }
             let until_due = self
                 .queue
                 .next_due_ns()
-                .map_or(IDLE_WAIT_NS, |t| t.saturating_sub(now));
-            if self.wait_readable(until_due.min(IDLE_WAIT_NS)) {
+                .map_or(u64::MAX, |t| t.saturating_sub(now));
+            if life.wait_readable(self.socket.as_raw_fd(), now, until_due) {
                 self.read_all(&mut buf, &mut out);
             }
         }
-        self.emit_stats(true);
-    }
-
-    /// ppoll on the socket for up to `wait_ns`; true if a datagram is waiting.
-    fn wait_readable(&self, wait_ns: u64) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        crate::poll::ppoll_ns(std::slice::from_mut(&mut fd), wait_ns) > 0
     }
 
     fn read_all(&mut self, buf: &mut [u8], out: &mut Vec<u8>) {
@@ -276,17 +270,32 @@ impl Service {
         }
     }
 
-    fn emit_stats(&self, last: bool) {
+    /// The `stats` line now. The generic columns: `requests` = datagrams received,
+    /// `errors` = malformed + bad requests, `overloaded` = `overflow`, `bad_frames` =
+    /// `malformed`; `connections` is 0 (UDP).
+    fn stats(&self, last: bool) -> Stats<StreamStats> {
         let c = &self.counts;
-        stdio::emit(&serde_json::json!({
-            "event": "stats", "t_ns": clock::now_ns(), "final": last,
-            "received": c.received, "replied": c.replied, "dropped": c.dropped,
-            "overflow": c.overflow, "malformed": c.malformed, "bad_requests": c.bad_requests,
-            "send_errors": c.send_errors, "bytes_rx": c.bytes_rx, "bytes_tx": c.bytes_tx,
-            "loss_rate": self.cfg.loss.mean_rate(),
-            // The runner's generic time-series columns.
-            "requests": c.received, "errors": c.malformed + c.bad_requests,
-            "queue_len": self.queue.len(),
-        }));
+        Stats {
+            t_ns: clock::now_ns(),
+            requests: c.received,
+            errors: c.malformed + c.bad_requests,
+            overloaded: c.overflow,
+            bytes_rx: c.bytes_rx,
+            bytes_tx: c.bytes_tx,
+            connections: 0,
+            bad_frames: c.malformed,
+            queue_len: self.queue.len() as u64,
+            extra: StreamStats {
+                received: c.received,
+                replied: c.replied,
+                dropped: c.dropped,
+                overflow: c.overflow,
+                malformed: c.malformed,
+                bad_requests: c.bad_requests,
+                send_errors: c.send_errors,
+                loss_rate: self.cfg.loss.mean_rate(),
+                last,
+            },
+        }
     }
 }
