@@ -4,10 +4,21 @@ their names (the `op` column), flag bits (the `flags` column) and fixed sizes.
 Each value is written once in Python: `knee.systems` (which plans the nodes) and the analysis
 and report (which read a run directory) both import it from here. The values mirror
 crates/knee-node/src/systems/<system>; `knee-node describe` is the reference. No imports, no
-logic: plain data only.
+logic: plain data only. `tests/test_contract.py` holds every constant here to `knee-node describe`,
+by name: `<SYSTEM>_OPS` ({code: name}), `<SYSTEM>_FLAG_<NAME>` and `<SYSTEM>_<SIZE NAME>`.
 """
 
 from __future__ import annotations
+
+# ------------------------------------------------------------------ echo (echo.rs)
+
+ECHO_OPS = {1: "echo"}
+
+# ------------------------------------------------------------------ matrix (matrix/mod.rs)
+
+MATRIX_OPS = {1: "power"}
+#: Reply flag: the result came from the server's result cache.
+MATRIX_FLAG_CACHE_HIT = 1
 
 # ------------------------------------------------------------------ chat (chat/mod.rs)
 
@@ -37,6 +48,9 @@ SHARE_FLAG_NOT_FOUND = 8
 
 #: Sample `op` code of a block request (the only operation).
 STREAM_OP_BLOCK = 0
+STREAM_OPS = {STREAM_OP_BLOCK: "block"}
+#: Most block services one point may have (server.services is a list of them).
+STREAM_MAX_SERVICES = 64
 #: Sample flag: the block was already done (the losing copy of a hedged request).
 STREAM_FLAG_REDUNDANT = 1
 #: Sample flag: a retransmission after a timeout.

@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod config_defaults;
+pub mod contract;
 pub mod events;
 pub mod load;
 pub mod poll;

@@ -5,14 +5,13 @@
 //! knee-node serve <system> [--name NAME] [--config JSON|@FILE]
 //! knee-node load  <system> [--name NAME]  --config JSON|@FILE
 //! knee-node gemm-rate [N] [REPS]      GFLOP/s of the matrix product, for bench/
-//! knee-node describe                  the contract with knee, as JSON (systems, statuses,
-//!                                     the sample record's size)
+//! knee-node describe                  the contract with knee, as JSON (systems: ops, flags,
+//!                                     limits, defaults; statuses; the sample record size)
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
 use std::process::ExitCode;
 
-use knee_node::load::recorder::{Status, SAMPLE_BYTES};
 use knee_node::serve::ServeOptions;
 use knee_node::systems::matrix::power;
 use knee_node::{clock, signals, stdio, systems};
@@ -43,7 +42,7 @@ fn run(args: &[String]) -> Result<(), String> {
         Some(role @ ("serve" | "load")) => {
             let system = args
                 .get(1)
-                .ok_or_else(|| format!("{role}: which system? ({})", systems::NAMES.join(", ")))?;
+                .ok_or_else(|| format!("{role}: which system? ({})", systems::names().join(", ")))?;
             let (name, config) = options(&args[2..])?;
             stdio::set_node_name(name.as_deref().unwrap_or(role));
             signals::install();
@@ -55,14 +54,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),
         Some("describe") => {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "systems": systems::NAMES,
-                    "statuses": Status::NAMES,
-                    "sample_bytes": SAMPLE_BYTES,
-                })
-            );
+            println!("{}", knee_node::contract::describe());
             Ok(())
         }
         _ => Err(USAGE.into()),

@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-#: Reply flag bit that marks a reply served from the cache (matrix's FLAG_CACHE_HIT).
-CACHE_HIT_FLAG = 1
+from knee.contract import MATRIX_FLAG_CACHE_HIT
+
+#: Reply flag bit that marks a reply served from the cache (matrix's).
+CACHE_HIT_FLAG = MATRIX_FLAG_CACHE_HIT
 #: What `hit_ratio_steady` is measured over, as summary.json states it.
 STEADY_RULE = "second half of the point's post-warm-up OK requests, in send order"
 #: Consecutive parts (in send order) whose hits and misses are also given, so that a reader

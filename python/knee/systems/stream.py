@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
+from knee.contract import STREAM_MAX_SERVICES as MAX_SERVICES
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
-MAX_SERVICES = 64
 MAX_SIDE_PX = 4096
 
 #: The report's streams differ in frame size; stream 7 is the smallest (192 blocks, which

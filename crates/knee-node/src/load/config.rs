@@ -82,7 +82,19 @@ pub struct LoadConfig {
 
 /// Limits that keep a mistyped config from exhausting the machine.
 const MAX_CONNECTIONS: usize = 1024;
-const MAX_CLIENTS: usize = 4096;
+/// Closed-loop clients (a thread each), for every closed-loop role (chat too).
+pub(crate) const MAX_CLIENTS: usize = 4096;
+
+/// The load generator's part of `knee-node describe`: its limits and defaults by spec key.
+pub fn contract() -> crate::contract::SystemContract {
+    crate::contract::SystemContract::new()
+        .max("load.connections", MAX_CONNECTIONS as f64)
+        .max("load.clients", MAX_CLIENTS as f64)
+        .with_default("load.connections", default_connections())
+        .with_default("load.timeout_ms", default_timeout_ms())
+        .with_default("load.late_ms", default_late_ms())
+        .with_default("load.max_outstanding", default_max_outstanding())
+}
 
 impl LoadConfig {
     pub fn check(&self) -> Result<(), String> {

@@ -6,11 +6,32 @@
 
 use serde::Deserialize;
 
-use super::ServerParts;
+use super::{framed, framed_client, parse, ServerParts, System};
+use crate::contract::SystemContract;
 use crate::load::driver::{Driver, DriverFactory};
 use crate::serve::{Outcome, Service};
 
 pub const OP_ECHO: u16 = 1;
+
+pub const SYSTEM: System = System {
+    name: "echo",
+    serve: |opts| framed(opts, server(parse(&opts.server, "server")?)?),
+    client: |config| {
+        framed_client(config, |driver| {
+            Ok(std::sync::Arc::new(EchoDriverFactory::new(parse(
+                driver, "driver",
+            )?)?))
+        })
+    },
+    contract: || {
+        SystemContract::new()
+            .op("echo", OP_ECHO)
+            .max("driver.request_bytes", MAX_REPLY_BYTES as f64)
+            .max("driver.reply_bytes", MAX_REPLY_BYTES as f64)
+            .with_default("driver.request_bytes", default_bytes())
+            .with_default("driver.reply_bytes", default_bytes())
+    },
+};
 /// Largest reply the server will build for one request.
 const MAX_REPLY_BYTES: usize = 16 << 20;
 

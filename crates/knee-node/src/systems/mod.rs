@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use crate::contract::SystemContract;
 use crate::events::NoExtra;
 use crate::load::config::LoadConfig;
 use crate::load::driver::DriverFactory;
@@ -26,24 +27,50 @@ pub struct ServerParts<E: StatsExtra = NoExtra> {
     pub max_queue: usize,
 }
 
-pub const NAMES: &[&str] = &["chat", "echo", "matrix", "share", "stream"];
-
-/// `knee-node serve <system>`: builds the system's server from `opts.server` and serves
-/// until stopped. Every server runs on `serve`: the framed-TCP ones on `serve::run`,
-/// stream's UDP service on its lifecycle.
-pub fn serve(system: &str, opts: &ServeOptions) -> Result<(), String> {
-    let params = &opts.server;
-    match system {
-        "chat" => framed(opts, chat::server::build(parse(params, "server")?)?),
-        "echo" => framed(opts, echo::server(parse(params, "server")?)?),
-        "matrix" => framed(opts, matrix::server::build(parse(params, "server")?)?),
-        "share" => framed(opts, share::server::build(parse(params, "server")?)?),
-        "stream" => stream::serve(opts),
-        _ => Err(unknown(system)),
-    }
+/// One system: its name and the three things knee-node does with it.
+pub struct System {
+    pub name: &'static str,
+    /// `knee-node serve <name>`: builds its server from `opts.server` and serves until stopped.
+    pub serve: fn(&ServeOptions) -> Result<(), String>,
+    /// `knee-node load <name>`: its client role, set up and ready for the harness.
+    pub client: fn(&serde_json::Value) -> Result<Box<dyn ClientRole>, String>,
+    /// Its part of `knee-node describe`.
+    pub contract: fn() -> SystemContract,
 }
 
-fn framed<E: StatsExtra>(opts: &ServeOptions, parts: ServerParts<E>) -> Result<(), String> {
+/// Every system, one registration line each.
+pub const SYSTEMS: &[System] = &[
+    chat::SYSTEM,
+    echo::SYSTEM,
+    matrix::SYSTEM,
+    share::SYSTEM,
+    stream::SYSTEM,
+];
+
+pub fn names() -> Vec<&'static str> {
+    SYSTEMS.iter().map(|s| s.name).collect()
+}
+
+fn find(system: &str) -> Result<&'static System, String> {
+    SYSTEMS
+        .iter()
+        .find(|s| s.name == system)
+        .ok_or_else(|| format!("unknown system '{system}'; knee-node has: {}", names().join(", ")))
+}
+
+/// `knee-node serve <system>`. Every server runs on `serve`: the framed-TCP ones on
+/// `serve::run` (through [`framed`]), stream's UDP service on its lifecycle.
+pub fn serve(system: &str, opts: &ServeOptions) -> Result<(), String> {
+    (find(system)?.serve)(opts)
+}
+
+/// `knee-node load <system>`: the system's client role, for the harness.
+pub fn client(system: &str, config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
+    (find(system)?.client)(config)
+}
+
+/// Serves a framed-TCP system's server parts on `serve::run`.
+pub(crate) fn framed<E: StatsExtra>(opts: &ServeOptions, parts: ServerParts<E>) -> Result<(), String> {
     let listener =
         TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
     serve::run(
@@ -53,39 +80,20 @@ fn framed<E: StatsExtra>(opts: &ServeOptions, parts: ServerParts<E>) -> Result<(
     )
 }
 
-/// A system's client role (`knee-node load <system>`), set up and ready for the harness.
-pub fn client(system: &str, config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
-    match system {
-        "chat" => chat::client::role(config), // closed-loop clients with failover
-        "share" => share::client::role(config), // phases of operations, not a schedule
-        "stream" => stream::client(config),   // the FrameAccessor, over UDP
-        "echo" | "matrix" => {
-            let cfg: LoadConfig =
-                serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
-            let factory = driver(system, &cfg.driver)?;
-            crate::load::role(cfg, factory)
-        }
-        _ => Err(unknown(system)),
-    }
-}
-
-pub fn driver(system: &str, params: &serde_json::Value) -> Result<Arc<dyn DriverFactory>, String> {
-    match system {
-        "echo" => Ok(Arc::new(echo::EchoDriverFactory::new(parse(params, "driver")?)?)),
-        "matrix" => Ok(Arc::new(matrix::driver::MatrixDriverFactory::new(parse(
-            params, "driver",
-        )?)?)),
-        _ => Err(unknown(system)),
-    }
-}
-
-fn unknown(system: &str) -> String {
-    format!("unknown system '{system}'; knee-node has: {}", NAMES.join(", "))
+/// The open- or closed-loop client of a framed request/reply system, driven by `factory`
+/// (built from the config's `driver` parameters).
+pub(crate) fn framed_client(
+    config: &serde_json::Value,
+    factory: fn(&serde_json::Value) -> Result<Arc<dyn DriverFactory>, String>,
+) -> Result<Box<dyn ClientRole>, String> {
+    let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
+    let factory = factory(&cfg.driver)?;
+    crate::load::role(cfg, factory)
 }
 
 /// Parses a system's parameters; unknown keys are errors (configs are written by the runner,
 /// so an unknown key is a version mismatch worth stopping for).
-fn parse<T: DeserializeOwned>(params: &serde_json::Value, what: &str) -> Result<T, String> {
+pub(crate) fn parse<T: DeserializeOwned>(params: &serde_json::Value, what: &str) -> Result<T, String> {
     let v = if params.is_null() {
         serde_json::json!({})
     } else {

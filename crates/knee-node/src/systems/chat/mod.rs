@@ -16,6 +16,33 @@ pub mod replica;
 pub mod server;
 pub mod store;
 
+use super::{framed, parse, System};
+use crate::contract::SystemContract;
+
+pub const SYSTEM: System = System {
+    name: "chat",
+    serve: |opts| framed(opts, server::build(parse(&opts.server, "server")?)?),
+    client: client::role,
+    contract: || {
+        SystemContract::new()
+            .op("login", OP_LOGIN)
+            .op("logout", OP_LOGOUT)
+            .op("join", OP_JOIN)
+            .op("post", OP_POST)
+            .op("fetch", OP_FETCH)
+            .op("audit", OP_AUDIT)
+            .flag("not_primary", FLAG_NOT_PRIMARY)
+            .flag("duplicate", FLAG_DUPLICATE)
+            .max("driver.reply_bytes", codec::MAX_REPLY_BYTES)
+            .max("driver.message_bytes", codec::MAX_TEXT_BYTES as f64)
+            .max("driver.retries", client::config::MAX_RETRIES)
+            .with_default("driver.retries", client::config::default_retries())
+            .with_default("driver.reply_bytes", client::config::default_reply_bytes())
+            .with_default("driver.rooms", client::config::default_rooms())
+            .with_default("driver.message_bytes", client::config::default_message_bytes())
+    },
+};
+
 /// Operation codes (request header `op`).
 pub const OP_LOGIN: u16 = 1;
 pub const OP_LOGOUT: u16 = 2;

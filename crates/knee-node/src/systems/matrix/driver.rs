@@ -25,7 +25,7 @@ pub struct MatrixDriverConfig {
     pub p_max: Option<u32>,
 }
 
-fn default_n() -> usize {
+pub(crate) fn default_n() -> usize {
     50
 }
 fn default_same() -> bool {

@@ -8,6 +8,33 @@ pub mod driver;
 pub mod power;
 pub mod server;
 
+use super::{framed, framed_client, parse, System};
+use crate::contract::SystemContract;
+
+pub const SYSTEM: System = System {
+    name: "matrix",
+    serve: |opts| framed(opts, server::build(parse(&opts.server, "server")?)?),
+    client: |config| {
+        framed_client(config, |driver| {
+            Ok(std::sync::Arc::new(driver::MatrixDriverFactory::new(parse(
+                driver, "driver",
+            )?)?))
+        })
+    },
+    contract: || {
+        SystemContract::new()
+            .op("power", OP_POWER)
+            .flag("cache_hit", FLAG_CACHE_HIT)
+            .max("driver.n", MAX_N as f64)
+            .max("driver.p", MAX_P)
+            .max("driver.p_min", MAX_P)
+            .max("driver.p_max", MAX_P)
+            .with_default("driver.n", driver::default_n())
+            .with_default("server.threads", server::default_threads())
+            .with_default("server.max_queue", server::default_max_queue())
+    },
+};
+
 pub const OP_POWER: u16 = 1;
 pub const FLAG_CACHE_HIT: u16 = 1;
 /// Largest n the server accepts: a 1024 x 1024 matrix is 8 MiB, within the frame limit.

@@ -26,10 +26,10 @@ pub struct MatrixServerConfig {
 fn default_algorithm() -> String {
     "naive".into()
 }
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     1
 }
-fn default_max_queue() -> usize {
+pub(crate) fn default_max_queue() -> usize {
     100_000
 }
 

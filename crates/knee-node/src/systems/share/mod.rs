@@ -21,6 +21,26 @@ mod route;
 pub mod server;
 mod sqlite_index;
 
+pub const SYSTEM: super::System = super::System {
+    name: "share",
+    serve: |opts| super::framed(opts, server::build(super::parse(&opts.server, "server")?)?),
+    client: client::role,
+    contract: || {
+        // `list` is not here: the client asks its own peer once, unrecorded, before the start.
+        crate::contract::SystemContract::new()
+            .op("register", OP_REGISTER)
+            .op("unregister", OP_UNREGISTER)
+            .op("search", OP_SEARCH)
+            .op("obtain", OP_OBTAIN)
+            .flag("checksum_mismatch", FLAG_CHECKSUM_MISMATCH)
+            .flag("replica", FLAG_REPLICA)
+            .flag("for_obtain", FLAG_FOR_OBTAIN)
+            .flag("not_found", FLAG_NOT_FOUND)
+            .max("server.files", server::MAX_FILES as f64)
+            .max("server.file_bytes", server::MAX_FILE_BYTES as f64)
+    },
+};
+
 /// Operation codes on the wire and in the samples' `op` column.
 pub const OP_REGISTER: u16 = 1;
 pub const OP_UNREGISTER: u16 = 2;

@@ -21,8 +21,8 @@ use crate::wire::{BodyReader, WireStatus};
 /// Control frames are small: a name, an address, a few integers (a list of 100,000 files
 /// fits too). The obtain body is not a frame: it streams after the reply.
 const MAX_CONTROL_FRAME_BYTES: usize = 64 << 20;
-const MAX_FILES: usize = 100_000;
-const MAX_FILE_BYTES: u64 = 64 << 30;
+pub(crate) const MAX_FILES: usize = 100_000;
+pub(crate) const MAX_FILE_BYTES: u64 = 64 << 30;
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
 #[serde(rename_all = "lowercase")]

@@ -428,7 +428,7 @@ impl<'a> Accessor<'a> {
             bytes_out: REQUEST_BYTES as u64,
             client: f.block.frame,
             arg: f.block.block,
-            op: 0,
+            op: datagram::OP_BLOCK,
             flags,
             status,
             service: self.services[f.slot].id,

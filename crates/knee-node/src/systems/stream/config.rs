@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
-const MAX_SERVICES: usize = 64;
-const MAX_OUTSTANDING: usize = 1024;
+pub(crate) const MAX_SERVICES: usize = 64;
+pub(crate) const MAX_OUTSTANDING: usize = 1024;
 const MAX_BLOCKS_PER_FRAME: u32 = (4096 / 16) * (4096 / 16);
 const MAX_RETRANSMISSIONS: u32 = 100;
 /// Longest block timeout: the run's end waits up to twice this for the last replies.

@@ -17,6 +17,8 @@ pub const REQUEST_BYTES: usize = 24;
 pub const REPLY_HEADER_BYTES: usize = 40;
 /// A block is 16 x 16 RGB pixels.
 pub const BLOCK_SIDE_PX: u32 = 16;
+/// The sample `op` of a block request (stream has one operation).
+pub const OP_BLOCK: u16 = 0;
 pub const BLOCK_BYTES: usize = (BLOCK_SIDE_PX * BLOCK_SIDE_PX * 3) as usize;
 pub const REPLY_BYTES: usize = REPLY_HEADER_BYTES + BLOCK_BYTES;
 

@@ -15,12 +15,19 @@ mod rto;
 mod service;
 mod timer;
 
-/// `knee-node serve stream`: one block service.
-pub fn serve(opts: &crate::serve::ServeOptions) -> Result<(), String> {
-    service::run(opts)
-}
-
-/// `knee-node load stream`: the FrameAccessor client, which records one sample per request.
-pub fn client(config: &serde_json::Value) -> Result<Box<dyn crate::load::harness::ClientRole>, String> {
-    client::role(config)
-}
+/// `serve`: one block service; `load`: the FrameAccessor client, one sample per request.
+pub const SYSTEM: super::System = super::System {
+    name: "stream",
+    serve: service::run,
+    client: client::role,
+    contract: || {
+        crate::contract::SystemContract::new()
+            .op("block", datagram::OP_BLOCK)
+            .flag("redundant", accessor::FLAG_REDUNDANT)
+            .flag("retransmission", accessor::FLAG_RETRANSMISSION)
+            .flag("hedged", accessor::FLAG_HEDGED)
+            .size("block_bytes", datagram::BLOCK_BYTES)
+            .max("server.services", config::MAX_SERVICES as f64)
+            .max("driver.outstanding", config::MAX_OUTSTANDING as f64)
+    },
+};

@@ -5,7 +5,7 @@ use serde::Deserialize;
 fn default_timeout_ms() -> f64 {
     1000.0
 }
-fn default_retries() -> u32 {
+pub(crate) fn default_retries() -> u32 {
     50
 }
 fn default_backoff_ms() -> f64 {
@@ -18,13 +18,13 @@ fn default_max_backoff_ms() -> f64 {
 fn default_late_ms() -> f64 {
     1.0
 }
-fn default_reply_bytes() -> u32 {
+pub(crate) fn default_reply_bytes() -> u32 {
     4
 }
-fn default_rooms() -> u32 {
+pub(crate) fn default_rooms() -> u32 {
     1
 }
-fn default_message_bytes() -> usize {
+pub(crate) fn default_message_bytes() -> usize {
     64
 }
 fn default_prefix() -> String {
@@ -103,9 +103,10 @@ pub struct ChatLoadConfig {
     pub driver: Option<ChatDriver>,
 }
 
-const MAX_CLIENTS: usize = 1024;
+use crate::load::config::MAX_CLIENTS;
+
 const MAX_REPLICAS: usize = 64;
-const MAX_RETRIES: u32 = 1000;
+pub(crate) const MAX_RETRIES: u32 = 1000;
 
 impl ChatLoadConfig {
     pub fn check(&self) -> Result<(), String> {
