@@ -58,7 +58,7 @@ pub struct ServeConfig {
     pub threads: usize,
     /// Requests waiting for a worker beyond this are answered `Overloaded` at once.
     pub max_queue: usize,
-    /// Longer request frames close their connection (the service may lower it further).
+    /// Longer request frames close their connection (the handler may lower it further).
     pub max_frame_bytes: usize,
     /// Connections beyond this are closed on accept (each costs a thread).
     pub max_connections: usize,

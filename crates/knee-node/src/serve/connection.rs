@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use super::pool::{Job, Pool};
 use super::reply::{finish, Replier};
-use super::{Outcome, ServerStats, Service, StatsExtra};
+use super::{Handler, Outcome, ServerStats, StatsExtra};
 use crate::wire::arrival::{self, StampedSocket};
 use crate::wire::{frame_bytes, FrameError, FrameReader, RequestHeader, WireStatus};
 use crate::{clock, stdio};
 
 pub(super) struct Context<E: StatsExtra> {
-    pub service: Arc<dyn Service<E>>,
+    pub handler: Arc<dyn Handler<E>>,
     pub pool: Option<Arc<Pool>>,
     pub stats: Arc<ServerStats>,
     pub max_frame_bytes: usize,
@@ -65,7 +65,7 @@ fn serve_frames<E: StatsExtra>(stream: &TcpStream, ctx: &Context<E>) -> Result<(
         match &ctx.pool {
             None => {
                 reply.clear();
-                let outcome = ctx.service.handle_request(&header, body, &mut reply);
+                let outcome = ctx.handler.handle_request(&header, body, &mut reply);
                 let done_ns = clock::now_ns();
                 finish(
                     &replier,

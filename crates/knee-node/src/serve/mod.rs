@@ -1,4 +1,4 @@
-//! Every knee server runs here. A framed-TCP request/response system is a [`Service`] run by
+//! Every knee server runs here. A framed-TCP request/response system is a [`Handler`] run by
 //! [`run`]; a server with its own transport (stream's UDP service) uses the same
 //! [`lifecycle`]: the `ready` line, a `stats` line every second, and one stop path.
 //!
@@ -96,7 +96,7 @@ impl<T: Serialize + Default + 'static> StatsExtra for T {}
 ///
 /// `E` is the system's fields of the `stats` line: a type parameter rather than an associated
 /// type so that it can default to none.
-pub trait Service<E: StatsExtra = NoExtra>: Send + Sync + 'static {
+pub trait Handler<E: StatsExtra = NoExtra>: Send + Sync + 'static {
     /// Serves one request: writes the reply body into `reply` (empty on entry).
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome;
 
@@ -106,7 +106,7 @@ pub trait Service<E: StatsExtra = NoExtra>: Send + Sync + 'static {
         self.handle(header.op, body, reply)
     }
 
-    /// The largest request frame this service takes; the node's `max_frame_bytes` applies
+    /// The largest request frame this handler takes; the node's `max_frame_bytes` applies
     /// below it (share: its control frames are small, its files are not frames).
     fn max_frame_bytes(&self) -> usize {
         usize::MAX
@@ -126,7 +126,7 @@ pub trait Service<E: StatsExtra = NoExtra>: Send + Sync + 'static {
 /// [`Stop::fail`] (then its reason). Prints `ready`, then a `stats` line every second.
 pub fn run<E: StatsExtra>(
     listener: TcpListener,
-    service: Arc<dyn Service<E>>,
+    handler: Arc<dyn Handler<E>>,
     cfg: ServeConfig,
 ) -> Result<(), String> {
     // Before `ready`: accepted sockets inherit it, and the kernel is stamping by then.
@@ -136,20 +136,20 @@ pub fn run<E: StatsExtra>(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let stats = Arc::new(ServerStats::default());
     let pool = (cfg.threads > 0)
-        .then(|| pool::Pool::start(cfg.threads, cfg.max_queue, service.clone(), stats.clone()));
+        .then(|| pool::Pool::start(cfg.threads, cfg.max_queue, handler.clone(), stats.clone()));
     let ctx = Arc::new(connection::Context {
-        service: service.clone(),
+        handler: handler.clone(),
         pool: pool.clone(),
         stats: stats.clone(),
-        max_frame_bytes: cfg.max_frame_bytes.min(service.max_frame_bytes()),
+        max_frame_bytes: cfg.max_frame_bytes.min(handler.max_frame_bytes()),
     });
     let stop = Stop::default();
     let mut life = Lifecycle::ready(addr, stop.clone());
-    service.started(&stop);
+    handler.started(&stop);
     loop {
         let now_ns = clock::now_ns();
         let queue_len = || pool.as_ref().map_or(0, |p| p.len());
-        if let Some(end) = life.tick(now_ns, || stats.line(queue_len(), service.stats_extra())) {
+        if let Some(end) = life.tick(now_ns, || stats.line(queue_len(), handler.stats_extra())) {
             return end;
         }
         if !life.wait_readable(listener.as_raw_fd(), now_ns, u64::MAX) {

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::reply::{finish, Replier};
-use super::{ServerStats, Service, StatsExtra};
+use super::{Handler, ServerStats, StatsExtra};
 use crate::clock;
 use crate::wire::RequestHeader;
 
@@ -25,7 +25,7 @@ impl Pool {
     pub fn start<E: StatsExtra>(
         threads: usize,
         max_queue: usize,
-        service: Arc<dyn Service<E>>,
+        handler: Arc<dyn Handler<E>>,
         stats: Arc<ServerStats>,
     ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
@@ -34,10 +34,10 @@ impl Pool {
             max_queue,
         });
         for i in 0..threads {
-            let (pool, service, stats) = (pool.clone(), service.clone(), stats.clone());
+            let (pool, handler, stats) = (pool.clone(), handler.clone(), stats.clone());
             std::thread::Builder::new()
                 .name(format!("worker-{i}"))
-                .spawn(move || pool.work(&*service, &stats))
+                .spawn(move || pool.work(&*handler, &stats))
                 .expect("spawning a worker thread");
         }
         pool
@@ -59,7 +59,7 @@ impl Pool {
         self.queue.lock().map(|q| q.len()).unwrap_or(0)
     }
 
-    fn work<E: StatsExtra>(&self, service: &dyn Service<E>, stats: &ServerStats) {
+    fn work<E: StatsExtra>(&self, handler: &dyn Handler<E>, stats: &ServerStats) {
         let mut reply = Vec::new();
         loop {
             let job = {
@@ -73,7 +73,7 @@ impl Pool {
             };
             let started_ns = clock::now_ns();
             reply.clear();
-            let outcome = service.handle_request(&job.header, &job.body, &mut reply);
+            let outcome = handler.handle_request(&job.header, &job.body, &mut reply);
             let done_ns = clock::now_ns();
             finish(
                 &job.replier,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::{framed, framed_client, parse, ServerParts, System};
 use crate::contract::SystemContract;
 use crate::load::driver::{Driver, DriverFactory};
-use crate::serve::{Outcome, Service};
+use crate::serve::{Handler, Outcome};
 
 pub const OP_ECHO: u16 = 1;
 
@@ -44,7 +44,7 @@ pub struct EchoServerConfig {
 
 pub fn server(cfg: EchoServerConfig) -> Result<ServerParts, String> {
     Ok(ServerParts {
-        service: std::sync::Arc::new(Echo),
+        handler: std::sync::Arc::new(Echo),
         threads: cfg.threads,
         max_queue: 100_000,
     })
@@ -52,7 +52,7 @@ pub fn server(cfg: EchoServerConfig) -> Result<ServerParts, String> {
 
 struct Echo;
 
-impl Service for Echo {
+impl Handler for Echo {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         if op != OP_ECHO {
             return Outcome::unknown_op(reply, "echo", op);

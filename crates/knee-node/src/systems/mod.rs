@@ -17,12 +17,12 @@ use crate::events::NoExtra;
 use crate::load::config::LoadConfig;
 use crate::load::driver::DriverFactory;
 use crate::load::harness::ClientRole;
-use crate::serve::{self, ServeOptions, Service, StatsExtra};
+use crate::serve::{self, Handler, ServeOptions, StatsExtra};
 
 /// A framed-TCP system's server: its logic and the pool size / queue bound it asks for.
 /// `E` is its fields of the `stats` line.
 pub struct ServerParts<E: StatsExtra = NoExtra> {
-    pub service: Arc<dyn Service<E>>,
+    pub handler: Arc<dyn Handler<E>>,
     pub threads: usize,
     pub max_queue: usize,
 }
@@ -75,7 +75,7 @@ pub(crate) fn framed<E: StatsExtra>(opts: &ServeOptions, parts: ServerParts<E>) 
         TcpListener::bind(&opts.listen).map_err(|e| format!("listening on {}: {e}", opts.listen))?;
     serve::run(
         listener,
-        parts.service,
+        parts.handler,
         opts.framed(parts.threads, parts.max_queue),
     )
 }

@@ -11,7 +11,7 @@ use super::replica::{self, View};
 use super::store::{DbConfig, StorePool};
 use super::{ops, FLAG_DUPLICATE, FLAG_NOT_PRIMARY};
 use crate::clock;
-use crate::serve::{Outcome, Service};
+use crate::serve::{Handler, Outcome};
 use crate::systems::ServerParts;
 use crate::wire::{RequestHeader, WireStatus};
 
@@ -59,7 +59,7 @@ pub fn build(cfg: ChatServerConfig) -> Result<ServerParts, String> {
     };
     let view = replica::start(cfg.replica, cfg.heartbeat_ms, cfg.failure_timeout_ms, &db)?;
     Ok(ServerParts {
-        service: Arc::new(Replica {
+        handler: Arc::new(Replica {
             view,
             pool: StorePool::new(db),
         }),
@@ -82,7 +82,7 @@ fn server_error(flags: u16, detail_ns: u64) -> Outcome {
     }
 }
 
-impl Service for Replica {
+impl Handler for Replica {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         // Only reached without a header; chat needs the request id.
         self.handle_request(

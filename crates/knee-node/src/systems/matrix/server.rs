@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::cache::FifoCache;
 use super::power::{power, Algorithm};
 use super::{bytes_to_f64s, decode_request, FLAG_CACHE_HIT, OP_POWER};
-use crate::serve::{Outcome, Service};
+use crate::serve::{Handler, Outcome};
 use crate::systems::ServerParts;
 
 #[derive(Deserialize)]
@@ -42,23 +42,23 @@ pub fn build(cfg: MatrixServerConfig) -> Result<ServerParts, String> {
     if cfg.threads == 0 {
         return Err("threads must be at least 1 (1 serves one request at a time)".into());
     }
-    let service = MatrixService {
+    let service = MatrixHandler {
         algorithm,
         cache: (cfg.cache > 0).then(|| FifoCache::new(cfg.cache)),
     };
     Ok(ServerParts {
-        service: Arc::new(service),
+        handler: Arc::new(service),
         threads: cfg.threads,
         max_queue: cfg.max_queue.max(1),
     })
 }
 
-pub struct MatrixService {
+pub struct MatrixHandler {
     algorithm: Algorithm,
     cache: Option<FifoCache>,
 }
 
-impl Service for MatrixService {
+impl Handler for MatrixHandler {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         if op != OP_POWER {
             return Outcome::unknown_op(reply, "matrix", op);

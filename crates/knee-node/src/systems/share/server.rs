@@ -1,5 +1,5 @@
 //! `knee-node serve share`: a peer (shared folder, obtain, list, and in the distributed
-//! design an index partition) or the central index, as a `serve::Service` on the generic
+//! design an index partition) or the central index, as a `serve::Handler` on the generic
 //! server: one thread per connection (obtain streams its file on it), a bounded number of
 //! connections, and `files_ready` in every `stats` line.
 
@@ -14,7 +14,7 @@ use super::index::{Index, ShardedIndex};
 use super::names::{check_name, open_shared};
 use super::sqlite_index::SqliteIndex;
 use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
-use crate::serve::{FileTail, Outcome, Service, Stop};
+use crate::serve::{FileTail, Handler, Outcome, Stop};
 use crate::systems::ServerParts;
 use crate::wire::{BodyReader, WireStatus};
 
@@ -120,7 +120,7 @@ pub fn build(cfg: ShareServerConfig) -> Result<ServerParts<ShareStats>, String> 
         (Role::Index, _) => None,
     };
     Ok(ServerParts {
-        service: Arc::new(ShareServer { index, share }),
+        handler: Arc::new(ShareServer { index, share }),
         // Requests are served on their connection's thread: an obtain's file then streams
         // on it, and a slow download holds up only its own connection.
         threads: 0,
@@ -128,7 +128,7 @@ pub fn build(cfg: ShareServerConfig) -> Result<ServerParts<ShareStats>, String> 
     })
 }
 
-impl Service<ShareStats> for ShareServer {
+impl Handler<ShareStats> for ShareServer {
     fn handle(&self, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Outcome {
         let result = match op {
             OP_REGISTER | OP_UNREGISTER | OP_SEARCH => match &self.index {
