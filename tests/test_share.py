@@ -18,7 +18,10 @@ from wire_client import STATUS_BAD_REQUEST, STATUS_OK, STATUS_UNKNOWN_OP, Client
 
 import knee
 from knee.analysis import share as share_analysis
-from knee.systems.share import FLAG_CHECKSUM_MISMATCH, FLAG_FOR_OBTAIN, FLAG_REPLICA, OPS
+from knee.contract import SHARE_FLAG_CHECKSUM_MISMATCH as FLAG_CHECKSUM_MISMATCH
+from knee.contract import SHARE_FLAG_FOR_OBTAIN as FLAG_FOR_OBTAIN
+from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
+from knee.contract import SHARE_OPS as OPS
 
 OP_REGISTER, OP_UNREGISTER, OP_SEARCH, OP_OBTAIN, OP_LIST = 1, 2, 3, 4, 5
 U16, U64 = struct.Struct("<H"), struct.Struct("<Q")

@@ -3,6 +3,8 @@ the only place that lists them."""
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from knee.systems.base import (
     NodePlan,
     System,
@@ -12,13 +14,19 @@ from knee.systems.base import (
     server_config,
     target_rate_per_s,
 )
-from knee.systems.chat import CHAT
-from knee.systems.echo import ECHO
-from knee.systems.matrix import MATRIX
-from knee.systems.share import SHARE
-from knee.systems.stream import STREAM
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (CHAT, ECHO, MATRIX, SHARE, STREAM)}
+#: Every system's module (each defines SYSTEM), one registration line each.
+_MODULES = (
+    "chat",
+    "echo",
+    "matrix",
+    "share",
+    "stream",
+)
+
+SYSTEMS: dict[str, System] = {
+    s.name: s for s in (import_module(f"knee.systems.{m}").SYSTEM for m in _MODULES)
+}
 
 __all__ = [
     "SYSTEMS",

@@ -86,7 +86,7 @@ def chat_topology(point: Point) -> list[NodePlan]:
     return [*replicas, NodePlan(LOAD_NODE, "load", client, records=True)]
 
 
-CHAT = System(
+SYSTEM = System(
     name="chat",
     summary="replicated login/logout/chat service over SQLite or PostgreSQL (report 001)",
     server={

@@ -5,7 +5,7 @@ from __future__ import annotations
 from knee.params import Param
 from knee.systems.base import System
 
-ECHO = System(
+SYSTEM = System(
     name="echo",
     summary="calibration: replies with reply_bytes bytes at once",
     server={

@@ -22,7 +22,7 @@ def _matrix_rule(s: Sections) -> None:
         raise RuleError("driver.p_min", f"p_min ({lo}) must be <= p_max ({hi})")
 
 
-MATRIX = System(
+SYSTEM = System(
     name="matrix",
     summary="computes M^P for an n x n f64 matrix (report 004)",
     server={

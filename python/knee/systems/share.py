@@ -11,23 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from knee.contract import SHARE_FLAG_CHECKSUM_MISMATCH as FLAG_CHECKSUM_MISMATCH
-from knee.contract import SHARE_FLAG_FOR_OBTAIN as FLAG_FOR_OBTAIN
-from knee.contract import SHARE_FLAG_NOT_FOUND as FLAG_NOT_FOUND
-from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
-from knee.contract import SHARE_OPS as OPS
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
-
-# The sample contract (op codes, flag bits) lives in knee.contract; re-exported here.
-__all__ = [
-    "FLAG_CHECKSUM_MISMATCH",
-    "FLAG_FOR_OBTAIN",
-    "FLAG_NOT_FOUND",
-    "FLAG_REPLICA",
-    "OPS",
-    "SHARE",
-]
 
 
 def _share_rule(s: Sections) -> None:
@@ -86,7 +71,7 @@ def _topology(point: Point) -> list[NodePlan]:
     return plans
 
 
-SHARE = System(
+SYSTEM = System(
     name="share",
     summary="peer-to-peer file sharing, central or distributed index (report 002)",
     server={

@@ -229,7 +229,7 @@ def _topology(point: Point) -> list[NodePlan]:
     return plans
 
 
-STREAM = System(
+SYSTEM = System(
     name="stream",
     summary="lossy UDP block services and a serial/parallel frame client (report 000)",
     server={
