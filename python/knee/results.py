@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 SAMPLE_DTYPE = np.dtype(
@@ -252,28 +255,143 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+#: String columns read as dictionaries (pandas categories): a few distinct values each.
+CATEGORY_COLUMNS = ("series", "node", "status")
+
+
 @dataclass
 class Run:
-    """A run directory opened for analysis."""
+    """A run directory opened for analysis.
+
+    Its samples are read on demand: `samples` is every sample of the run at once (read on
+    first use and kept; for small runs), while `point_samples` and `iter_points` read one
+    point at a time, only the columns asked for and only the rows a filter keeps, so their
+    memory is bounded by the largest point, not by the run."""
 
     path: Path
     spec: dict[str, Any]
     env: dict[str, Any]
     summary: dict[str, Any]
-    samples: pd.DataFrame = field(repr=False)
     timeseries: pd.DataFrame = field(repr=False)
     events: pd.DataFrame = field(repr=False)
+    _samples: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def points(self) -> list[dict[str, Any]]:
         return list(self.summary.get("points", []))
 
+    @property
+    def samples(self) -> pd.DataFrame:
+        """Every sample of the run in one DataFrame, read whole on first use (a 10-minute
+        point at 80,000 requests/s is tens of GB this way: prefer `iter_points`)."""
+        if self._samples is None:
+            self._samples = _all_samples(self.path)
+        return self._samples
+
+    def sample_points(self) -> list[int]:
+        """The points that have samples, in the order samples.parquet holds them."""
+        if (self.path / SAMPLES).exists():
+            return _parquet_points(self.path / SAMPLES)
+        return [
+            p for p, raws in by_point(read_manifest(self.path)).items() if _has_raw(self.path, raws)
+        ]
+
+    def point_samples(
+        self,
+        point: int,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pd.DataFrame:
+        """One point's samples: `columns` only (all when None), the rows `where` keeps (a
+        pyarrow expression such as ``pc.field("status") == "ok"``). Reads samples.parquet
+        with the point as a filter, so pyarrow skips the other points' row groups; a run
+        without samples.parquet is read from raw/."""
+        if self._samples is not None:  # already in memory: no need to read again
+            return _select(self._samples[self._samples["point"] == point], columns, where)
+        if (self.path / SAMPLES).exists():
+            dataset = _dataset(self.path / SAMPLES)
+            cond = pc.field("point") == point
+            table = dataset.to_table(
+                columns=None
+                if columns is None
+                else [c for c in columns if c in dataset.schema.names],
+                filter=cond if where is None else cond & where,
+            )
+            return table.to_pandas()
+        raws = by_point(read_manifest(self.path)).get(point, [])
+        return _select(point_frame(self.path, raws), columns, where)
+
+    def iter_points(
+        self, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+    ) -> Iterator[tuple[int, pd.DataFrame]]:
+        """(point, its samples) for every point with samples, one point in memory at a time
+        (see `point_samples`)."""
+        for point in self.sample_points():
+            yield point, self.point_samples(point, columns, where)
+
+
+def _dataset(path: Path) -> ds.Dataset:
+    fmt = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns=set(CATEGORY_COLUMNS))
+    )
+    return ds.dataset(path, format=fmt)
+
+
+def _parquet_points(path: Path) -> list[int]:
+    """The points of samples.parquet from its row groups' statistics (each row group holds
+    one point as write_samples writes it), else from its point column."""
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_rows == 0:
+        return []
+    index = meta.schema.to_arrow_schema().get_field_index("point")
+    if index < 0:
+        return []
+    points: list[int] = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max or stats.min != stats.max:
+            column = pq.read_table(path, columns=["point"])["point"].to_numpy()
+            return list(dict.fromkeys(column.tolist()))  # first-seen order, no sort needed
+        if stats.min not in points:
+            points.append(int(stats.min))
+    return points
+
+
+def _has_raw(run_dir: Path, raws: list[RawFile]) -> bool:
+    return any((run_dir / r.samples).exists() for r in raws)
+
+
+def _select(
+    df: pd.DataFrame, columns: Sequence[str] | None, where: pc.Expression | None
+) -> pd.DataFrame:
+    """An in-memory frame's `where` rows and `columns`, as `Run.point_samples` reads them."""
+    if where is not None and len(df):
+        table = pa.Table.from_pandas(df, preserve_index=False).filter(where)
+        df = table.to_pandas()
+    if columns is not None:
+        df = df[[c for c in columns if c in df.columns]]
+    return df.reset_index(drop=True)
+
+
+def _all_samples(run_dir: Path) -> pd.DataFrame:
+    """Every sample of a run: samples.parquet, else rebuilt from raw/ (a crashed run)."""
+    if (run_dir / SAMPLES).exists():
+        samples = pd.read_parquet(run_dir / SAMPLES)
+        for col in CATEGORY_COLUMNS:
+            if col in samples:
+                samples[col] = samples[col].astype("category")
+        return samples
+    frames = [point_frame(run_dir, rs) for rs in by_point(read_manifest(run_dir)).values()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
 
 def open_run(path: str | os.PathLike[str]) -> Run:
-    """Opens a run directory: samples, time series and events as DataFrames.
+    """Opens a run directory: summary, spec and environment, time series and events as
+    DataFrames; the samples are read when asked for (`Run.samples`, `Run.iter_points`).
 
-    Works on a run that crashed or was interrupted: missing samples.parquet is rebuilt in
-    memory from raw/, and missing tables come back empty.
+    Works on a run that crashed or was interrupted: missing samples.parquet is rebuilt from
+    raw/, and missing tables come back empty.
     """
     import tomllib
 
@@ -282,23 +400,11 @@ def open_run(path: str | os.PathLike[str]) -> Run:
         raise FileNotFoundError(f"{run_dir}: not a run directory")
     spec_path = run_dir / "spec.toml"
     spec = tomllib.loads(spec_path.read_text()) if spec_path.exists() else {}
-    env = _read_json(run_dir / "env.json")
-    summary = _read_json(run_dir / SUMMARY)
-    if (run_dir / SAMPLES).exists():
-        samples = pd.read_parquet(run_dir / SAMPLES)
-        for col in ("series", "node", "status"):
-            if col in samples:
-                samples[col] = samples[col].astype("category")
-    else:
-        frames = [point_frame(run_dir, rs) for rs in by_point(read_manifest(run_dir)).values()]
-        frames = [f for f in frames if not f.empty]
-        samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Run(
         path=run_dir,
         spec=spec,
-        env=env,
-        summary=summary,
-        samples=samples,
+        env=_read_json(run_dir / "env.json"),
+        summary=_read_json(run_dir / SUMMARY),
         timeseries=_read_parquet(run_dir / TIMESERIES),
         events=_read_parquet(run_dir / EVENTS),
     )

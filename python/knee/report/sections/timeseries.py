@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
-from knee.stats.quantiles import order_statistics
+from knee.stats.quantiles import order_statistic, order_statistics_by_bin
 
 #: Width of a time bin for the sample-based series.
 BIN_S = 1.0
@@ -27,8 +28,7 @@ def section(rr: ReportRun) -> Section:
         "Requests are binned by the second their reply arrived; the per-second p50 and p99 "
         "are order statistics of that second's successful replies, as in the summary.</p>"
     ]
-    if len(rr.samples):
-        blocks.extend(_sample_figures(rr.samples, markers))
+    blocks.extend(_sample_figures(rr, markers))
     ts = rr.run.timeseries
     if not ts.empty and "node" in ts:
         blocks.extend(_node_figures(ts, markers))
@@ -56,26 +56,119 @@ def _markers(rr: ReportRun) -> list[Marker]:
     return out
 
 
-def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure]:
-    done = samples[samples["received_ns"] >= 0]
-    t_bin = (done["received_ns"].to_numpy() // int(BIN_S * 1e9)).astype(np.int64)
-    status = done["status"].to_numpy()
-    frame = pd.DataFrame(
-        {"bin": t_bin, "status": status, "latency_ms": done["latency_ns"].to_numpy() / 1e6}
-    )
-    counts = frame.groupby(["bin", "status"]).size().unstack(fill_value=0)
+#: The columns the sample-based series read.
+SAMPLE_COLUMNS = ("received_ns", "intended_ns", "latency_ns", "status")
+#: Percentiles of each bin's successful replies.
+QS = (0.5, 0.99)
+
+
+def _bin_counts(bins: np.ndarray) -> pd.Series:
+    """How many of `bins` fall in each bin present (one bincount, no per-row loop)."""
+    lo = int(bins.min())
+    counts = np.bincount(bins - lo)
+    present = np.flatnonzero(counts)
+    return pd.Series(counts[present], index=present + lo)
+
+
+def _plus(total: pd.Series | None, counts: pd.Series) -> pd.Series:
+    return counts if total is None else total.add(counts, fill_value=0).astype(np.int64)
+
+
+class LatencyBins:
+    """The p50 and p99 of each bin's successful replies over the whole run, built one point
+    at a time. A point's first and last bins can also hold replies of the points before and
+    after it, so their values wait until a point that starts later shows they are complete;
+    a bin met again after that (points out of time order) is recomputed from every point at
+    the end. Memory: two bins' replies per point, and only until the next point."""
+
+    def __init__(self) -> None:
+        self.settled: dict[int, np.ndarray] = {}  # bin -> the QS order statistics, in ns
+        self.pending: dict[int, list[np.ndarray]] = {}  # edge bins: values so far
+        self.revisit: set[int] = set()
+
+    def add(self, bins: np.ndarray, latency_ns: np.ndarray) -> None:
+        if not len(bins):
+            return
+        lo, hi = int(bins.min()), int(bins.max())
+        for b in [b for b in self.pending if b < lo]:
+            self._settle(b)
+        edge = (bins == lo) | (bins == hi)
+        for b in {lo, hi}:
+            if b in self.settled:
+                self.revisit.add(b)
+            self.pending.setdefault(b, []).append(latency_ns[bins == b])
+        inner = order_statistics_by_bin(bins[~edge], latency_ns[~edge], QS)
+        for b, row in zip(inner.index.tolist(), inner.to_numpy(), strict=True):
+            if b in self.settled or b in self.pending:
+                self.revisit.add(b)
+            self.settled[b] = row
+
+    def _settle(self, b: int) -> None:
+        self.settled[b] = order_statistic(np.concatenate(self.pending.pop(b)), list(QS))
+
+    def finish(self, rr: ReportRun) -> pd.DataFrame:
+        """One row per bin with successful replies (in order), columns QS, in ms."""
+        for b in list(self.pending):
+            self._settle(b)
+        if self.revisit:  # rare: read again only these bins' replies, from every point
+            wanted = np.array(sorted(self.revisit))
+            bins, values = [], []
+            for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK):
+                b = s["received_ns"].to_numpy() // BIN_NS
+                keep = np.isin(b, wanted)
+                bins.append(b[keep])
+                values.append(s["latency_ns"].to_numpy()[keep])
+            again = order_statistics_by_bin(np.concatenate(bins), np.concatenate(values), QS)
+            self.settled.update(zip(again.index.tolist(), again.to_numpy(), strict=True))
+        keys = sorted(self.settled)
+        rows = np.array([self.settled[b] for b in keys]).reshape(len(keys), len(QS))
+        return pd.DataFrame(rows / 1e6, index=pd.Index(keys, dtype=np.int64), columns=list(QS))
+
+
+#: Successful replies, warm-up included: the time line covers the whole run.
+OK = pc.field("status") == "ok"
+BIN_NS = int(BIN_S * 1e9)
+
+
+def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
+    """Replies per second by status and the per-second percentiles, read a point at a
+    time: counts add up across points, percentiles come from LatencyBins."""
+    replies: dict[str, pd.Series] = {}  # status -> replies per bin of arrival
+    lost: pd.Series | None = None  # requests without a reply per bin of intended time
+    latency = LatencyBins()
+    any_samples = False
+    for _, s in rr.run.iter_points(SAMPLE_COLUMNS):
+        if s.empty:
+            continue
+        any_samples = True
+        received = s["received_ns"].to_numpy()
+        done = received >= 0
+        bins = received[done] // BIN_NS
+        status = pd.Categorical(s["status"])
+        codes = np.asarray(status.codes)[done]
+        for code, name in enumerate(status.categories):
+            mine = codes == code
+            if mine.any():
+                replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
+        if not done.all():
+            lost = _plus(lost, _bin_counts(s["intended_ns"].to_numpy()[~done] // BIN_NS))
+        if "ok" in status.categories:
+            ok = codes == status.categories.get_loc("ok")
+            latency.add(bins[ok], s["latency_ns"].to_numpy()[done][ok])
+    if not any_samples:
+        return []
+    # Statuses in name order, every bin from the first to the last (0 where none).
+    counts = pd.DataFrame({name: replies[name] for name in sorted(replies)}).fillna(0)
     all_bins = np.arange(counts.index.min(), counts.index.max() + 1) if len(counts) else []
-    counts = counts.reindex(all_bins, fill_value=0)
+    counts = counts.reindex(all_bins, fill_value=0).astype(np.int64)
     x = (counts.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     through = [
         Trace("line", f"{s}/s", x, (counts[s] / BIN_S).tolist(), color=i)
         for i, s in enumerate(counts.columns)
     ]
     # Requests that never got a reply (timeouts, drops) are binned by intended time.
-    lost = samples[samples["received_ns"] < 0]
-    if len(lost):
-        lb = (lost["intended_ns"].to_numpy() // int(BIN_S * 1e9)).astype(np.int64)
-        lc = pd.Series(lb).value_counts().sort_index()
+    if lost is not None:
+        lc = lost.sort_index()
         through.append(
             Trace(
                 "points",
@@ -86,10 +179,9 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
                 symbol="x",
             )
         )
-    ok = frame[frame["status"] == "ok"]
-    q = order_statistics(ok.groupby("bin")["latency_ms"], [0.5, 0.99])
+    q = latency.finish(rr)
     qx = (q.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
-    latency = [
+    latency_traces = [
         Trace("points", "p50", qx, q[0.5].tolist(), color=0),
         Trace("points", "p99", qx, q[0.99].tolist(), color=1),
     ]
@@ -108,7 +200,7 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
             "latency percentiles per second (ok replies)",
             Axis("time (s)"),
             Axis("latency (ms)", "log"),
-            latency,
+            latency_traces,
             markers,
             height_px=340,
         ),
