@@ -12,7 +12,7 @@ a sender lag, a network time with a long tail and the server's queue (M/M/1 at t
 utilisation) plus service; a few requests time out and a few sends stall.
 
 Both measured commands run as child processes, alternately, `--repeats` times each;
-medians are compared. Peak memory is the child's own maximum resident set (`wait4`).
+medians are compared. Peak memory is the child's own maximum resident set (see PEAK_WRAPPER).
 Targets: `knee report` peak RSS <= 4 GiB, time <= 5 x the plain read. It measures, it does
 not test: exit 0 when a target is missed, 1 when something broke.
 
@@ -62,7 +62,6 @@ GAP_NS = 1_000_000_000  # between points: nodes stop and start
 TARGET_RSS_BYTES = 4 * 2**30
 TARGET_RATIO = 5.0
 TIMEOUT_S = 3600.0
-POLL_S = 0.05
 
 SPEC = """
 [experiment]
@@ -89,30 +88,38 @@ class Measured:
     stdout: str
 
 
-def measure(cmd: list[str], cwd: Path | None = None) -> Measured:
-    """Runs a command, returning its wall time and its own peak RSS (from wait4's rusage,
-    which covers this child alone, unlike RUSAGE_CHILDREN's maximum over every child)."""
-    t0 = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=_child_env())
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > TIMEOUT_S:
-                proc.kill()  # our own child, by its handle
-                os.wait4(proc.pid, 0)
-                raise BenchError(f"{' '.join(cmd[:4])} timed out after {TIMEOUT_S:.0f} s")
-            time.sleep(POLL_S)
+#: Runs a command and writes its peak RSS (KiB) to a file. The command is forked from this
+#: small process: Linux's ru_maxrss of a child starts at its parent's RSS at the fork (it
+#: survives exec), so forking from the bench, which holds the generator's arrays, would
+#: inflate every figure.
+PEAK_WRAPPER = (
+    "import resource, subprocess, sys; code = subprocess.call(sys.argv[2:]); "
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+    "sys.exit(code)"
+)
+
+
+def measure(cmd: list[str]) -> Measured:
+    """Runs a command, returning its wall time and its own peak RSS (PEAK_WRAPPER)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = Path(tmp) / "peak_kib"
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", PEAK_WRAPPER, str(peak), *cmd],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                check=False,
+                env=_child_env(),
+            )
+        except subprocess.TimeoutExpired as e:
+            raise BenchError(f"{' '.join(cmd[:4])} timed out after {TIMEOUT_S:.0f} s") from e
         wall_s = time.monotonic() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    if proc.returncode != 0:
-        tail = " | ".join(stderr.strip().splitlines()[-5:])
-        raise BenchError(f"{' '.join(cmd[:4])} exited {proc.returncode}: {tail}")
-    return Measured(wall_s, usage.ru_maxrss * 1024, stdout)  # ru_maxrss is in KiB
+        if proc.returncode != 0 or not peak.exists():
+            tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+            raise BenchError(f"{' '.join(cmd[:4])} exited {proc.returncode}: {tail}")
+        return Measured(wall_s, int(peak.read_text()) * 1024, proc.stdout)
 
 
 def _child_env() -> dict[str, str]:

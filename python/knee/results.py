@@ -169,10 +169,7 @@ def point_frame(run_dir: Path, raws: list[RawFile]) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     first_n = max(r.warmup_requests for r in raws)
     if first_n > 0 and len(df):
-        first = np.argsort(df["intended_ns"].to_numpy(), kind="stable")[:first_n]
-        warmup = df["warmup"].to_numpy().copy()
-        warmup[first] = True
-        df["warmup"] = warmup
+        df["warmup"] = df["warmup"].to_numpy() | first_rows(df["intended_ns"].to_numpy(), first_n)
     return df
 
 
@@ -200,28 +197,88 @@ def write_manifest(run_dir: Path, raws: list[RawFile]) -> None:
     os.replace(tmp, path)
 
 
+#: Records converted at a time when writing samples.parquet: the writer's memory (a few
+#: hundred bytes a record while converting) is bounded by this, not by the largest point.
+WRITE_CHUNK = 1_000_000
+
+
 def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
-    """Converts every raw sample file into samples.parquet, one point at a time (memory stays
-    bounded by the largest point). Returns the number of rows."""
+    """Converts every raw sample file into samples.parquet, a point at a time and within a
+    point WRITE_CHUNK records at a time (the rows and warm-up marks of `point_frame`), so
+    memory stays bounded whatever the size of a point. Each row group holds one point.
+    Returns the number of rows."""
     tmp = run_dir / (SAMPLES + ".tmp")
     writer: pq.ParquetWriter | None = None
     rows = 0
     try:
         for point_raws in by_point(raws).values():
-            df = point_frame(run_dir, point_raws)
-            if df.empty:
-                continue
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
-            writer.write_table(table.cast(writer.schema))
-            rows += len(df)
+            for table in _point_tables(run_dir, point_raws):
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
+                writer.write_table(table.cast(writer.schema))
+                rows += table.num_rows
     finally:
         if writer is not None:
             writer.close()
     if writer is not None:
         os.replace(tmp, run_dir / SAMPLES)
     return rows
+
+
+def _point_tables(run_dir: Path, raws: list[RawFile]) -> Iterator[pa.Table]:
+    """One point's samples as tables of at most WRITE_CHUNK rows: `point_frame`'s rows in
+    its order, read through a memory map of each raw file instead of whole."""
+    present = [r for r in raws if (run_dir / r.samples).exists()]
+    maps = [_mapped_records(run_dir / r.samples) for r in present]
+    first_n = max((r.warmup_requests for r in raws), default=0)
+    early = None
+    if first_n > 0:  # the point's first requests over all its recorders, as point_frame
+        intended = [
+            m["intended_ns"].astype(np.int64) - r.run_start_ns
+            for r, m in zip(present, maps, strict=True)
+        ]
+        early = first_rows(np.concatenate(intended) if intended else np.zeros(0, np.int64), first_n)
+    offset = 0
+    for raw, records in zip(present, maps, strict=True):
+        for start in range(0, len(records), WRITE_CHUNK):
+            part = records[start : start + WRITE_CHUNK]
+            df = samples_frame(
+                part,
+                point=raw.point,
+                series=raw.series,
+                node=raw.node,
+                run_start_ns=raw.run_start_ns,
+                warmup_end_ns=raw.warmup_end_ns,
+            )
+            if early is not None:
+                rows = slice(offset + start, offset + start + len(part))
+                df["warmup"] = df["warmup"].to_numpy() | early[rows]
+            yield pa.Table.from_pandas(df, preserve_index=False)
+        offset += len(records)
+
+
+def _mapped_records(path: Path) -> np.ndarray:
+    """A raw sample file's whole records, memory-mapped (pages are read as they are used)."""
+    whole = path.stat().st_size // SAMPLE_DTYPE.itemsize
+    if whole == 0:
+        return np.zeros(0, dtype=SAMPLE_DTYPE)
+    return np.memmap(path, dtype=SAMPLE_DTYPE, mode="r", shape=(whole,))
+
+
+def first_rows(values: np.ndarray, n: int) -> np.ndarray:
+    """Mask of the n rows that a stable sort of `values` puts first (of equal values, the
+    earlier rows), found by selection rather than by sorting."""
+    mask = np.zeros(len(values), dtype=bool)
+    if n <= 0 or len(values) == 0:
+        return mask
+    if n >= len(values):
+        mask[:] = True
+        return mask
+    nth = np.partition(values, n - 1)[n - 1]
+    mask = values < nth
+    ties = np.flatnonzero(values == nth)
+    mask[ties[: n - int(mask.sum())]] = True
+    return mask
 
 
 def _unify_dictionaries(schema: pa.Schema) -> pa.Schema:
