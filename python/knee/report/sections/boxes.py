@@ -33,16 +33,16 @@ def section(rr: ReportRun) -> Section:
         ok = rr.point_ok(point, [c for c, _ in PARTS] + ["service"])
         if ok.empty:
             continue
-        for column, name in PARTS:
-            per_point[name][point] = box(ok[column].to_numpy())
-        services = ok["service"].to_numpy() if "service" in ok else np.zeros(len(ok), int)
+        services = ok.pop("service").to_numpy() if "service" in ok else np.zeros(len(ok), int)
         present = np.unique(services)
+        for column, name in PARTS[::-1]:  # each column freed once done; latency last
+            values = ok.pop(column).to_numpy()
+            per_point[name][point] = box(values)
         if len(present) == 1:  # the point's latency box is its one service's
             per_service[(point, int(present[0]))] = per_point["latency"][point]
             continue
-        latency = ok["latency_ns"].to_numpy()
         for svc in present.tolist():  # a loop over the few services, not over rows
-            per_service[(point, int(svc))] = box(latency[services == svc])
+            per_service[(point, int(svc))] = box(values[services == svc])
     if not per_point["latency"]:
         return Section("boxes", TITLE, ['<p class="note">No successful post-warm-up requests.</p>'])
     order = [p.get("point") for p in rr.points]

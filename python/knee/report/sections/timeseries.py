@@ -56,10 +56,11 @@ def _markers(rr: ReportRun) -> list[Marker]:
     return out
 
 
-#: The columns the sample-based series read.
-SAMPLE_COLUMNS = ("received_ns", "intended_ns", "latency_ns", "status")
 #: Percentiles of each bin's successful replies.
 QS = (0.5, 0.99)
+BIN_NS = int(BIN_S * 1e9)
+#: Successful replies, warm-up included: the time line covers the whole run.
+OK = (pc.field("status") == "ok") & (pc.field("received_ns") >= 0)
 
 
 def _bin_counts(bins: np.ndarray) -> pd.Series:
@@ -92,13 +93,14 @@ class LatencyBins:
         lo, hi = int(bins.min()), int(bins.max())
         for b in [b for b in self.pending if b < lo]:
             self._settle(b)
-        edge = (bins == lo) | (bins == hi)
         for b in {lo, hi}:
             if b in self.settled:
                 self.revisit.add(b)
             self.pending.setdefault(b, []).append(latency_ns[bins == b])
-        inner = order_statistics_by_bin(bins[~edge], latency_ns[~edge], QS)
-        for b, row in zip(inner.index.tolist(), inner.to_numpy(), strict=True):
+        every = order_statistics_by_bin(bins, latency_ns, QS)  # the edges' rows left out below
+        for b, row in zip(every.index.tolist(), every.to_numpy(), strict=True):
+            if b in (lo, hi):
+                continue
             if b in self.settled or b in self.pending:
                 self.revisit.add(b)
             self.settled[b] = row
@@ -125,11 +127,6 @@ class LatencyBins:
         return pd.DataFrame(rows / 1e6, index=pd.Index(keys, dtype=np.int64), columns=list(QS))
 
 
-#: Successful replies, warm-up included: the time line covers the whole run.
-OK = pc.field("status") == "ok"
-BIN_NS = int(BIN_S * 1e9)
-
-
 def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
     """Replies per second by status and the per-second percentiles, read a point at a
     time: counts add up across points, percentiles come from LatencyBins."""
@@ -137,24 +134,29 @@ def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
     lost: pd.Series | None = None  # requests without a reply per bin of intended time
     latency = LatencyBins()
     any_samples = False
-    for _, s in rr.run.iter_points(SAMPLE_COLUMNS):
+    for point in rr.sample_points():
+        # Two columns at a time: replies by status, then the successful ones' latency.
+        s = rr.point_samples(point, ["received_ns", "status"])
         if s.empty:
             continue
         any_samples = True
         received = s["received_ns"].to_numpy()
         done = received >= 0
         bins = received[done] // BIN_NS
-        status = pd.Categorical(s["status"])
+        status = pd.Categorical(s.pop("status"))
         codes = np.asarray(status.codes)[done]
+        del s, received
         for code, name in enumerate(status.categories):
             mine = codes == code
             if mine.any():
                 replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
-        if not done.all():
-            lost = _plus(lost, _bin_counts(s["intended_ns"].to_numpy()[~done] // BIN_NS))
-        if "ok" in status.categories:
-            ok = codes == status.categories.get_loc("ok")
-            latency.add(bins[ok], s["latency_ns"].to_numpy()[done][ok])
+        if not done.all():  # requests without a reply are few: read their send time alone
+            unanswered = rr.run.point_samples(point, ["intended_ns"], pc.field("received_ns") < 0)
+            lost = _plus(lost, _bin_counts(unanswered["intended_ns"].to_numpy() // BIN_NS))
+        del bins, codes, done
+        ok = rr.run.point_samples(point, ["received_ns", "latency_ns"], OK)
+        if len(ok):
+            latency.add(ok["received_ns"].to_numpy() // BIN_NS, ok["latency_ns"].to_numpy())
     if not any_samples:
         return []
     # Statuses in name order, every bin from the first to the last (0 where none).
