@@ -135,9 +135,13 @@ def _raw_files(run_dir: Path, spans_s: list[tuple[float, float]], warmup: int) -
     return raws
 
 
-def test_time_series_of_points_that_overlap_in_time(tmp_path: Path) -> None:
-    """Seconds shared by several points (at their edges, and inside another point) get the
-    order statistics of all their replies."""
+@pytest.mark.parametrize("batch_rows", [results.BATCH_ROWS, 300])
+def test_time_series_of_points_that_overlap_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int
+) -> None:
+    """Seconds shared by several points or pieces of points (at their edges, and inside
+    another point) get the order statistics of all their replies."""
+    monkeypatch.setattr(results, "BATCH_ROWS", batch_rows)
     spans = [(1.0, 4.5), (4.2, 7.0), (2.0, 2.7), (6.5, 9.0)]
     raws = _raw_files(tmp_path, spans, warmup=0)
     results.write_samples(tmp_path, raws)

@@ -312,6 +312,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+#: Rows of one piece of `Run.point_batches` at most (about 30 MB in three columns).
+BATCH_ROWS = 1 << 20
 #: String columns read as dictionaries (pandas categories): a few distinct values each.
 CATEGORY_COLUMNS = ("series", "node", "status")
 
@@ -381,6 +383,28 @@ class Run:
             return frame
         raws = by_point(read_manifest(self.path)).get(point, [])
         return _select(point_frame(self.path, raws), columns, where)
+
+    def point_batches(
+        self,
+        point: int,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> Iterator[pd.DataFrame]:
+        """`point_samples` in pieces of at most BATCH_ROWS rows, in the file's order, as
+        pyarrow's scanner streams them: for aggregates that add up piece by piece, in the
+        memory of a piece however large the point. (From memory or raw/: one piece.)"""
+        if self._samples is not None or not (self.path / SAMPLES).exists():
+            yield self.point_samples(point, columns, where)
+            return
+        dataset = _dataset(self.path / SAMPLES)
+        cond = pc.field("point") == point
+        for batch in dataset.to_batches(
+            columns=None if columns is None else [c for c in columns if c in dataset.schema.names],
+            filter=cond if where is None else cond & where,
+            batch_size=BATCH_ROWS,
+        ):
+            if batch.num_rows:
+                yield batch.to_pandas()
 
     def iter_points(
         self, columns: Sequence[str] | None = None, where: pc.Expression | None = None

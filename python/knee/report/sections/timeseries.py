@@ -65,6 +65,8 @@ OK = (pc.field("status") == "ok") & (pc.field("received_ns") >= 0)
 
 def _bin_counts(bins: np.ndarray) -> pd.Series:
     """How many of `bins` fall in each bin present (one bincount, no per-row loop)."""
+    if not len(bins):
+        return pd.Series([], dtype=np.int64)
     lo = int(bins.min())
     counts = np.bincount(bins - lo)
     present = np.flatnonzero(counts)
@@ -76,11 +78,12 @@ def _plus(total: pd.Series | None, counts: pd.Series) -> pd.Series:
 
 
 class LatencyBins:
-    """The p50 and p99 of each bin's successful replies over the whole run, built one point
-    at a time. A point's first and last bins can also hold replies of the points before and
-    after it, so their values wait until a point that starts later shows they are complete;
-    a bin met again after that (points out of time order) is recomputed from every point at
-    the end. Memory: two bins' replies per point, and only until the next point."""
+    """The p50 and p99 of each bin's successful replies over the whole run, built one piece
+    of samples at a time (pieces of points, in the file's order). A piece's first and last
+    bins can also hold replies of the pieces before and after it, so their values wait until
+    a piece that starts later shows they are complete; a bin met again after that (samples
+    out of time order: several recorders in a point, replies slower than a piece lasts) is
+    recomputed from every point at the end. Memory: a piece, and two bins' replies."""
 
     def __init__(self) -> None:
         self.settled: dict[int, np.ndarray] = {}  # bin -> the QS order statistics, in ns
@@ -128,35 +131,33 @@ class LatencyBins:
 
 
 def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
-    """Replies per second by status and the per-second percentiles, read a point at a
-    time: counts add up across points, percentiles come from LatencyBins."""
+    """Replies per second by status and the per-second percentiles, read a piece of a
+    point at a time: counts add up, percentiles come from LatencyBins."""
     replies: dict[str, pd.Series] = {}  # status -> replies per bin of arrival
     lost: pd.Series | None = None  # requests without a reply per bin of intended time
     latency = LatencyBins()
     any_samples = False
     for point in rr.sample_points():
-        # Two columns at a time: replies by status, then the successful ones' latency.
-        s = rr.point_samples(point, ["received_ns", "status"])
-        if s.empty:
-            continue
-        any_samples = True
-        received = s["received_ns"].to_numpy()
-        done = received >= 0
-        bins = received[done] // BIN_NS
-        status = pd.Categorical(s.pop("status"))
-        codes = np.asarray(status.codes)[done]
-        del s, received
-        for code, name in enumerate(status.categories):
-            mine = codes == code
-            if mine.any():
-                replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
-        if not done.all():  # requests without a reply are few: read their send time alone
-            unanswered = rr.run.point_samples(point, ["intended_ns"], pc.field("received_ns") < 0)
-            lost = _plus(lost, _bin_counts(unanswered["intended_ns"].to_numpy() // BIN_NS))
-        del bins, codes, done
-        ok = rr.run.point_samples(point, ["received_ns", "latency_ns"], OK)
-        if len(ok):
-            latency.add(ok["received_ns"].to_numpy() // BIN_NS, ok["latency_ns"].to_numpy())
+        # In pieces: counts add up, LatencyBins merges the seconds a piece shares with the
+        # next, so memory is a piece's whatever the size of the point.
+        for s in rr.run.point_batches(point, ["received_ns", "status"]):
+            if s.empty:
+                continue
+            any_samples = True
+            received = s["received_ns"].to_numpy()
+            done = received >= 0
+            bins = received[done] // BIN_NS
+            status = pd.Categorical(s["status"])
+            codes = np.asarray(status.codes)[done]
+            for code, name in enumerate(status.categories):
+                mine = codes == code
+                if mine.any():
+                    replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
+        # Requests without a reply are few: their send times are read alone.
+        for s in rr.run.point_batches(point, ["intended_ns"], pc.field("received_ns") < 0):
+            lost = _plus(lost, _bin_counts(s["intended_ns"].to_numpy() // BIN_NS))
+        for s in rr.run.point_batches(point, ["received_ns", "latency_ns"], OK):
+            latency.add(s["received_ns"].to_numpy() // BIN_NS, s["latency_ns"].to_numpy())
     if not any_samples:
         return []
     # Statuses in name order, every bin from the first to the last (0 where none).
