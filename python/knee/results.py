@@ -205,8 +205,9 @@ WRITE_CHUNK = 1_000_000
 def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
     """Converts every raw sample file into samples.parquet, a point at a time and within a
     point WRITE_CHUNK records at a time (the rows and warm-up marks of `point_frame`), so
-    memory stays bounded whatever the size of a point. Each row group holds one point.
-    Returns the number of rows."""
+    memory stays bounded whatever the size of a point (plus 8 bytes a request of the point
+    when it has warm-up requests to mark). Each row group holds one point. Returns the
+    number of rows."""
     tmp = run_dir / (SAMPLES + ".tmp")
     writer: pq.ParquetWriter | None = None
     rows = 0
@@ -227,21 +228,17 @@ def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
 
 def _point_tables(run_dir: Path, raws: list[RawFile]) -> Iterator[pa.Table]:
     """One point's samples as tables of at most WRITE_CHUNK rows: `point_frame`'s rows in
-    its order, read through a memory map of each raw file instead of whole."""
+    its order, each raw file read a chunk at a time instead of whole."""
     present = [r for r in raws if (run_dir / r.samples).exists()]
-    maps = [_mapped_records(run_dir / r.samples) for r in present]
+    counts = [(run_dir / r.samples).stat().st_size // SAMPLE_DTYPE.itemsize for r in present]
     first_n = max((r.warmup_requests for r in raws), default=0)
     early = None
     if first_n > 0:  # the point's first requests over all its recorders, as point_frame
-        intended = [
-            m["intended_ns"].astype(np.int64) - r.run_start_ns
-            for r, m in zip(present, maps, strict=True)
-        ]
-        early = first_rows(np.concatenate(intended) if intended else np.zeros(0, np.int64), first_n)
+        intended = [_intended(run_dir, r, n) for r, n in zip(present, counts, strict=True)]
+        early = first_rows(np.concatenate([np.zeros(0, np.int64), *intended]), first_n)
     offset = 0
-    for raw, records in zip(present, maps, strict=True):
-        for start in range(0, len(records), WRITE_CHUNK):
-            part = records[start : start + WRITE_CHUNK]
+    for raw, n in zip(present, counts, strict=True):
+        for start, part in zip(range(0, n, WRITE_CHUNK), _chunks(run_dir, raw, n), strict=True):
             df = samples_frame(
                 part,
                 point=raw.point,
@@ -254,15 +251,22 @@ def _point_tables(run_dir: Path, raws: list[RawFile]) -> Iterator[pa.Table]:
                 rows = slice(offset + start, offset + start + len(part))
                 df["warmup"] = df["warmup"].to_numpy() | early[rows]
             yield pa.Table.from_pandas(df, preserve_index=False)
-        offset += len(records)
+        offset += n
 
 
-def _mapped_records(path: Path) -> np.ndarray:
-    """A raw sample file's whole records, memory-mapped (pages are read as they are used)."""
-    whole = path.stat().st_size // SAMPLE_DTYPE.itemsize
-    if whole == 0:
-        return np.zeros(0, dtype=SAMPLE_DTYPE)
-    return np.memmap(path, dtype=SAMPLE_DTYPE, mode="r", shape=(whole,))
+def _intended(run_dir: Path, raw: RawFile, n: int) -> np.ndarray:
+    """A raw file's intended send times since the run's start, as in its frame."""
+    parts = [c["intended_ns"].astype(np.int64) - raw.run_start_ns for c in _chunks(run_dir, raw, n)]
+    return np.concatenate([np.zeros(0, np.int64), *parts])
+
+
+def _chunks(run_dir: Path, raw: RawFile, n: int) -> Iterator[np.ndarray]:
+    """The first n records of a raw file, WRITE_CHUNK at a time (read, not memory-mapped:
+    mapped pages would stay resident as the file is walked)."""
+    for start in range(0, n, WRITE_CHUNK):
+        count = min(WRITE_CHUNK, n - start)
+        offset = start * SAMPLE_DTYPE.itemsize
+        yield np.fromfile(run_dir / raw.samples, dtype=SAMPLE_DTYPE, count=count, offset=offset)
 
 
 def first_rows(values: np.ndarray, n: int) -> np.ndarray:
