@@ -16,8 +16,8 @@ medians are compared. Peak memory is the child's own maximum resident set (see P
 Targets: `knee report` peak RSS <= 4 GiB, time <= 5 x the plain read. It measures, it does
 not test: exit 0 when a target is missed, 1 when something broke.
 
-    python3 bench/report_scale.py                       # 50,000,000 samples: ~15 min
-    python3 bench/report_scale.py --samples 2000000     # a small run: ~1 min
+    python3 bench/report_scale.py                       # 50,000,000 samples: ~5 min
+    python3 bench/report_scale.py --samples 2000000     # a small run: ~30 s
     python3 bench/report_scale.py --keep runs/scale     # keep the run directory there
 """
 
