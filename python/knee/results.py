@@ -457,6 +457,8 @@ def _select(
     if where is not None and len(df):
         table = pa.Table.from_pandas(df, preserve_index=False).filter(where)
         df = table.to_pandas()
+    if columns is not None and len(df.columns) == 0:  # a point without samples
+        return pd.DataFrame(columns=list(columns))
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
     return df.reset_index(drop=True)
