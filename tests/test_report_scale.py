@@ -135,14 +135,18 @@ def _raw_files(run_dir: Path, spans_s: list[tuple[float, float]], warmup: int) -
     return raws
 
 
-@pytest.mark.parametrize("batch_rows", [results.BATCH_ROWS, 300])
+@pytest.mark.parametrize(
+    ("batch_rows", "revisit_rows"), [(results.BATCH_ROWS, timeseries.REVISIT_ROWS), (300, 9000)]
+)
 def test_time_series_of_points_that_overlap_in_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int, revisit_rows: int
 ) -> None:
     """Seconds shared by several points or pieces of points (at their edges, and inside
-    another point) get the order statistics of all their replies."""
+    another point, read again a time range at a time) get the order statistics of all their
+    replies."""
     monkeypatch.setattr(results, "BATCH_ROWS", batch_rows)
-    spans = [(1.0, 4.5), (4.2, 7.0), (2.0, 2.7), (6.5, 9.0)]
+    monkeypatch.setattr(timeseries, "REVISIT_ROWS", revisit_rows)
+    spans = [(1.0, 4.5), (4.2, 7.0), (2.0, 2.7), (6.5, 9.0), (0.5, 8.2)]
     raws = _raw_files(tmp_path, spans, warmup=0)
     results.write_samples(tmp_path, raws)
     figures = timeseries._sample_figures(data.load(tmp_path), [])

@@ -59,6 +59,8 @@ def _markers(rr: ReportRun) -> list[Marker]:
 #: Percentiles of each bin's successful replies.
 QS = (0.5, 0.99)
 BIN_NS = int(BIN_S * 1e9)
+#: Replies read again at a time for the bins met out of order (LatencyBins.finish).
+REVISIT_ROWS = 8_000_000
 #: Successful replies, warm-up included: the time line covers the whole run.
 OK = (pc.field("status") == "ok") & (pc.field("received_ns") >= 0)
 
@@ -111,16 +113,20 @@ class LatencyBins:
     def _settle(self, b: int) -> None:
         self.settled[b] = order_statistic(np.concatenate(self.pending.pop(b)), list(QS))
 
-    def finish(self, rr: ReportRun) -> pd.DataFrame:
-        """One row per bin with successful replies (in order), columns QS, in ms."""
+    def finish(self, rr: ReportRun, ok_per_bin: pd.Series) -> pd.DataFrame:
+        """One row per bin with successful replies (in order), columns QS, in ms. The bins
+        met out of order are read again, a time range of at most REVISIT_ROWS replies at a
+        time (`ok_per_bin` counts them)."""
         for b in list(self.pending):
             self._settle(b)
-        if self.revisit:  # rare: read again only these bins' replies, from every point
-            wanted = np.array(sorted(self.revisit))
-            bins, values = [], []
-            for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK):
+        for lo, hi in _windows(sorted(self.revisit), ok_per_bin, REVISIT_ROWS):
+            span = (pc.field("received_ns") >= lo * BIN_NS) & (
+                pc.field("received_ns") < (hi + 1) * BIN_NS
+            )
+            bins, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+            for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK & span):
                 b = s["received_ns"].to_numpy() // BIN_NS
-                keep = np.isin(b, wanted)
+                keep = np.isin(b, list(self.revisit))
                 bins.append(b[keep])
                 values.append(s["latency_ns"].to_numpy()[keep])
             again = order_statistics_by_bin(np.concatenate(bins), np.concatenate(values), QS)
@@ -128,6 +134,24 @@ class LatencyBins:
         keys = sorted(self.settled)
         rows = np.array([self.settled[b] for b in keys]).reshape(len(keys), len(QS))
         return pd.DataFrame(rows / 1e6, index=pd.Index(keys, dtype=np.int64), columns=list(QS))
+
+
+def _windows(bins: list[int], counts: pd.Series, limit: int) -> list[tuple[int, int]]:
+    """`bins` (sorted) as time ranges [first, last] each holding at most `limit` replies by
+    `counts` (replies per bin), a bin with more alone: a loop over bins, not rows."""
+    total = counts.sort_index().cumsum()
+
+    def upto(b: int) -> int:  # replies in the bins up to b
+        i = int(total.index.searchsorted(b, side="right"))
+        return int(total.iloc[i - 1]) if i else 0
+
+    out: list[tuple[int, int]] = []
+    for b in bins:
+        if out and upto(b) - upto(out[-1][0] - 1) <= limit:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((b, b))
+    return out
 
 
 def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
@@ -182,7 +206,7 @@ def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
                 symbol="x",
             )
         )
-    q = latency.finish(rr)
+    q = latency.finish(rr, replies.get("ok", pd.Series([], dtype=np.int64)))
     qx = (q.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     latency_traces = [
         Trace("points", "p50", qx, q[0.5].tolist(), color=0),
