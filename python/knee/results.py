@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 SAMPLE_DTYPE = np.dtype(
@@ -167,10 +170,7 @@ def point_frame(run_dir: Path, raws: list[RawFile]) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     first_n = max(r.warmup_requests for r in raws)
     if first_n > 0 and len(df):
-        first = np.argsort(df["intended_ns"].to_numpy(), kind="stable")[:first_n]
-        warmup = df["warmup"].to_numpy().copy()
-        warmup[first] = True
-        df["warmup"] = warmup
+        df["warmup"] = df["warmup"].to_numpy() | first_rows(df["intended_ns"].to_numpy(), first_n)
     return df
 
 
@@ -198,28 +198,92 @@ def write_manifest(run_dir: Path, raws: list[RawFile]) -> None:
     os.replace(tmp, path)
 
 
+#: Records converted at a time when writing samples.parquet: the writer's memory (a few
+#: hundred bytes a record while converting) is bounded by this, not by the largest point.
+WRITE_CHUNK = 1_000_000
+
+
 def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
-    """Converts every raw sample file into samples.parquet, one point at a time (memory stays
-    bounded by the largest point). Returns the number of rows."""
+    """Converts every raw sample file into samples.parquet, a point at a time and within a
+    point WRITE_CHUNK records at a time (the rows and warm-up marks of `point_frame`), so
+    memory stays bounded whatever the size of a point (plus 8 bytes a request of the point
+    when it has warm-up requests to mark). Each row group holds one point. Returns the
+    number of rows."""
     tmp = run_dir / (SAMPLES + ".tmp")
     writer: pq.ParquetWriter | None = None
     rows = 0
     try:
         for point_raws in by_point(raws).values():
-            df = point_frame(run_dir, point_raws)
-            if df.empty:
-                continue
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
-            writer.write_table(table.cast(writer.schema))
-            rows += len(df)
+            for table in _point_tables(run_dir, point_raws):
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
+                writer.write_table(table.cast(writer.schema))
+                rows += table.num_rows
     finally:
         if writer is not None:
             writer.close()
     if writer is not None:
         os.replace(tmp, run_dir / SAMPLES)
     return rows
+
+
+def _point_tables(run_dir: Path, raws: list[RawFile]) -> Iterator[pa.Table]:
+    """One point's samples as tables of at most WRITE_CHUNK rows: `point_frame`'s rows in
+    its order, each raw file read a chunk at a time instead of whole."""
+    present = [r for r in raws if (run_dir / r.samples).exists()]
+    counts = [(run_dir / r.samples).stat().st_size // SAMPLE_DTYPE.itemsize for r in present]
+    first_n = max((r.warmup_requests for r in raws), default=0)
+    early = None
+    if first_n > 0:  # the point's first requests over all its recorders, as point_frame
+        intended = [_intended(run_dir, r, n) for r, n in zip(present, counts, strict=True)]
+        early = first_rows(np.concatenate([np.zeros(0, np.int64), *intended]), first_n)
+    offset = 0
+    for raw, n in zip(present, counts, strict=True):
+        for start, part in zip(range(0, n, WRITE_CHUNK), _chunks(run_dir, raw, n), strict=True):
+            df = samples_frame(
+                part,
+                point=raw.point,
+                series=raw.series,
+                node=raw.node,
+                run_start_ns=raw.run_start_ns,
+                warmup_end_ns=raw.warmup_end_ns,
+            )
+            if early is not None:
+                rows = slice(offset + start, offset + start + len(part))
+                df["warmup"] = df["warmup"].to_numpy() | early[rows]
+            yield pa.Table.from_pandas(df, preserve_index=False)
+        offset += n
+
+
+def _intended(run_dir: Path, raw: RawFile, n: int) -> np.ndarray:
+    """A raw file's intended send times since the run's start, as in its frame."""
+    parts = [c["intended_ns"].astype(np.int64) - raw.run_start_ns for c in _chunks(run_dir, raw, n)]
+    return np.concatenate([np.zeros(0, np.int64), *parts])
+
+
+def _chunks(run_dir: Path, raw: RawFile, n: int) -> Iterator[np.ndarray]:
+    """The first n records of a raw file, WRITE_CHUNK at a time (read, not memory-mapped:
+    mapped pages would stay resident as the file is walked)."""
+    for start in range(0, n, WRITE_CHUNK):
+        count = min(WRITE_CHUNK, n - start)
+        offset = start * SAMPLE_DTYPE.itemsize
+        yield np.fromfile(run_dir / raw.samples, dtype=SAMPLE_DTYPE, count=count, offset=offset)
+
+
+def first_rows(values: np.ndarray, n: int) -> np.ndarray:
+    """Mask of the n rows that a stable sort of `values` puts first (of equal values, the
+    earlier rows), found by selection rather than by sorting."""
+    mask = np.zeros(len(values), dtype=bool)
+    if n <= 0 or len(values) == 0:
+        return mask
+    if n >= len(values):
+        mask[:] = True
+        return mask
+    nth = np.partition(values, n - 1)[n - 1]
+    mask = values < nth
+    ties = np.flatnonzero(values == nth)
+    mask[ties[: n - int(mask.sum())]] = True
+    return mask
 
 
 def _unify_dictionaries(schema: pa.Schema) -> pa.Schema:
@@ -253,28 +317,173 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+#: Rows of one piece of `Run.point_batches` at most (about 30 MB in three columns).
+BATCH_ROWS = 1 << 20
+#: String columns read as dictionaries (pandas categories): a few distinct values each.
+CATEGORY_COLUMNS = ("series", "node", "status")
+
+
 @dataclass
 class Run:
-    """A run directory opened for analysis."""
+    """A run directory opened for analysis.
+
+    Its samples are read on demand: `samples` is every sample of the run at once (read on
+    first use and kept; for small runs), while `point_samples` and `iter_points` read one
+    point at a time, only the columns asked for and only the rows a filter keeps, so their
+    memory is bounded by the largest point, not by the run."""
 
     path: Path
     spec: dict[str, Any]
     env: dict[str, Any]
     summary: dict[str, Any]
-    samples: pd.DataFrame = field(repr=False)
     timeseries: pd.DataFrame = field(repr=False)
     events: pd.DataFrame = field(repr=False)
+    _samples: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def points(self) -> list[dict[str, Any]]:
         return list(self.summary.get("points", []))
 
+    @property
+    def samples(self) -> pd.DataFrame:
+        """Every sample of the run in one DataFrame, read whole on first use (a 10-minute
+        point at 80,000 requests/s is tens of GB this way: prefer `iter_points`)."""
+        if self._samples is None:
+            self._samples = _all_samples(self.path)
+        return self._samples
+
+    def sample_points(self) -> list[int]:
+        """The points that have samples, in the order samples.parquet holds them."""
+        if (self.path / SAMPLES).exists():
+            return _parquet_points(self.path / SAMPLES)
+        return [
+            p for p, raws in by_point(read_manifest(self.path)).items() if _has_raw(self.path, raws)
+        ]
+
+    def point_samples(
+        self,
+        point: int,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pd.DataFrame:
+        """One point's samples: `columns` only (all when None), the rows `where` keeps (a
+        pyarrow expression such as ``pc.field("status") == "ok"``). Reads samples.parquet
+        with the point as a filter, so pyarrow skips the other points' row groups; a run
+        without samples.parquet is read from raw/."""
+        if self._samples is not None:  # already in memory: no need to read again
+            return _select(self._samples[self._samples["point"] == point], columns, where)
+        if (self.path / SAMPLES).exists():
+            dataset = _dataset(self.path / SAMPLES)
+            cond = pc.field("point") == point
+            table = dataset.to_table(
+                columns=None
+                if columns is None
+                else [c for c in columns if c in dataset.schema.names],
+                filter=cond if where is None else cond & where,
+            )
+            # Columns convert one by one, each freed as it goes (half the peak of a copy).
+            frame = table.to_pandas(split_blocks=True, self_destruct=True)
+            del table
+            pa.default_memory_pool().release_unused()  # the scan's buffers, back to the OS
+            return frame
+        raws = by_point(read_manifest(self.path)).get(point, [])
+        return _select(point_frame(self.path, raws), columns, where)
+
+    def point_batches(
+        self,
+        point: int,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> Iterator[pd.DataFrame]:
+        """`point_samples` in pieces of at most BATCH_ROWS rows, in the file's order, as
+        pyarrow's scanner streams them: for aggregates that add up piece by piece, in the
+        memory of a piece however large the point. (From memory or raw/: one piece.)"""
+        if self._samples is not None or not (self.path / SAMPLES).exists():
+            yield self.point_samples(point, columns, where)
+            return
+        dataset = _dataset(self.path / SAMPLES)
+        cond = pc.field("point") == point
+        for batch in dataset.to_batches(
+            columns=None if columns is None else [c for c in columns if c in dataset.schema.names],
+            filter=cond if where is None else cond & where,
+            batch_size=BATCH_ROWS,
+        ):
+            if batch.num_rows:
+                yield batch.to_pandas()
+
+    def iter_points(
+        self, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+    ) -> Iterator[tuple[int, pd.DataFrame]]:
+        """(point, its samples) for every point with samples, one point in memory at a time
+        (see `point_samples`)."""
+        for point in self.sample_points():
+            yield point, self.point_samples(point, columns, where)
+
+
+def _dataset(path: Path) -> ds.Dataset:
+    fmt = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns=set(CATEGORY_COLUMNS))
+    )
+    return ds.dataset(path, format=fmt)
+
+
+def _parquet_points(path: Path) -> list[int]:
+    """The points of samples.parquet from its row groups' statistics (each row group holds
+    one point as write_samples writes it), else from its point column."""
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_rows == 0:
+        return []
+    index = meta.schema.to_arrow_schema().get_field_index("point")
+    if index < 0:
+        return []
+    points: list[int] = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max or stats.min != stats.max:
+            column = pq.read_table(path, columns=["point"])["point"].to_numpy()
+            return list(dict.fromkeys(column.tolist()))  # first-seen order, no sort needed
+        if stats.min not in points:
+            points.append(int(stats.min))
+    return points
+
+
+def _has_raw(run_dir: Path, raws: list[RawFile]) -> bool:
+    return any((run_dir / r.samples).exists() for r in raws)
+
+
+def _select(
+    df: pd.DataFrame, columns: Sequence[str] | None, where: pc.Expression | None
+) -> pd.DataFrame:
+    """An in-memory frame's `where` rows and `columns`, as `Run.point_samples` reads them."""
+    if where is not None and len(df):
+        table = pa.Table.from_pandas(df, preserve_index=False).filter(where)
+        df = table.to_pandas()
+    if columns is not None and len(df.columns) == 0:  # a point without samples
+        return pd.DataFrame(columns=list(columns))
+    if columns is not None:
+        df = df[[c for c in columns if c in df.columns]]
+    return df.reset_index(drop=True)
+
+
+def _all_samples(run_dir: Path) -> pd.DataFrame:
+    """Every sample of a run: samples.parquet, else rebuilt from raw/ (a crashed run)."""
+    if (run_dir / SAMPLES).exists():
+        samples = pd.read_parquet(run_dir / SAMPLES)
+        for col in CATEGORY_COLUMNS:
+            if col in samples:
+                samples[col] = samples[col].astype("category")
+        return samples
+    frames = [point_frame(run_dir, rs) for rs in by_point(read_manifest(run_dir)).values()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
 
 def open_run(path: str | os.PathLike[str]) -> Run:
-    """Opens a run directory: samples, time series and events as DataFrames.
+    """Opens a run directory: summary, spec and environment, time series and events as
+    DataFrames; the samples are read when asked for (`Run.samples`, `Run.iter_points`).
 
-    Works on a run that crashed or was interrupted: missing samples.parquet is rebuilt in
-    memory from raw/, and missing tables come back empty.
+    Works on a run that crashed or was interrupted: missing samples.parquet is rebuilt from
+    raw/, and missing tables come back empty.
     """
     import tomllib
 
@@ -283,23 +492,11 @@ def open_run(path: str | os.PathLike[str]) -> Run:
         raise FileNotFoundError(f"{run_dir}: not a run directory")
     spec_path = run_dir / "spec.toml"
     spec = tomllib.loads(spec_path.read_text()) if spec_path.exists() else {}
-    env = _read_json(run_dir / "env.json")
-    summary = _read_json(run_dir / SUMMARY)
-    if (run_dir / SAMPLES).exists():
-        samples = pd.read_parquet(run_dir / SAMPLES)
-        for col in ("series", "node", "status"):
-            if col in samples:
-                samples[col] = samples[col].astype("category")
-    else:
-        frames = [point_frame(run_dir, rs) for rs in by_point(read_manifest(run_dir)).values()]
-        frames = [f for f in frames if not f.empty]
-        samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Run(
         path=run_dir,
         spec=spec,
-        env=env,
-        summary=summary,
-        samples=samples,
+        env=_read_json(run_dir / "env.json"),
+        summary=_read_json(run_dir / SUMMARY),
         timeseries=_read_parquet(run_dir / TIMESERIES),
         events=_read_parquet(run_dir / EVENTS),
     )

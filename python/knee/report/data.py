@@ -1,16 +1,19 @@
-"""What the report reads from a run directory, loaded once: the run, its points, the
-successful post-warm-up samples, the models' fit, and how each series is plotted (its x
-axis and the factors that split it into lines)."""
+"""What the report reads from a run directory: the run and its points, the models' fit,
+and how each series is plotted (its x axis and the factors that split it into lines),
+loaded once; the samples a point at a time, only the columns and rows a figure needs, so
+a run of any size is reported in the memory of its largest point."""
 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.models import analyze
 from knee.results import Run, open_run
@@ -33,6 +36,9 @@ SAMPLE_COLUMNS = (
     "arg",
     "warmup",
 )
+
+#: The rows most figures read: successful requests after the warm-up.
+OK_AFTER_WARMUP = (pc.field("status") == "ok") & ~pc.field("warmup")
 
 #: Swept keys that mean "offered load" on an x axis, best first.
 LOAD_KEYS = ("load.rate_per_s", "load.clients")
@@ -63,12 +69,45 @@ class ReportRun:
 
     run: Run
     points: list[dict[str, Any]]
-    ok: pd.DataFrame  # status ok, warm-up excluded
-    samples: pd.DataFrame  # every sample (time series need the failures too)
     models: list[dict[str, Any]]
     models_error: str | None
     cores: int | None
     axes: dict[str, SeriesAxis] = field(default_factory=dict)
+
+    @cached_property
+    def samples(self) -> pd.DataFrame:
+        """Every sample of the run (SAMPLE_COLUMNS, status as text), read whole on first
+        use: for small runs. The standard sections read a point at a time instead
+        (`point_samples`, `point_ok`), which a run of any size fits in memory."""
+        samples = self.run.samples
+        if not len(samples):
+            return samples
+        samples = samples[[c for c in SAMPLE_COLUMNS if c in samples.columns]]
+        return samples.assign(status=samples["status"].astype(str))
+
+    @cached_property
+    def ok(self) -> pd.DataFrame:
+        """Every successful post-warm-up sample of the run, read whole on first use (see
+        `samples`)."""
+        samples = self.samples
+        if not len(samples):
+            return samples
+        return samples[(samples["status"] == "ok") & ~samples["warmup"].astype(bool)]
+
+    def sample_points(self) -> list[int]:
+        """The points that have samples."""
+        return self.run.sample_points()
+
+    def point_samples(self, point: Any, columns: Sequence[str]) -> pd.DataFrame:
+        """One point's samples, `columns` only (failures and warm-up included)."""
+        return self.run.point_samples(int(point), columns)
+
+    def point_ok(self, point: Any, columns: Sequence[str]) -> pd.DataFrame:
+        """One point's successful post-warm-up samples, `columns` only (none for a point
+        without samples)."""
+        if point is None:
+            return pd.DataFrame(columns=list(columns))
+        return self.run.point_samples(int(point), columns, OK_AFTER_WARMUP)
 
     @property
     def path(self) -> Path:
@@ -102,18 +141,12 @@ class ReportRun:
 
 
 def load(run_dir: Path) -> ReportRun:
+    """The run as the report sees it; its samples are read later, a point at a time."""
     run = open_run(run_dir)
     points = run.points
-    samples = run.samples
-    if len(samples):
-        samples = samples[[c for c in SAMPLE_COLUMNS if c in samples.columns]]
-        samples = samples.assign(status=samples["status"].astype(str))
-        ok = samples[(samples["status"] == "ok") & ~samples["warmup"].astype(bool)]
-    else:
-        ok = samples
     cores = run.env.get("cores")
     models, error = _models(points, run.spec, cores if isinstance(cores, int) else None)
-    rr = ReportRun(run, points, ok, samples, models, error, cores)
+    rr = ReportRun(run, points, models, error, cores)
     rr.axes = {s: series_axis(s, rr.points_of(s)) for s in rr.series()}
     return rr
 

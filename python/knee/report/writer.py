@@ -7,14 +7,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from knee.report import data
-from knee.report.figures import Figure
+from knee.report.figures import Figure, Trace
 from knee.report.html import Section, page
 from knee.report.png import write_png
 from knee.report.sections import STANDARD
 
 REPORT = "report.html"
 FIGURES = "figures"
+#: Points drawn in one figure at most (markers, line vertices and box outliers together):
+#: a report must open in a browser, and a figure of every sample of a long run would embed
+#: millions. Sections draw aggregates well below this; beyond it a figure shows a subset.
+MAX_DRAWN = 50_000
 
 
 @dataclass
@@ -43,6 +49,8 @@ def write(path: Path, title: str, subtitle: str, sections: list[Section]) -> Wri
     t0 = time.monotonic()
     figures = [f for s in sections for f in s.figures]
     _check_ids(figures)
+    for fig in figures:
+        bound(fig)
     fig_dir = path.parent / FIGURES
     fig_dir.mkdir(parents=True, exist_ok=True)
     pngs = []
@@ -76,6 +84,75 @@ def build(run_dir: Path, out_dir: Path | None = None) -> Written:
     if rr.models_error:
         written.warnings.append(rr.models_error)
     return written
+
+
+def bound(fig: Figure, limit: int = MAX_DRAWN) -> None:
+    """Thins a figure in place to at most `limit` drawn points, saying so in its caption.
+    Each line/points trace and box's outliers gets a share (the small ones are kept whole);
+    a thinned trace keeps evenly spaced points and its largest values (the tail), in their
+    order, and a box keeps its most extreme outliers on both sides."""
+    sizes = [_drawn(t) for t in fig.traces]
+    total = sum(sizes)
+    if total <= limit:
+        return
+    cap = _share(sizes, limit)
+    for t, n in zip(fig.traces, sizes, strict=True):
+        if n > cap:
+            _thin(t, cap)
+    fig.caption = (
+        f"{fig.caption} Drawn: {sum(_drawn(t) for t in fig.traces):,} of {total:,} points "
+        "(evenly spaced, with the largest values and the extreme outliers kept)."
+    ).strip()
+
+
+def _drawn(t: Trace) -> int:
+    if t.kind in ("line", "points"):
+        return len(t.x)
+    if t.kind == "box":
+        return sum(len(b.get("outliers") or []) for b in t.boxes or [])
+    return 0
+
+
+def _share(sizes: list[int], limit: int) -> int:
+    """The largest cap c with sum(min(n, c)) <= limit: small traces whole, the rest equal."""
+    left, rest = limit, sorted(sizes)
+    while rest and rest[0] * len(rest) <= left:
+        left -= rest.pop(0)
+    return left // len(rest) if rest else limit
+
+
+def _thin(t: Trace, cap: int) -> None:
+    if t.kind == "box":
+        per_box = cap // max(1, len(t.boxes or []))
+        for b in t.boxes or []:
+            out = sorted(b.get("outliers") or [])
+            if len(out) > per_box:  # the lowest and the highest, half each
+                b["outliers"] = out[: per_box // 2] + out[len(out) - (per_box - per_box // 2) :]
+        return
+    n = len(t.x)
+    y = _numbers(t.y, n)
+    top = cap // 2 if y is not None else 0
+    keep = np.zeros(n, dtype=bool)
+    if top:
+        keep[np.argpartition(-y, top)[:top]] = True  # type: ignore[operator]
+    rest = np.flatnonzero(~keep)  # the others, evenly spaced (first and last included)
+    keep[rest[np.linspace(0, len(rest) - 1, cap - top).astype(np.int64)]] = True
+    index = np.flatnonzero(keep).tolist()
+    t.x = [t.x[i] for i in index]
+    t.y = [t.y[i] for i in index]
+    for name in ("lo", "hi", "hover"):
+        values = getattr(t, name)
+        if values is not None and len(values) == n:
+            setattr(t, name, [values[i] for i in index])
+
+
+def _numbers(values: list, n: int) -> np.ndarray | None:
+    """`values` as floats (a gap ranks lowest), or None when they are not numbers."""
+    try:
+        y = np.array([-np.inf if v is None else float(v) for v in values], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return np.where(np.isnan(y), -np.inf, y) if len(y) == n else None
 
 
 def _check_ids(figures: list[Figure]) -> None:

@@ -11,6 +11,8 @@ wherever numpy's floating point does not round across an integer.
 - `order_statistic(values, q)`: the q-quantile(s) of one set of values;
 - `order_statistics(grouped, qs)`: the q-quantiles of every group of a pandas
   ``SeriesGroupBy`` (one sort of all values, no loop over groups or rows);
+- `order_statistics_by_bin(bins, values, qs)`: the same over integer bins such as seconds,
+  selecting the ranks in each bin instead of sorting (for many values in few bins);
 - `above(values, q)`, `above_by(grouped, q)`: which values rank above the q-quantile (the
   n - rank(n, q) largest; of equal values, the later rows rank higher).
 
@@ -55,15 +57,29 @@ def _finite_sorted(values: Any) -> np.ndarray:
     return np.sort(v)
 
 
+def _finite(values: Any) -> np.ndarray:
+    v = np.asarray(values)
+    return v[~np.isnan(v)] if v.dtype.kind == "f" else v
+
+
+def _select(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """values[index] as if `values` were sorted: a partial sort (np.partition) that puts
+    only those ranks in place, O(n) per distinct rank instead of a full sort."""
+    return np.partition(values, np.unique(index))[index]
+
+
 def order_statistic(values: Any, q: Any, sorted_values: np.ndarray | None = None) -> Any:
     """x_(ceil(n q)) of `values` (any order) for one q (a float) or several (an array).
-    NaN when there are no values. Pass `sorted_values` (ascending, no NaN) if at hand."""
-    s = _finite_sorted(values) if sorted_values is None else np.asarray(sorted_values)
+    NaN when there are no values. Pass `sorted_values` (ascending, no NaN) if at hand;
+    without them the ranks are selected, not sorted for."""
     scalar = np.ndim(q) == 0
-    if len(s) == 0:
+    v = _finite(values) if sorted_values is None else np.asarray(sorted_values)
+    if len(v) == 0:
         return float("nan") if scalar else np.full(np.shape(q), np.nan)
-    out = s[ranks(len(s), q) - 1].astype(np.float64)
-    return float(out) if scalar else out
+    index = ranks(len(v), q) - 1
+    out = v[index] if sorted_values is not None else _select(v, np.atleast_1d(index))
+    out = np.asarray(out, dtype=np.float64)
+    return float(out.reshape(-1)[0]) if scalar else out
 
 
 def above(values: Any, q: float, sorted_values: np.ndarray | None = None) -> np.ndarray:
@@ -126,6 +142,34 @@ def order_statistics(grouped: Any, qs: float | Sequence[float]) -> pd.DataFrame 
         cols[q] = out
     frame = pd.DataFrame(cols, index=keys)
     return frame[qs] if np.ndim(qs) == 0 else frame
+
+
+def order_statistics_by_bin(
+    bins: np.ndarray, values: np.ndarray, qs: Sequence[float]
+) -> pd.DataFrame:
+    """`order_statistics` of `values` grouped by the integers `bins` (e.g. the second each
+    one happened in): one row per bin present, in bin order, one column per q. Rows are
+    grouped by a stable argsort of the bins, cheap when they come nearly in order (time
+    stamps do), then the ranks are selected within each bin: a loop over bins, not rows,
+    with no sort of the values."""
+    v = np.asarray(values)
+    b = np.asarray(bins)
+    if v.dtype.kind == "f":
+        keep = ~np.isnan(v)
+        v, b = v[keep], b[keep]
+    if len(v) == 0:
+        return pd.DataFrame(
+            np.empty((0, len(qs))), index=pd.Index(b[:0], name="bin"), columns=list(qs)
+        )
+    order = np.argsort(b, kind="stable")
+    b, v = b[order], v[order]
+    starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
+    counts = np.diff(np.append(starts, len(b)))
+    index = np.stack([ranks(counts, q) - 1 for q in qs], axis=1)
+    out = np.empty((len(starts), len(qs)))
+    for i, (start, count) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
+        out[i] = _select(v[start : start + count], index[i])
+    return pd.DataFrame(out, index=pd.Index(b[starts], name="bin"), columns=list(qs))
 
 
 def above_by(grouped: Any, q: float) -> np.ndarray:

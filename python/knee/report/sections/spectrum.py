@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-from pandas.api.typing import SeriesGroupBy
 
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
@@ -43,11 +42,11 @@ def section(rr: ReportRun) -> Section:
         "logit-scaled: 50, 90, 99, 99.9 are equally spaced, so the tail is as readable as "
         "the median. A curve stops at 1 - 1/n: beyond it the sample has nothing to say.</p>"
     ]
-    latency = rr.ok.groupby("point")["latency_ns"] if len(rr.ok) else None
     for series in rr.series():
         traces: list[Trace] = []
         for i, p in enumerate(rr.points_of(series)):
-            values = _values(latency, p.get("point"))
+            # One point's latencies at a time: a run of any size fits in memory.
+            values = rr.point_ok(p.get("point"), ["latency_ns"])["latency_ns"].to_numpy()
             grid, lat_ms = spectrum(values)
             if not len(grid):
                 continue
@@ -76,9 +75,3 @@ def section(rr: ReportRun) -> Section:
     if len(blocks) == 1:
         blocks.append(note("No successful post-warm-up requests to plot."))
     return Section("spectrum", "Percentile spectrum", blocks)
-
-
-def _values(groups: SeriesGroupBy | None, point: object) -> np.ndarray:
-    if groups is None or point not in groups.groups:
-        return np.array([], dtype=np.int64)
-    return groups.get_group(point).to_numpy()

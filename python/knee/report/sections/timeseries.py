@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import note
-from knee.stats.quantiles import order_statistics
+from knee.stats.quantiles import order_statistic, order_statistics_by_bin
 
 #: Width of a time bin for the sample-based series.
 BIN_S = 1.0
@@ -28,8 +29,7 @@ def section(rr: ReportRun) -> Section:
         "Requests are binned by the second their reply arrived; the per-second p50 and p99 "
         "are order statistics of that second's successful replies, as in the summary.</p>"
     ]
-    if len(rr.samples):
-        blocks.extend(_sample_figures(rr.samples, markers))
+    blocks.extend(_sample_figures(rr, markers))
     ts = rr.run.timeseries
     if not ts.empty and "node" in ts:
         blocks.extend(_node_figures(ts, markers))
@@ -57,26 +57,146 @@ def _markers(rr: ReportRun) -> list[Marker]:
     return out
 
 
-def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure]:
-    done = samples[samples["received_ns"] >= 0]
-    t_bin = (done["received_ns"].to_numpy() // int(BIN_S * 1e9)).astype(np.int64)
-    status = done["status"].to_numpy()
-    frame = pd.DataFrame(
-        {"bin": t_bin, "status": status, "latency_ms": done["latency_ns"].to_numpy() / 1e6}
-    )
-    counts = frame.groupby(["bin", "status"]).size().unstack(fill_value=0)
+#: Percentiles of each bin's successful replies.
+QS = (0.5, 0.99)
+BIN_NS = int(BIN_S * 1e9)
+#: Replies read again at a time for the bins met out of order (LatencyBins.finish).
+REVISIT_ROWS = 8_000_000
+#: Successful replies, warm-up included: the time line covers the whole run.
+OK = (pc.field("status") == "ok") & (pc.field("received_ns") >= 0)
+
+
+def _bin_counts(bins: np.ndarray) -> pd.Series:
+    """How many of `bins` fall in each bin present (one bincount, no per-row loop)."""
+    if not len(bins):
+        return pd.Series([], dtype=np.int64)
+    lo = int(bins.min())
+    counts = np.bincount(bins - lo)
+    present = np.flatnonzero(counts)
+    return pd.Series(counts[present], index=present + lo)
+
+
+def _plus(total: pd.Series | None, counts: pd.Series) -> pd.Series:
+    return counts if total is None else total.add(counts, fill_value=0).astype(np.int64)
+
+
+class LatencyBins:
+    """The p50 and p99 of each bin's successful replies over the whole run, built one piece
+    of samples at a time (pieces of points, in the file's order). A piece's first and last
+    bins can also hold replies of the pieces before and after it, so their values wait until
+    a piece that starts later shows they are complete; a bin met again after that (samples
+    out of time order: several recorders in a point, replies slower than a piece lasts) is
+    recomputed from every point at the end. Memory: a piece, and two bins' replies."""
+
+    def __init__(self) -> None:
+        self.settled: dict[int, np.ndarray] = {}  # bin -> the QS order statistics, in ns
+        self.pending: dict[int, list[np.ndarray]] = {}  # edge bins: values so far
+        self.revisit: set[int] = set()
+
+    def add(self, bins: np.ndarray, latency_ns: np.ndarray) -> None:
+        if not len(bins):
+            return
+        lo, hi = int(bins.min()), int(bins.max())
+        for b in [b for b in self.pending if b < lo]:
+            self._settle(b)
+        for b in {lo, hi}:
+            if b in self.settled:
+                self.revisit.add(b)
+            self.pending.setdefault(b, []).append(latency_ns[bins == b])
+        every = order_statistics_by_bin(bins, latency_ns, QS)  # the edges' rows left out below
+        for b, row in zip(every.index.tolist(), every.to_numpy(), strict=True):
+            if b in (lo, hi):
+                continue
+            if b in self.settled or b in self.pending:
+                self.revisit.add(b)
+            self.settled[b] = row
+
+    def _settle(self, b: int) -> None:
+        self.settled[b] = order_statistic(np.concatenate(self.pending.pop(b)), list(QS))
+
+    def finish(self, rr: ReportRun, ok_per_bin: pd.Series) -> pd.DataFrame:
+        """One row per bin with successful replies (in order), columns QS, in ms. The bins
+        met out of order are read again, a time range of at most REVISIT_ROWS replies at a
+        time (`ok_per_bin` counts them)."""
+        for b in list(self.pending):
+            self._settle(b)
+        for lo, hi in _windows(sorted(self.revisit), ok_per_bin, REVISIT_ROWS):
+            span = (pc.field("received_ns") >= lo * BIN_NS) & (
+                pc.field("received_ns") < (hi + 1) * BIN_NS
+            )
+            bins, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+            for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK & span):
+                b = s["received_ns"].to_numpy() // BIN_NS
+                keep = np.isin(b, list(self.revisit))
+                bins.append(b[keep])
+                values.append(s["latency_ns"].to_numpy()[keep])
+            again = order_statistics_by_bin(np.concatenate(bins), np.concatenate(values), QS)
+            self.settled.update(zip(again.index.tolist(), again.to_numpy(), strict=True))
+        keys = sorted(self.settled)
+        rows = np.array([self.settled[b] for b in keys]).reshape(len(keys), len(QS))
+        return pd.DataFrame(rows / 1e6, index=pd.Index(keys, dtype=np.int64), columns=list(QS))
+
+
+def _windows(bins: list[int], counts: pd.Series, limit: int) -> list[tuple[int, int]]:
+    """`bins` (sorted) as time ranges [first, last] each holding at most `limit` replies by
+    `counts` (replies per bin), a bin with more alone: a loop over bins, not rows."""
+    total = counts.sort_index().cumsum()
+
+    def upto(b: int) -> int:  # replies in the bins up to b
+        i = int(total.index.searchsorted(b, side="right"))
+        return int(total.iloc[i - 1]) if i else 0
+
+    out: list[tuple[int, int]] = []
+    for b in bins:
+        if out and upto(b) - upto(out[-1][0] - 1) <= limit:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((b, b))
+    return out
+
+
+def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
+    """Replies per second by status and the per-second percentiles, read a piece of a
+    point at a time: counts add up, percentiles come from LatencyBins."""
+    replies: dict[str, pd.Series] = {}  # status -> replies per bin of arrival
+    lost: pd.Series | None = None  # requests without a reply per bin of intended time
+    latency = LatencyBins()
+    any_samples = False
+    for point in rr.sample_points():
+        # In pieces: counts add up, LatencyBins merges the seconds a piece shares with the
+        # next, so memory is a piece's whatever the size of the point.
+        for s in rr.run.point_batches(point, ["received_ns", "status"]):
+            if s.empty:
+                continue
+            any_samples = True
+            received = s["received_ns"].to_numpy()
+            done = received >= 0
+            bins = received[done] // BIN_NS
+            status = pd.Categorical(s["status"])
+            codes = np.asarray(status.codes)[done]
+            for code, name in enumerate(status.categories):
+                mine = codes == code
+                if mine.any():
+                    replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
+        # Requests without a reply are few: their send times are read alone.
+        for s in rr.run.point_batches(point, ["intended_ns"], pc.field("received_ns") < 0):
+            lost = _plus(lost, _bin_counts(s["intended_ns"].to_numpy() // BIN_NS))
+        for s in rr.run.point_batches(point, ["received_ns", "latency_ns"], OK):
+            latency.add(s["received_ns"].to_numpy() // BIN_NS, s["latency_ns"].to_numpy())
+    if not any_samples:
+        return []
+    # Statuses in name order, every bin from the first to the last (0 where none).
+    counts = pd.DataFrame({name: replies[name] for name in sorted(replies)}).fillna(0)
     all_bins = np.arange(counts.index.min(), counts.index.max() + 1) if len(counts) else []
-    counts = counts.reindex(all_bins, fill_value=0)
+    counts = counts.reindex(all_bins, fill_value=0).astype(np.int64)
     x = (counts.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     through = [
         Trace("line", f"{s}/s", x, (counts[s] / BIN_S).tolist(), color=i)
         for i, s in enumerate(counts.columns)
     ]
     # Requests that never got a reply (timeouts, drops) are binned by intended time.
-    lost = samples[samples["received_ns"] < 0]
-    if len(lost):
-        lb = (lost["intended_ns"].to_numpy() // int(BIN_S * 1e9)).astype(np.int64)
-        lc = pd.Series(lb).value_counts().sort_index()
+    if lost is not None:
+        lc = lost.sort_index()
         through.append(
             Trace(
                 "points",
@@ -87,10 +207,9 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
                 symbol="x",
             )
         )
-    ok = frame[frame["status"] == "ok"]
-    q = order_statistics(ok.groupby("bin")["latency_ms"], [0.5, 0.99])
+    q = latency.finish(rr, replies.get("ok", pd.Series([], dtype=np.int64)))
     qx = (q.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
-    latency = [
+    latency_traces = [
         Trace("points", "p50", qx, q[0.5].tolist(), color=0),
         Trace("points", "p99", qx, q[0.99].tolist(), color=1),
     ]
@@ -109,7 +228,7 @@ def _sample_figures(samples: pd.DataFrame, markers: list[Marker]) -> list[Figure
             "latency percentiles per second (ok replies)",
             Axis("time (s)"),
             Axis("latency", "log", kind="time"),
-            latency,
+            latency_traces,
             markers,
             height_px=340,
         ),
