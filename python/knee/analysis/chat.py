@@ -17,10 +17,12 @@ under "findings" give the numbers the report's findings state; the report only w
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.contract import CHAT_WRITE_OPS as WRITE_OPS
 from knee.results import Run
@@ -47,9 +49,25 @@ TIMELINE_EVENTS = ("kill", "stop", "start")
 _MS = 1e6
 
 
-def _ok(run: Run) -> pd.DataFrame:
-    s = run.samples
-    return s[(s["status"] == "ok") & ~s["warmup"]]
+#: The samples of the sweep's figures: successful requests after the warm-up.
+_OK = (pc.field("status") == "ok") & ~pc.field("warmup")
+
+
+def _per_point(
+    run: Run, columns: Sequence[str], table: Callable[[pd.DataFrame], pd.DataFrame]
+) -> pd.DataFrame:
+    """`table` of each point's successful post-warm-up samples (`columns` and the point),
+    one point in memory at a time, the points' rows one under the other; `table` of no
+    samples when no point has any."""
+    parts, none = [], None
+    for _, ok in run.iter_points(["point", *columns], _OK):
+        if len(ok):
+            parts.append(table(ok))
+        else:
+            none = ok
+    if not parts:
+        return table(none if none is not None else pd.DataFrame(columns=["point", *columns]))
+    return pd.concat(parts)
 
 
 def configurations(run: Run) -> pd.DataFrame:
@@ -64,7 +82,13 @@ def configurations(run: Run) -> pd.DataFrame:
         for p in run.points
     ]
     cfg = pd.DataFrame(rows, columns=["point", *CONFIG])
-    ok = _ok(run)
+    columns = ["latency_ns", "detail_ns", "server_ns", "network_ns", "received_ns"]
+    stats = _per_point(run, columns, _latency_stats)
+    return cfg.merge(stats, left_on="point", right_index=True, how="left")
+
+
+def _latency_stats(ok: pd.DataFrame) -> pd.DataFrame:
+    """`configurations`' latency statistics of OK samples, one row per point."""
     lat = ok.groupby("point", observed=True)["latency_ns"]
     stats = pd.DataFrame(
         {
@@ -79,7 +103,7 @@ def configurations(run: Run) -> pd.DataFrame:
     )
     span_s = ok.groupby("point", observed=True)["received_ns"].agg(np.ptp) / 1e9
     stats["throughput_per_s"] = stats["count"] / span_s.where(span_s > 0)
-    return cfg.merge(stats, left_on="point", right_index=True, how="left")
+    return stats
 
 
 def latency_vs_clients(run: Run) -> pd.DataFrame:
@@ -106,15 +130,30 @@ def breakdown(run: Run, by: str = "clients") -> pd.DataFrame:
     c = configurations(run)
     key, value = breakdown_fixed(c)[by]
     chosen = c[(c["think_ms"] == 0) & (c[key] == value)][["point", by]]
-    ok = _ok(run).merge(chosen, on="point")
-    top = top_mask_by(ok.groupby("point")["latency_ns"])
-    ok = ok.assign(
-        kind=np.where(top, "outlier", "normal"),
-        db_ms=ok["detail_ns"] / _MS,
-        server_ms=(ok["server_ns"] - ok["detail_ns"]) / _MS,
-        network_ms=ok["network_ns"] / _MS,
-    )
-    return ok.groupby([by, "kind"])[["db_ms", "server_ms", "network_ms"]].mean().reset_index()
+    parts = ["db_ms", "server_ms", "network_ms"]
+    columns = ["point", "latency_ns", "detail_ns", "server_ns", "network_ns"]
+    sums = []  # per chosen point, its sums and counts by kind
+    for point, value in zip(chosen["point"], chosen[by], strict=True):
+        ok = run.point_samples(int(point), columns, _OK)
+        if not len(ok):
+            continue
+        top = top_mask_by(ok.groupby("point")["latency_ns"])
+        ok = ok.assign(
+            **{by: value},
+            kind=np.where(top, "outlier", "normal"),
+            db_ms=ok["detail_ns"] / _MS,
+            server_ms=(ok["server_ns"] - ok["detail_ns"]) / _MS,
+            network_ms=ok["network_ns"] / _MS,
+        )
+        sums.append(ok.groupby([by, "kind"])[parts].agg(["sum", "count"]))
+    if not sums:
+        empty = {by: pd.Series(dtype=chosen[by].dtype), "kind": pd.Series(dtype="str")}
+        return pd.DataFrame({**empty, **{p: pd.Series(dtype=float) for p in parts}})
+    # The mean over the requests of every point with the same `by`: sums and counts added up.
+    total = pd.concat(sums).groupby(level=[by, "kind"]).sum()
+    means = {p: total[(p, "sum")] / total[(p, "count")] for p in parts}
+    out = pd.DataFrame(means, index=total.index).reset_index()
+    return out.astype({by: chosen[by].dtype})  # as the configurations hold it
 
 
 def breakdown_fixed(cfg: pd.DataFrame) -> dict[str, tuple[str, Any]]:
@@ -146,7 +185,12 @@ def magic_one_percent(run: Run) -> pd.DataFrame:
     carries. "Bounded without it" shows as max_without_ms close to p99_ms; ``holds`` says
     whether leaving out the 1% divides the standard deviation by ``MAGIC_STD_FACTOR``
     (meaningful from ``MAGIC_MIN_REQUESTS`` requests: `count`)."""
-    ok = _ok(run)
+    t = _per_point(run, ["latency_ns", "detail_ns"], _magic_stats)
+    return configurations(run)[["point", *CONFIG]].merge(t, left_on="point", right_index=True)
+
+
+def _magic_stats(ok: pd.DataFrame) -> pd.DataFrame:
+    """`magic_one_percent`'s statistics of OK samples, one row per point."""
     g = ok.groupby("point")["latency_ns"]
     in_top = top_mask_by(g)
     rest = ok[~in_top].groupby("point")["latency_ns"]
@@ -166,7 +210,7 @@ def magic_one_percent(run: Run) -> pd.DataFrame:
         }
     )
     t["holds"] = t["std_ms"] >= MAGIC_STD_FACTOR * t["std_without_ms"]
-    return configurations(run)[["point", *CONFIG]].merge(t, left_on="point", right_index=True)
+    return t
 
 
 # ------------------------------------------------------------------------------- failover
@@ -176,7 +220,7 @@ def failover_timeline(run: Run, point: int = 0) -> dict[str, Any]:
     """Figure: latency over time with the kill marked. ``samples`` has each request's intended
     send time (s since the run's start), latency (ms), status and the replica that answered;
     ``events`` the kill/stop/start times (s)."""
-    s = run.samples[run.samples["point"] == point]
+    s = run.point_samples(point, ["intended_ns", "latency_ns", "status", "service", "arg"])
     frame = pd.DataFrame(
         {
             "t_s": s["intended_ns"] / 1e9,
@@ -198,8 +242,8 @@ def failover_gap_ms(run: Run, point: int = 0) -> float | None:
     kills = e[(e["point"] == point) & e["kind"].isin(DOWN_EVENTS)]
     if kills.empty:
         return None
-    s = run.samples
-    t = np.sort(s[(s["point"] == point) & (s["status"] == "ok")]["received_ns"].to_numpy()) / 1e9
+    ok = run.point_samples(point, ["received_ns"], pc.field("status") == "ok")
+    t = np.sort(ok["received_ns"].to_numpy()) / 1e9
     kill_s = float(kills["t_s"].iloc[0])
     gaps = np.diff(t)
     around = (t[1:] >= kill_s) & (t[:-1] <= kill_s + 60)
@@ -210,8 +254,10 @@ def failover_integrity(run: Run, point: int = 0) -> dict[str, int]:
     """Operations lost and applied twice, checked against the database: every write the
     clients saw acknowledged must appear exactly once in the database's operation log (the
     load node's end-of-run audit, ``raw/pNNN-<node>.audit.csv``). Both must be 0."""
-    s = run.samples
-    acked = s[(s["point"] == point) & (s["status"] == "ok") & s["op"].isin(WRITE_OPS)]
+    keys = ["node", "client", "request_id"]
+    acked = run.point_samples(
+        point, keys, (pc.field("status") == "ok") & pc.field("op").isin(list(WRITE_OPS))
+    )
     audits = []
     for path in sorted(run.path.glob(f"raw/p{point:03d}-*.audit.csv")):
         a = pd.read_csv(path)
@@ -220,7 +266,6 @@ def failover_integrity(run: Run, point: int = 0) -> dict[str, int]:
     if not audits:
         raise FileNotFoundError(f"{run.path}/raw: no audit of point {point}")
     audit = pd.concat(audits, ignore_index=True)
-    keys = ["node", "client", "request_id"]
     joined = acked[keys].astype({"node": str}).merge(audit, on=keys, how="left")
     return {
         "acknowledged_writes": len(acked),

@@ -13,11 +13,13 @@ report's findings state (under "lines and findings"); the report only words them
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
 from knee.contract import SHARE_OPS as OPS
@@ -26,6 +28,8 @@ from knee.run_params import point_params, setting, timeline
 from knee.stats.quantiles import order_statistics
 
 PARAMS = ("design", "index", "peers", "files", "file_bytes")
+#: The op code of an obtain.
+OBTAIN = next(op for op, name in OPS.items() if name == "obtain")
 #: Operations in the order a client runs them (docs/share.md).
 PHASES = ("register", "search", "obtain", "unregister")
 
@@ -41,10 +45,26 @@ def point_parameters(run: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _ok(run: Run) -> pd.DataFrame:
-    s = run.samples
-    s = s[~s["warmup"] & (s["status"].astype(str) == "ok")]
-    return s.assign(operation=s["op"].map(OPS))
+#: The samples of the latencies: successful requests after the warm-up.
+_OK = (pc.field("status") == "ok") & ~pc.field("warmup")
+
+
+def _per_point(
+    run: Run,
+    columns: Sequence[str],
+    table: Callable[[pd.DataFrame], pd.DataFrame],
+    where: pc.Expression | None = _OK,
+) -> pd.DataFrame:
+    """`table` of each point's samples that `where` keeps (`columns`, the point and the
+    operation), one point in memory at a time, the points' rows one under the other; `table`
+    of no samples when no point has any."""
+    parts, none = [], pd.DataFrame(columns=["point", "op", *columns])
+    for _, s in run.iter_points(["point", "op", *columns], where):
+        if len(s):
+            parts.append(table(s.assign(operation=s["op"].map(OPS))))
+        else:
+            none = s
+    return pd.concat(parts) if parts else table(none.assign(operation=none["op"].map(OPS)))
 
 
 def _per_op(df: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
@@ -58,20 +78,24 @@ def response_time_vs_nodes(run: Run) -> pd.DataFrame:
     report plotted register as the time for all 50 files (its 35 ms = 50 x 0.7 ms):
     `all_files_ms` is that figure (files per peer x mean register time; NaN for the other
     operations)."""
-    g = _per_op(_ok(run))["latency_ns"]
+    out = _per_point(run, ["latency_ns"], _response_times).reset_index()
+    out = _with_parameters(run, out)
+    register = out["operation"] == "register"
+    out["all_files_ms"] = (out["mean_ms"] * out["files"]).where(register)
+    return out
+
+
+def _response_times(ok: pd.DataFrame) -> pd.DataFrame:
+    g = _per_op(ok)["latency_ns"]
     q = order_statistics(g, [0.5, 0.99]) / 1e6
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "count": g.size(),
             "mean_ms": g.mean() / 1e6,
             "p50_ms": q[0.5],
             "p99_ms": q[0.99],
         }
-    ).reset_index()
-    out = _with_parameters(run, out)
-    register = out["operation"] == "register"
-    out["all_files_ms"] = (out["mean_ms"] * out["files"]).where(register)
-    return out
+    )
 
 
 def ops_per_second(run: Run) -> pd.DataFrame:
@@ -79,12 +103,16 @@ def ops_per_second(run: Run) -> pd.DataFrame:
     time in ms (the report's 2,611 searches/s = 1000 / 0.383 ms), the report's aggregate
     (that times the clients) and the measured aggregate (operations over the span they
     took)."""
-    ok = _ok(run)
+    columns = ["received_ns", "sent_ns", "latency_ns", "client"]
+    return _with_parameters(run, _per_point(run, columns, _rates).reset_index())
+
+
+def _rates(ok: pd.DataFrame) -> pd.DataFrame:
     g = _per_op(ok)
     span_s = (g["received_ns"].max() - g["sent_ns"].min()) / 1e9
     per_client = 1e9 / g["latency_ns"].mean()
     clients = g["client"].nunique()
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "count": g.size(),
             "clients": clients,
@@ -92,8 +120,7 @@ def ops_per_second(run: Run) -> pd.DataFrame:
             "report_estimate_per_s": per_client * clients,
             "aggregate_per_s": g.size() / span_s.replace(0, np.nan),
         }
-    ).reset_index()
-    return _with_parameters(run, out)
+    )
 
 
 def obtain_vs_file_size(run: Run) -> pd.DataFrame:
@@ -101,16 +128,21 @@ def obtain_vs_file_size(run: Run) -> pd.DataFrame:
     2: 10.3 MBps at 1 KB to ~550 MBps at 10 MB-1 GB for 8 clients): per point, the mean and
     quantiles of the obtain time, the report's estimate (file size / mean time x clients)
     and the measured aggregate MB/s (bytes downloaded over the span the obtains took)."""
-    ok = _ok(run)
-    obtains = ok[ok["operation"] == "obtain"]
+    params = point_parameters(run).set_index("point")
+    obtains = _OK & (pc.field("op") == OBTAIN)
+    columns = ["received_ns", "sent_ns", "latency_ns", "client"]
+    out = _per_point(run, columns, lambda s: _obtain_rates(s, params), obtains).reset_index()
+    return params.reset_index().merge(out, on="point").sort_values("file_bytes")
+
+
+def _obtain_rates(obtains: pd.DataFrame, params: pd.DataFrame) -> pd.DataFrame:
     g = obtains.groupby("point")
     span_s = (g["received_ns"].max() - g["sent_ns"].min()) / 1e9
-    params = point_parameters(run).set_index("point")
     size_b = params["file_bytes"].reindex(g.size().index).astype(float)
     clients = g["client"].nunique()
     mean_s = g["latency_ns"].mean() / 1e9
     q = order_statistics(g["latency_ns"], [0.5, 0.99]) / 1e6
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "count": g.size(),
             "mean_ms": mean_s * 1e3,
@@ -120,8 +152,7 @@ def obtain_vs_file_size(run: Run) -> pd.DataFrame:
             "report_estimate_mb_per_s": size_b / mean_s / 1e6 * clients,
             "aggregate_mb_per_s": g.size() * size_b / span_s.replace(0, np.nan) / 1e6,
         }
-    ).reset_index()
-    return params.reset_index().merge(out, on="point").sort_values("file_bytes")
+    )
 
 
 def replica_fallbacks(run: Run) -> pd.DataFrame:
@@ -129,15 +160,16 @@ def replica_fallbacks(run: Run) -> pd.DataFrame:
     owner's replica answered because the owner was down (distributed design), and how many
     operations found the node they needed down (status drop: no replica to fall back to,
     or an obtain from the stopped peer)."""
-    s = run.samples
+    return _per_point(run, ["flags", "status"], _fallbacks, where=None).reset_index()
+
+
+def _fallbacks(s: pd.DataFrame) -> pd.DataFrame:
     s = s.assign(
-        operation=s["op"].map(OPS),
         replica=(s["flags"].to_numpy() & FLAG_REPLICA) != 0,
         drop=s["status"].astype(str).to_numpy() == "drop",
     )
     g = _per_op(s)
-    out = pd.DataFrame({"count": g.size(), "replica": g["replica"].sum(), "drop": g["drop"].sum()})
-    return out.reset_index()
+    return pd.DataFrame({"count": g.size(), "replica": g["replica"].sum(), "drop": g["drop"].sum()})
 
 
 def _with_parameters(run: Run, per_op: pd.DataFrame) -> pd.DataFrame:

@@ -16,10 +16,12 @@ state (ranges, ratios, counts): the report only puts them into words.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from knee.contract import STREAM_BLOCK_BYTES as BLOCK_BYTES
 from knee.contract import STREAM_FLAG_REDUNDANT as FLAG_REDUNDANT
@@ -46,16 +48,25 @@ def _service_names(params: PointParams | None) -> list[str]:
     return [s.get("name") or f"service-{i}" for i, s in enumerate(services)]
 
 
-def _blocks(run: Run) -> pd.DataFrame:
-    """Block requests, with the time each was resolved (reply, or timeout) in ns."""
-    df = run.samples
-    df = df[(df["op"] == STREAM_OP_BLOCK) & ~df["warmup"]].copy()
-    status = df["status"].astype(str).to_numpy()
-    answered = np.isin(status, ("ok", "error"))
-    df["resolved_ns"] = np.where(answered, df["received_ns"], df["sent_ns"] + df["detail_ns"])
-    df["status"] = status
-    df["useful"] = (status == "ok") & ((df["flags"].to_numpy() & FLAG_REDUNDANT) == 0)
-    return df
+#: Block requests after the warm-up: the samples of every stream figure and table.
+_BLOCKS = (pc.field("op") == STREAM_OP_BLOCK) & ~pc.field("warmup")
+#: The columns that say when a block was resolved and whether it was useful.
+_RESOLVE_COLUMNS = ("point", "status", "sent_ns", "received_ns", "detail_ns", "flags")
+
+
+def _blocks(run: Run, columns: Sequence[str] = ()) -> Iterator[pd.DataFrame]:
+    """Per point with block requests after the warm-up, those requests (`columns` besides
+    what tells when each was resolved), with the time each was resolved (reply, or timeout)
+    in ns: one point in memory at a time."""
+    for _, df in run.iter_points([*_RESOLVE_COLUMNS, *columns], _BLOCKS):
+        if df.empty:
+            continue
+        status = df["status"].astype(str).to_numpy()
+        answered = np.isin(status, ("ok", "error"))
+        df["resolved_ns"] = np.where(answered, df["received_ns"], df["sent_ns"] + df["detail_ns"])
+        df["status"] = status
+        df["useful"] = (status == "ok") & ((df["flags"].to_numpy() & FLAG_REDUNDANT) == 0)
+        yield df
 
 
 def _points(run: Run) -> pd.DataFrame:
@@ -114,43 +125,46 @@ def block_latency_boxplot(run: Run) -> pd.DataFrame:
     quartiles (order statistics), mean, whiskers (most extreme value within 1.5 IQR of the
     box) and the outliers, in ms, of every block received in time (dropped and late blocks
     are not latencies, as in the report)."""
-    blocks = _blocks(run)
-    ok = blocks[blocks["status"] == "ok"]
+    boxes = []
+    for b in _blocks(run, ["service", "latency_ns"]):
+        ok = b[b["status"] == "ok"]
+        if len(ok):
+            latency_ms = ok["latency_ns"] / 1e6
+            boxes.append(latency_ms.groupby([ok["point"], ok["service"]]).apply(_tukey).unstack())
+    cols = ["point", "series", "mode", "service", "service_name"]
+    if not boxes:  # no block arrived in time
+        return pd.DataFrame(columns=cols + list(_tukey(pd.Series([0.0])).index))
     points = _points(run).set_index("point")
-    stats = (
-        (ok["latency_ns"] / 1e6)
-        .groupby([ok["point"], ok["service"]])
-        .apply(_tukey)
-        .unstack()
-        .reset_index()
-    )
+    stats = pd.concat(boxes).reset_index()
     stats["mode"] = stats["point"].map(points["mode"])
     stats["series"] = stats["point"].map(points["series"])
     stats["service_name"] = [
         points.at[p, "names"][s] for p, s in zip(stats["point"], stats["service"], strict=True)
     ]
-    cols = ["point", "series", "mode", "service", "service_name"]
     return stats[cols + [c for c in stats.columns if c not in cols]]
 
 
 def _per_point(run: Run) -> pd.DataFrame:
     """Per point: elapsed time, frames, blocks and bytes (the base of the tables)."""
-    b = _blocks(run)
+    out = pd.concat([_point_totals(b) for b in _blocks(run, ["client", "bytes_out", "bytes_in"])])
+    out["elapsed_s"] = (out["end_ns"] - out["start_ns"]) / 1e9
+    return out
+
+
+def _point_totals(b: pd.DataFrame) -> pd.DataFrame:
+    """`_per_point`'s row of one point's blocks (without the elapsed time)."""
     b["wire_bytes"] = b["bytes_out"] + b["bytes_in"]
     g = b.groupby("point")
-    frames = b.groupby(["point", "client"])["useful"].agg(["sum", "size"])
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "start_ns": g["sent_ns"].min(),
             "end_ns": g["resolved_ns"].max(),
             "requests": g.size(),
             "useful_blocks": g["useful"].sum(),
             "wire_bytes": g["wire_bytes"].sum(),
-            "frames": frames.groupby("point").size(),
+            "frames": g["client"].nunique(),
         }
     )
-    out["elapsed_s"] = (out["end_ns"] - out["start_ns"]) / 1e9
-    return out
 
 
 def frames_and_bits_table(run: Run) -> pd.DataFrame:
@@ -178,13 +192,19 @@ def drop_rate_table(run: Run) -> pd.DataFrame:
     """Table 2 of report 000: drop rate in % per service, serial vs parallel. A drop is a
     request without a reply within its timeout (status timeout); late replies are counted
     apart (late %), not as drops. With a 95 % Wilson interval of each rate."""
-    b = _blocks(run)
     points = _points(run).set_index("point")
-    b["mode"] = b["point"].map(points["mode"])
-    b["dropped"] = b["status"] == "timeout"
-    b["late"] = b["status"] == "late"
-    g = b.groupby(["service", "mode"])
-    t = pd.DataFrame({"requests": g.size(), "dropped": g["dropped"].sum(), "late": g["late"].sum()})
+    counts = []  # per point, then added up over the points
+    for b in _blocks(run, ["service"]):
+        b["mode"] = b["point"].map(points["mode"])
+        b["dropped"] = b["status"] == "timeout"
+        b["late"] = b["status"] == "late"
+        g = b.groupby(["service", "mode"])
+        counts.append(
+            pd.DataFrame(
+                {"requests": g.size(), "dropped": g["dropped"].sum(), "late": g["late"].sum()}
+            )
+        )
+    t = pd.concat(counts).groupby(level=["service", "mode"]).sum()
     n, p = t["requests"], t["dropped"] / t["requests"]
     centre = (p + Z_95**2 / (2 * n)) / (1 + Z_95**2 / n)
     half = Z_95 * np.sqrt(p * (1 - p) / n + Z_95**2 / (4 * n * n)) / (1 + Z_95**2 / n)
@@ -201,13 +221,12 @@ def drop_rate_table(run: Run) -> pd.DataFrame:
 def time_to_buffer(run: Run) -> pd.DataFrame:
     """Time to buffer 50, 80, 95, 99 and 100 % of the first 100 frames of each point (s from
     the first request): a frame is buffered once every block arrived or was given up."""
-    b = _blocks(run)
-    b = b[b["client"] < b.groupby("point")["client"].transform("min") + BUFFER_FRAMES]
-    done = b.groupby(["point", "client"])["resolved_ns"].max()
-    start = b.groupby("point")["sent_ns"].min()
     rows = []
-    for point, frame_done in done.groupby(level="point"):
-        t = np.sort(frame_done.to_numpy() - start[point]) / 1e9
+    for b in _blocks(run, ["client"]):
+        point = int(b["point"].iloc[0])
+        b = b[b["client"] < b["client"].min() + BUFFER_FRAMES]
+        start = b["sent_ns"].min()
+        t = np.sort(b.groupby("client")["resolved_ns"].max().to_numpy() - start) / 1e9
         row: dict[str, Any] = {"point": point, "frames": len(t)}
         levels = order_statistic(t, BUFFER_LEVELS, sorted_values=t)
         for level, value in zip(BUFFER_LEVELS, levels, strict=True):
@@ -226,15 +245,12 @@ def throughput_vs_loss(run: Run) -> pd.DataFrame:
     same time per *delivered* block: retransmission changes the delivered fraction, not the
     goodput (with a fixed timeout). `measured_loss_p` is the fraction of requests that timed
     out: a short run's realized loss differs from the nominal p by chance."""
-    b = _blocks(run)
     base = _per_point(run)
     points = _points(run).set_index("point")
-    latency_s = b[b["status"] == "ok"].groupby("point")["latency_ns"].mean() / 1e9
-    blocks = b.drop_duplicates(["point", "client", "arg"]).groupby("point").size()
-    lost = (b["status"] == "timeout").groupby(b["point"]).mean()
-    retransmissions = b.groupby("point")["flags"].apply(
-        lambda f: int(np.count_nonzero(f.to_numpy() & FLAG_RETRANSMISSION))
-    )
+    per_point = pd.DataFrame(
+        [_point_loss(b) for b in _blocks(run, ["latency_ns", "client", "arg"])]
+    ).set_index("point")
+    latency_s = per_point["latency_ns"] / 1e9
     p = points["loss_p"].astype(float)
     t_s = points["timeout_ms"] / 1e3
     measured_s = base["elapsed_s"] / base["useful_blocks"]
@@ -244,11 +260,11 @@ def throughput_vs_loss(run: Run) -> pd.DataFrame:
         {
             "series": points["series"],
             "loss_p": p,
-            "measured_loss_p": lost,
+            "measured_loss_p": per_point["lost"],
             "timeout_s": t_s,
             "latency_s": latency_s,
-            "retransmissions": retransmissions,
-            "delivered_fraction": base["useful_blocks"] / blocks,
+            "retransmissions": per_point["retransmissions"],
+            "delivered_fraction": base["useful_blocks"] / per_point["blocks"],
             "time_per_block_s": measured_s,
             "expected_time_per_block_s": expected_s,
             "goodput_bits_per_s": BLOCK_BYTES * 8 / measured_s,
@@ -256,6 +272,19 @@ def throughput_vs_loss(run: Run) -> pd.DataFrame:
         }
     )
     return out.reset_index()
+
+
+def _point_loss(b: pd.DataFrame) -> dict[str, Any]:
+    """`throughput_vs_loss`'s counts of one point's blocks: the mean latency of those received
+    in time (NaN when none was), distinct blocks, the fraction of requests that timed out
+    and the retransmissions."""
+    return {
+        "point": b["point"].iloc[0],
+        "latency_ns": b.loc[b["status"] == "ok", "latency_ns"].mean(),
+        "blocks": len(b.drop_duplicates(["client", "arg"])),
+        "lost": (b["status"] == "timeout").mean(),
+        "retransmissions": int(np.count_nonzero(b["flags"].to_numpy() & FLAG_RETRANSMISSION)),
+    }
 
 
 # ------------------------------------------------------------------ the findings' numbers

@@ -171,12 +171,10 @@ def _differences(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
                 ['<p class="note">The runs have no point with the same label.</p>'],
             )
         ]
-    ga = a.ok.groupby("point")["latency_ns"] if len(a.ok) else None
-    gb = b.ok.groupby("point")["latency_ns"] if len(b.ok) else None
     rows, labels = [], []
     diffs: dict[str, list[Diff]] = {"mean": [], **{k: [] for k, _ in QUANTILES}}
     for pa, pb in pairs:
-        va, vb = _sorted(ga, pa.get("point")), _sorted(gb, pb.get("point"))
+        va, vb = _sorted(a, pa.get("point")), _sorted(b, pb.get("point"))
         row = {"mean": mean_diff(pa, pb)}
         row.update({k: quantile_diff(va, vb, q) for k, q in QUANTILES})
         for k, d in row.items():
@@ -228,10 +226,10 @@ def _differences(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
     return [Section("differences", "Differences", [text, table, fig])]
 
 
-def _sorted(groups: Any, point: Any) -> np.ndarray:
-    if groups is None or point not in groups.groups:
-        return np.array([], dtype=np.int64)
-    return np.sort(groups.get_group(point).to_numpy())
+def _sorted(rr: data.ReportRun, point: Any) -> np.ndarray:
+    """A point's latencies of successful requests after warm-up, ascending (read alone)."""
+    latency_ns = rr.point_ok(point, ["latency_ns"])["latency_ns"]
+    return np.sort(latency_ns.to_numpy(dtype=np.int64))
 
 
 def _ms(ns: float | None) -> float | None:
@@ -286,9 +284,8 @@ def _overlays(a: data.ReportRun, b: data.ReportRun) -> list[Section]:
 def _spectra(series: str, a: data.ReportRun, b: data.ReportRun) -> Figure:
     traces: list[Trace] = []
     for tag, rr, dash in (("A", a, False), ("B", b, True)):
-        groups = rr.ok.groupby("point")["latency_ns"] if len(rr.ok) else None
         for i, p in enumerate(rr.points_of(series)):
-            grid, lat = spectrum(_sorted(groups, p.get("point")))
+            grid, lat = spectrum(_sorted(rr, p.get("point")))
             if len(grid):
                 traces.append(
                     Trace(

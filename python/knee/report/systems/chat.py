@@ -56,8 +56,8 @@ SOURCE_MAGIC = (
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
     out = [_failover(rr, point, labels) for point in chat.failover_points(rr.run)]
-    if rr.ok.empty:
-        return out
+    if not any(len(rr.point_ok(p, ["point"])) for p in rr.sample_points()):
+        return out  # no successful request after the warm-up: nothing to sweep
     cfg = chat.measured_configurations(rr.run)
     if len(cfg) >= 2:
         out.append(_sweep(rr, cfg))

@@ -41,7 +41,7 @@ PARALLEL = analysis.PARALLEL
 
 def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     run = rr.run
-    if not rr.points or run.samples.empty:
+    if not rr.points or not _has_samples(rr):
         return [Section("stream", "Stream findings (report 000)", [_note("no samples")])]
     boxes = analysis.block_latency_boxplot(run)
     table1 = analysis.frames_and_bits_table(run)
@@ -83,6 +83,11 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
             Section("stream-buffering", "Stream: time to buffer", [_buffer_figure(buffering)])
         )
     return out
+
+
+def _has_samples(rr: ReportRun) -> bool:
+    """Whether any point has a sample (one column read, a point at a time)."""
+    return any(len(rr.point_samples(p, ["point"])) for p in rr.sample_points())
 
 
 def _note(text: str) -> str:
