@@ -149,7 +149,10 @@ class RawFile:
     warmup_requests: int = 0
 
     def frame(self, run_dir: Path) -> pd.DataFrame:
-        records = read_sample_records(run_dir / self.samples)
+        return self.frame_of(read_sample_records(run_dir / self.samples))
+
+    def frame_of(self, records: np.ndarray) -> pd.DataFrame:
+        """Some of this file's records as a frame (`samples_frame` with this file's ids)."""
         return samples_frame(
             records,
             point=self.point,
@@ -240,14 +243,7 @@ def _point_tables(run_dir: Path, raws: list[RawFile]) -> Iterator[pa.Table]:
     offset = 0
     for raw, n in zip(present, counts, strict=True):
         for start, part in zip(range(0, n, WRITE_CHUNK), _chunks(run_dir, raw, n), strict=True):
-            df = samples_frame(
-                part,
-                point=raw.point,
-                series=raw.series,
-                node=raw.node,
-                run_start_ns=raw.run_start_ns,
-                warmup_end_ns=raw.warmup_end_ns,
-            )
+            df = raw.frame_of(part)
             if early is not None:
                 rows = slice(offset + start, offset + start + len(part))
                 df["warmup"] = df["warmup"].to_numpy() | early[rows]

@@ -89,8 +89,8 @@ impl ServiceConfig {
     }
 }
 
-/// Cumulative counts, printed in each `stats` line.
-#[derive(Default)]
+/// Cumulative counts, printed in each `stats` line (the byte counts as its generic columns).
+#[derive(Serialize, Default, Debug, Clone, Copy)]
 struct Counts {
     received: u64,
     replied: u64,
@@ -102,20 +102,17 @@ struct Counts {
     /// Well formed, but no such stream or block (answered with an error status).
     bad_requests: u64,
     send_errors: u64,
+    #[serde(skip)]
     bytes_rx: u64,
+    #[serde(skip)]
     bytes_tx: u64,
 }
 
 /// The service's fields of its `stats` line, after the generic ones.
 #[derive(Serialize, Default, Debug)]
 struct StreamStats {
-    received: u64,
-    replied: u64,
-    dropped: u64,
-    overflow: u64,
-    malformed: u64,
-    bad_requests: u64,
-    send_errors: u64,
+    #[serde(flatten)]
+    counts: Counts,
     /// The emulated link's mean loss rate.
     loss_rate: f64,
     /// The last line, printed once stopped.
@@ -286,13 +283,7 @@ impl Service {
             bad_frames: c.malformed,
             queue_len: self.queue.len() as u64,
             extra: StreamStats {
-                received: c.received,
-                replied: c.replied,
-                dropped: c.dropped,
-                overflow: c.overflow,
-                malformed: c.malformed,
-                bad_requests: c.bad_requests,
-                send_errors: c.send_errors,
+                counts: *c,
                 loss_rate: self.cfg.loss.mean_rate(),
                 last,
             },
