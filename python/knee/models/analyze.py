@@ -1,6 +1,6 @@
 """Queueing models fitted to a run's points and compared with them (docs/statistics.md).
 
-`analyze(points, resolved_spec, cores)` returns one entry per series a model applies to:
+`analyze(points, settings, cores)` returns one entry per series a model applies to:
 Poisson open-loop series (x = the achieved arrival rate) and closed-loop series that vary
 the number of clients (x = clients). Within a series, points are grouped by their other
 swept settings. The service time is fitted once per group of settings that leave the work
@@ -20,11 +20,13 @@ from knee.models.closed_loop import ClosedModel
 from knee.models.fit import (
     SERVERS_KEY,
     Fit,
+    Settings,
     cache_setting,
     fit_service,
     ok_latency,
     servers,
     setting,
+    settings_of,
     unstable,
 )
 from knee.models.measured import measured_knee
@@ -38,20 +40,25 @@ Model = OpenModel | ClosedModel
 
 
 def analyze(
-    points: list[dict[str, Any]], resolved_spec: dict[str, Any], cores: int | None
+    points: list[dict[str, Any]],
+    settings: dict[str, Any] | Settings,
+    cores: int | None,
 ) -> list[dict[str, Any]]:
+    """`settings`: how to read a point's settings (`knee.models.fit.settings_of`): the run
+    directory's records, as the report passes them, or a resolved spec."""
+    lookup = settings_of(settings)
     by_series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for p in points:
         by_series[p["series"]].append(p)
     out = []
     for series, pts in by_series.items():
-        entry = _series(series, pts, resolved_spec, cores)
+        entry = _series(series, pts, lookup, cores)
         if entry is not None:
             out.append(entry)
     return out
 
 
-def _x_of(point: dict[str, Any], spec: dict[str, Any], closed: bool) -> float | None:
+def _x_of(point: dict[str, Any], spec: Settings, closed: bool) -> float | None:
     """The swept load: clients (closed loop) or the offered (target) rate."""
     if closed:
         return float(setting(point, spec, "load.clients") or 1)
@@ -59,14 +66,14 @@ def _x_of(point: dict[str, Any], spec: dict[str, Any], closed: bool) -> float | 
     return float(target) if target else None
 
 
-def _measured_x(point: dict[str, Any], spec: dict[str, Any], closed: bool) -> float:
+def _measured_x(point: dict[str, Any], spec: Settings, closed: bool) -> float:
     """Where a point lies on the models' axis: its clients, or the rate requests were
     really sent at (the offered rate in runs without an achieved rate)."""
     x = _x_of(point, spec, closed) or 0.0
     return x if closed else float(point.get("achieved_rate_per_s") or x)
 
 
-def _fit_set(stable: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _fit_set(stable: list[dict[str, Any]], spec: Settings) -> list[dict[str, Any]]:
     """The stable points a fit group is fitted on: those of its fewest threads that has any.
     More threads than cores stretch each request's service time by waiting for a core, so
     the fewest threads measure the work itself."""
@@ -77,7 +84,7 @@ def _fit_set(stable: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[st
 
 
 def _series(
-    series: str, points: list[dict[str, Any]], spec: dict[str, Any], cores: int | None
+    series: str, points: list[dict[str, Any]], spec: Settings, cores: int | None
 ) -> dict[str, Any] | None:
     schedule = setting(points[0], spec, "load.schedule")
     if schedule not in ("poisson", "closed"):
@@ -178,7 +185,7 @@ def _label(model: Model, threads: int) -> str:
 def _model_entry(
     model: Model,
     group: list[dict[str, Any]],
-    spec: dict[str, Any],
+    spec: Settings,
     closed: bool,
     where: dict[str, Any],
     primary: bool,
@@ -205,9 +212,7 @@ def _model_entry(
     }
 
 
-def _compare(
-    model: Model, point: dict[str, Any], spec: dict[str, Any], closed: bool
-) -> dict[str, Any]:
+def _compare(model: Model, point: dict[str, Any], spec: Settings, closed: bool) -> dict[str, Any]:
     """A measured point against the model, at the point's own achieved arrival rate (open
     loop) or population (closed loop). An unstable point is compared but never flagged."""
     at = _measured_x(point, spec, closed)

@@ -1,11 +1,11 @@
-"""What a model needs from the measurements: each point's settings (read from the resolved
-spec and the point's swept values), whether it is stable, and the service time and the
+"""What a model needs from the measurements: each point's settings (as the run directory
+recorded them), whether it is stable, and the service time and the
 delay outside the server pooled over the stable points of a group, with a result cache's
 steady-state hit ratio when the server has one (docs/statistics.md, "Models")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,25 +18,42 @@ SERVERS_KEY = "server.threads"
 CACHE_KEY = "server.cache"
 
 
-def setting(point: dict[str, Any], spec: dict[str, Any], dotted: str) -> Any:
-    """A point's value of "section.key": swept, else its series' override, else the spec's
-    top-level section (the resolved spec has every default filled in)."""
-    swept = point.get("swept") or {}
-    if dotted in swept:
-        return swept[dotted]
-    section, _, key = dotted.partition(".")
-    series = (spec.get("series") or {}).get(point.get("series", ""), {})
-    if key in (series.get(section) or {}):
-        return series[section][key]
-    return (spec.get(section) or {}).get(key)
+#: A point's value of "section.name" (the point as summary.json has it).
+Settings = Callable[[dict[str, Any], str], Any]
 
 
-def servers(point: dict[str, Any], spec: dict[str, Any]) -> int:
+def settings_of(source: dict[str, Any] | Settings) -> Settings:
+    """How the models look up a point's settings: a function as given (the report passes
+    what the run directory recorded for each point, `knee.run_params`), or, for a caller
+    that holds only a resolved spec (a notebook, a test), the point's swept value, else its
+    series' override, else the spec's top level (the resolved spec has every default)."""
+    if callable(source):
+        return source
+    spec = source
+
+    def from_spec(point: dict[str, Any], dotted: str) -> Any:
+        swept = point.get("swept") or {}
+        if dotted in swept:
+            return swept[dotted]
+        section, _, key = dotted.partition(".")
+        series = (spec.get("series") or {}).get(point.get("series", ""), {})
+        if key in (series.get(section) or {}):
+            return series[section][key]
+        return (spec.get(section) or {}).get(key)
+
+    return from_spec
+
+
+def setting(point: dict[str, Any], spec: Settings, dotted: str) -> Any:
+    return spec(point, dotted)
+
+
+def servers(point: dict[str, Any], spec: Settings) -> int:
     value = setting(point, spec, SERVERS_KEY)
     return int(value) if value else 1
 
 
-def cache_setting(point: dict[str, Any], spec: dict[str, Any]) -> int:
+def cache_setting(point: dict[str, Any], spec: Settings) -> int:
     """The entries of the point's result cache; 0 without one."""
     value = setting(point, spec, CACHE_KEY)
     return int(value) if isinstance(value, int | float) and value > 0 else 0

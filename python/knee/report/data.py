@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from knee.models import analyze
+from knee.models.fit import Settings
 from knee.results import Run, open_run
 from knee.run_params import PointParams, point_params, setting
 
@@ -145,20 +146,25 @@ def load(run_dir: Path) -> ReportRun:
     run = open_run(run_dir)
     points = run.points
     cores = run.env.get("cores")
-    models, error = _models(points, run.spec, cores if isinstance(cores, int) else None)
+    params = point_params(run)
+    models, error = _models(
+        points,
+        lambda p, key: setting(params.get(int(p["point"])), key),
+        cores if isinstance(cores, int) else None,
+    )
     rr = ReportRun(run, points, models, error, cores)
     rr.axes = {s: series_axis(s, rr.points_of(s)) for s in rr.series()}
     return rr
 
 
 def _models(
-    points: list[dict[str, Any]], spec: dict[str, Any], cores: int | None
+    points: list[dict[str, Any]], settings: Settings, cores: int | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """knee.models.analyze's fit, or no models and why (the report still renders)."""
     if not points:
         return [], None
     try:
-        return list(analyze(points, spec, cores)), None
+        return list(analyze(points, settings, cores)), None
     except Exception as e:  # a model bug must not cost the whole report
         last = traceback.format_exception_only(e)[-1].strip()
         return [], f"knee.models.analyze failed: {last}"
