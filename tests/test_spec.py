@@ -274,7 +274,7 @@ def test_unknown_section(tmp_path: Path) -> None:
         err,
         "lod",
         "unknown section; expected one of: experiment, server, load, driver, sweep, series, "
-        "events, presets (did you mean 'load'?)",
+        "events, hosts, placement, limits, presets (did you mean 'load'?)",
     )
     check(error(tmp_path, "load2 = 3\n" + BASE), "load2", "unknown section; ...")
 

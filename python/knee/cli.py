@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--out", type=Path, help="output directory (default: ./compare-<A>-vs-<B>)"
     )
+    sub.add_parser(
+        "cleanup",
+        help="remove the namespaces, links and cgroups of runs whose runner was killed",
+    )
     return p
 
 
@@ -76,6 +80,7 @@ def _on_sigterm(signum: int, frame: object) -> NoReturn:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from knee.hosts import HostError, Unsupported
     from knee.results import SUMMARY
     from knee.runner import NodeFailed, run_experiment
     from knee.runner.display import point_notes, summary_table
@@ -90,6 +95,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     display = _RunDirDisplay(console, enabled=not args.no_progress)
     try:
         run_dir = run_experiment(spec, args.out, display, keep_scratch=args.keep_scratch)
+    except Unsupported as e:  # refused before anything started
+        print(f"knee: {args.spec}: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except HostError as e:
+        print(f"knee: {e}", file=sys.stderr)
+        print("knee: every node was stopped and every host removed", file=sys.stderr)
+        return EXIT_NODE_FAILED
     except NodeFailed as e:
         print(f"knee: {e}", file=sys.stderr)
         print(
@@ -182,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args.run_dir, args.out, console)
     if args.command == "compare":
         return _compare(args, console)
+    if args.command == "cleanup":
+        from knee.hosts import cleanup
+
+        return cleanup.main(console.print)
     _parser().print_help()
     return EXIT_SPEC_ERROR
 

@@ -78,6 +78,10 @@ EXPERIMENT: Schema = {
     "seed": Param("int", 1, "seed of every random choice (schedules, request contents)", min=0),
 }
 
+#: At most this many load generator nodes per point: each is a process with its own
+#: connections, and more than this on one run is a configuration mistake, not a cluster.
+MAX_GENERATORS = 64
+
 LOAD: Schema = {
     "schedule": Param(
         "str", "poisson", "arrival schedule", choices=("poisson", "constant", "steps", "closed")
@@ -137,6 +141,14 @@ LOAD: Schema = {
         "float", 1.0, "seconds at the start of each point excluded from statistics", min=0
     ),
     "warmup_requests": Param("int", 0, "the first requests of each point excluded as well", min=0),
+    "generators": Param(
+        "int",
+        1,
+        "load generator nodes that split the point's rate, clients and requests between them"
+        " (placed on hosts by [placement]); their samples are pooled",
+        min=1,
+        max=MAX_GENERATORS,
+    ),
 }
 
 

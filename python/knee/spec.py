@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from knee.hosts.spec import Placement, check_nodes, check_placement
 from knee.params import (
     EXPERIMENT,
     LOAD,
@@ -28,10 +29,11 @@ from knee.params import (
     Schema,
     Sections,
 )
-from knee.systems import SYSTEMS
+from knee.systems import SYSTEMS, plan_nodes
 
 SECTIONS = ("server", "load", "driver")  # the sections a series overrides and a sweep varies
-_TOP_LEVEL = ("experiment", *SECTIONS, "sweep", "series", "events", "presets")
+_HOSTS = ("hosts", "placement", "limits")  # where nodes run (knee.hosts.spec)
+_TOP_LEVEL = ("experiment", *SECTIONS, "sweep", "series", "events", *_HOSTS, "presets")
 EVENT: Schema = {
     "at_s": Param("float", REQUIRED, "seconds after the point's load started", min=0),
     "action": Param(
@@ -71,6 +73,7 @@ class Spec:
     points: list[Point]
     presets: list[str]  # preset names defined in the file
     events: list[dict[str, Any]]  # the timeline of every point, sorted by at_s
+    placement: Placement = Placement()  # hosts, which node runs where, per-node limits
 
 
 # ---------------------------------------------------------------- cross-field rules
@@ -328,6 +331,7 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
     elif "sweep" in doc:
         out["sweep"] = _check_sweep("sweep", doc["sweep"], schemas)
     out["events"] = _check_events(doc.get("events", []))
+    out["placement"] = check_placement(doc, _check_section)
     return out, schemas
 
 
@@ -341,12 +345,17 @@ def _check_events(events: Any) -> list[Doc]:
     return sorted(out, key=lambda e: e["at_s"])
 
 
-def _check_event_nodes(events: list[Doc], points: list[Point], system: str) -> None:
-    """Every event names a node that each point starts."""
-    topology = SYSTEMS[system].topology
+def _check_nodes(checked: Doc, points: list[Point]) -> None:
+    """Every point's nodes can be placed on the spec's hosts, and every event names a node
+    that each point starts."""
+    system = SYSTEMS[checked["experiment"]["system"]]
     for point in points:
-        names = [plan.name for plan in topology(point)]
-        for i, event in enumerate(events):
+        try:
+            names = [plan.name for plan in plan_nodes(system, point)]
+        except RuleError as err:
+            raise RuleError(err.key, f"{err.message} (in point {point.label!r})") from None
+        check_nodes(checked["placement"], names, point.label)
+        for i, event in enumerate(checked["events"]):
             if event["node"] not in names:
                 raise RuleError(
                     f"events[{i}].node",
@@ -393,7 +402,7 @@ def _resolved(checked: Doc, schemas: Schemas) -> Doc:
     for extra in ("sweep", "series", "events"):
         if checked.get(extra):
             resolved[extra] = copy.deepcopy(checked[extra])
-    return resolved
+    return resolved | checked["placement"].resolved()
 
 
 def _read(path: str) -> Doc:
@@ -429,7 +438,7 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
             doc = _merge(doc, presets[preset], "", origins)
         checked, schemas = _validate(doc)
         points = _expand(checked, schemas)
-        _check_event_nodes(checked["events"], points, checked["experiment"]["system"])
+        _check_nodes(checked, points)
     except RuleError as err:
         suffix = f" (from preset {preset!r})" if _from_preset(err.key, origins) else ""
         raise SpecError(path, err.key, err.message + suffix) from None
@@ -441,4 +450,5 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
         points,
         list(presets),
         checked["events"],
+        checked["placement"],
     )

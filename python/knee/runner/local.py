@@ -1,11 +1,14 @@
-"""Runs every point of an experiment with its nodes as local processes on 127.0.0.1.
+"""Runs every point of an experiment, each node on its host: a local process on 127.0.0.1 by
+default, or on an emulated or SSH host (knee.hosts, docs/hosts.md).
 
-For each point: start the nodes of the system's topology in order (servers, replicas and
-peers are waited for until they report their ephemeral address; load generators and
-clients record samples), apply the spec's event timeline (kill, stop, start a node at a
-time), sample CPU and the nodes' counters every interval, stop everything, and add the
-point's statistics (every recorder's samples pooled) to summary.json. Nodes are stopped on
-every path out: normal end, a node failing (named with its last stderr lines), Ctrl-C.
+The hosts are made before the first point and removed on every way out. For each point:
+start the nodes of the system's topology (its load split over `load.generators`) in order
+(servers, replicas and peers are waited for until they report their ephemeral address;
+load generators and clients record samples), apply the spec's event timeline (kill, stop,
+start a node at a time), sample CPU and the nodes' counters every interval, stop
+everything, and add the point's statistics (every recorder's samples pooled) to
+summary.json. Nodes are stopped on every path out: normal end, a node failing (named with
+its last stderr lines), Ctrl-C.
 
 What each point ran with is recorded as it happens (`knee.run_params`): plan.json before the
 first point, and points/pNNN.json as the point starts, as each node starts, as each timeline
@@ -15,6 +18,7 @@ event is applied and as the point ends, so a crashed run still says what ran.
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from knee import env, results, run_params, systems
+from knee.hosts import RunHosts
+from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
 from knee.run_params import PointParams
@@ -53,6 +59,8 @@ class RunState:
     nodes: dict[str, Node] = field(default_factory=dict)
     monitor: Monitor = field(default_factory=Monitor)
     keep_scratch: bool = False
+    hosts: RunHosts | None = None
+    remote_usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # node: t, cpu_s
 
     def t_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
@@ -86,17 +94,28 @@ def run_experiment(
     spec: Spec, out_root: Path, display: Display, keep_scratch: bool = False
 ) -> Path:
     """Runs every point; returns the run directory. Raises NodeFailed or KeyboardInterrupt
-    after stopping every node and writing what was measured."""
+    after stopping every node and writing what was measured, and Unsupported (knee.hosts)
+    before anything starts when this machine cannot make the spec's hosts."""
     binary = node_binary()
+    hosts = RunHosts(spec.placement, new_run_id())
+    hosts.check()
     run_dir = create_run_dir(out_root, spec.experiment["name"])
     header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
     (run_dir / "spec.toml").write_text(header + "\n" + dump_toml(spec.resolved))
     run_params.write_plan(run_dir, spec.experiment, spec.events, spec.points)
-    results.write_json(run_dir / "env.json", env.collect(binary))
-    state = RunState(run_dir=run_dir, t0_ns=time.monotonic_ns(), keep_scratch=keep_scratch)
+    machine = env.collect(binary)
+    results.write_json(run_dir / "env.json", machine)
+    state = RunState(
+        run_dir=run_dir, t0_ns=time.monotonic_ns(), keep_scratch=keep_scratch, hosts=hosts
+    )
     display.run_started(run_dir, len(spec.points))
     status = "failed"
     try:
+        if hosts.needs_setup():
+            state.event("hosts_setup", None, detail=f"run id {hosts.run_id}")
+            hosts.setup()
+            # What each host is (addresses, links, limits, clock offsets) as made.
+            results.write_json(run_dir / "env.json", {**machine, "hosts": hosts.describe()})
         for point in spec.points:
             _run_point(spec, point, state, display)
         status = "complete"
@@ -109,9 +128,17 @@ def run_experiment(
         raise
     finally:
         _stop_all(state)
+        for problem in hosts.teardown():
+            state.event("cleanup_failed", None, detail=problem)
         display.run_finished()
         _write_outputs(spec, state, status)
     return run_dir
+
+
+def new_run_id() -> str:
+    """A short id the run's namespaces, links and cgroups are named with (an interface name
+    has at most 15 characters)."""
+    return secrets.token_hex(3)
 
 
 @dataclass
@@ -119,6 +146,7 @@ class PointNodes:
     """The nodes of the point being run, as the event timeline and the drive loop see them."""
 
     plans: dict[str, NodePlan]
+    where: dict[str, str]  # each node's host
     configs: dict[str, dict[str, Any]]  # as started, placeholders replaced
     addrs: dict[str, str]  # reported by each node's ready line
     recorders: list[str]
@@ -148,17 +176,21 @@ def _measure_point(
     spec: Spec, point: Point, state: RunState, display: Display, record: PointParams
 ) -> None:
     system = systems.SYSTEMS[spec.experiment["system"]]
-    plans = system.topology(point)
+    plans = systems.plan_nodes(system, point)
+    where = check_nodes(spec.placement, [p.name for p in plans], point.label)
     tag = f"p{point.index:03d}"
     warmup_ns = int(point.load["warmup_s"] * 1e9)
     state.event("point_start", point.index, detail=point.label)
     state.monitor.reset()  # the time between points is not this point's interference
     recorders = [p.name for p in plans if p.records]
-    nodes = PointNodes({p.name: p for p in plans}, {}, {}, recorders, record)
+    nodes = PointNodes({p.name: p for p in plans}, where, {}, {}, recorders, record)
     raws: dict[str, results.RawFile] = {}
     scratch = state.run_dir / "scratch" / tag
     for plan in plans:
+        host = _host(state, where[plan.name])
         config = _substitute(plan.config, {**nodes.addrs, "scratch": str(scratch)})
+        if host.kind != "local" and not plan.records:  # reached at its host's address
+            config.setdefault("listen", f"{host.address}:0")
         if plan.records:
             raw = results.RawFile(
                 point=point.index,
@@ -166,26 +198,29 @@ def _measure_point(
                 node=plan.name,
                 samples=f"raw/{tag}-{plan.name}.samples.bin",
                 histogram=f"raw/{tag}-{plan.name}.histogram.csv",
-                run_start_ns=state.t0_ns,
+                # The node's clock: a remote host's monotonic clock is offset from ours.
+                run_start_ns=state.t0_ns + int(getattr(host, "clock_offset_ns", 0)),
                 # Approximate until the node reports its start; rewritten below.
                 warmup_end_ns=time.monotonic_ns() + warmup_ns,
                 warmup_requests=point.load["warmup_requests"],
             )
-            config["samples_path"] = str(state.run_dir / raw.samples)
-            config["histogram_path"] = str(state.run_dir / raw.histogram)
+            config["samples_path"] = host.node_path(state.run_dir / raw.samples)
+            config["histogram_path"] = host.node_path(state.run_dir / raw.histogram)
             raws[plan.name] = raw
             state.raws.append(raw)
             results.write_manifest(state.run_dir, state.raws)
         nodes.configs[plan.name] = config
         _start_node(state, point, nodes, plan.name, system.name)
     expected = systems.expected_requests(point.load)
-    display.point_started(point, expected * len(raws) if expected else None)
+    per_recorder = len(raws) / point.load["generators"]  # generators share the requests
+    display.point_started(point, round(expected * per_recorder) if expected else None)
     _drive(point, spec.events, state, display, nodes, system.name)
     for name, raw in raws.items():
         raw.warmup_end_ns = nodes.starts_ns[name] + warmup_ns
     results.write_manifest(state.run_dir, state.raws)
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
+    _fetch(state, nodes, raws)
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     stats = point_stats(
@@ -196,7 +231,7 @@ def _measure_point(
         timeout_ms=point.load["timeout_ms"],
         cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
     )
-    warmup_end_s = (min(r.warmup_end_ns for r in raws.values()) - state.t0_ns) / 1e9
+    warmup_end_s = min(r.warmup_end_ns - r.run_start_ns for r in raws.values()) / 1e9
     stats.update(
         point=point.index,
         series=point.series,
@@ -210,6 +245,21 @@ def _measure_point(
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, "running"))
     state.event("point_end", point.index)
     display.point_finished(point, stats)
+
+
+def _host(state: RunState, name: str) -> Any:
+    assert state.hosts is not None
+    return state.hosts.host_of(name)
+
+
+def _fetch(state: RunState, nodes: PointNodes, raws: dict[str, results.RawFile]) -> None:
+    """Brings the files of recorders on remote hosts into raw/ (a local host's node wrote
+    them there already)."""
+    for name, raw in raws.items():
+        host = _host(state, nodes.where[name])
+        for local in (state.run_dir / raw.samples, state.run_dir / raw.histogram):
+            if host.node_path(local) != str(local):
+                host.fetch(host.node_path(local), local)
 
 
 _ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}|\{(scratch)\}")
@@ -239,6 +289,8 @@ def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, sys
     """Starts one node of the point; a node that does not record is waited for until ready."""
     tag = f"p{point.index:03d}"
     node_config = nodes.configs[name]
+    host_name = nodes.where[name]
+    assert state.hosts is not None
     node = Node(
         name,
         nodes.plans[name].role,
@@ -246,14 +298,25 @@ def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, sys
         node_config,
         config_path=state.run_dir / "nodes" / f"{name}.{tag}.json",
         log_path=state.run_dir / "nodes" / f"{name}.stderr.log",
+        host=state.hosts.host_of(host_name),
+        wrap=state.hosts.wrap_for(name, host_name),
     )
     state.nodes[name] = node
     state.monitor.add(name, node.pid)
-    state.event("node_start", point.index, name, f"pid {node.pid}")
+    state.remote_usage.pop(name, None)
+    on = "" if host_name == LOCAL else f" on {host_name}"
+    state.event("node_start", point.index, name, f"pid {node.pid}{on}")
     if all(n["name"] != name for n in nodes.record.topology):  # as first started
         plan = nodes.plans[name]
         nodes.record.topology.append(
-            {"name": name, "role": plan.role, "records": plan.records, "config": node_config}
+            {
+                "name": name,
+                "role": plan.role,
+                "records": plan.records,
+                "host": host_name,
+                "limits": state.hosts.limits_of(name, host_name),
+                "config": node_config,
+            }
         )
         run_params.write_point(state.run_dir, nodes.record)
     if not nodes.plans[name].records:
@@ -291,8 +354,7 @@ def _apply_event(
     state.event(action, point.index, name, f"{detail}, pid {node.pid}")
     _applied(state, nodes, event, "applied")
     if action == "kill":
-        node.proc.kill()
-        node.proc.wait(timeout=5)
+        node.kill()
     else:
         node.stop()
 
@@ -377,6 +439,14 @@ def _sample(state: RunState, point: int) -> None:
         counters = node.latest.get("stats") or node.latest.get("progress") or {}
         row: dict[str, Any] = {"t_s": t_s, "point": point, "node": name, "role": node.role}
         row.update(usage)
+        if node.host.kind == "ssh":  # the local process is the node's ssh client
+            row["ssh_cpu_percent"] = row["cpu_percent"]
+            row.update(_remote_usage(state, name, node.latest.get("usage")))
+        limits = node_limits(state, point, name)
+        if limits.get("cpu_cores"):
+            # CPU % relative to what the node may use: 100 = its whole quota.
+            row["cpu_quota_cores"] = limits["cpu_cores"]
+            row["cpu_percent_of_quota"] = row["cpu_percent"] / limits["cpu_cores"]
         for key in (
             "requests",
             "completed",
@@ -400,10 +470,43 @@ def _sample(state: RunState, point: int) -> None:
         state.timeseries.append(
             {"t_s": t_s, "point": point, "node": HOST_NODE, "role": HOST_ROLE, **host}
         )
+    assert state.hosts is not None
+    for name, counters in state.hosts.interface_rows().items():  # each host's own link
+        state.timeseries.append(
+            {"t_s": t_s, "point": point, "node": f"link:{name}", "role": LINK_ROLE, **counters}
+        )
+
+
+#: The role of a host's link rows in timeseries.parquet (its interface's byte counters).
+LINK_ROLE = "link"
+
+
+def node_limits(state: RunState, point: int, name: str) -> dict[str, Any]:
+    """A node's effective limits as its point's record has them."""
+    del point  # the same node name has the same limits in every point of a run
+    node = state.nodes.get(name)
+    if node is None or state.hosts is None:
+        return {}
+    return state.hosts.limits_of(name, node.host.name)
+
+
+def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> dict[str, Any]:
+    """A remote node's CPU % and memory from its host's `usage` lines (cumulative CPU s)."""
+    if not usage:
+        return {}
+    now, cpu_s = time.monotonic(), float(usage.get("cpu_s", 0.0))
+    before = state.remote_usage.get(name)
+    state.remote_usage[name] = (now, cpu_s)
+    out: dict[str, Any] = {"rss_bytes": usage.get("rss_bytes")}
+    out["cpu_percent"] = (
+        100.0 * (cpu_s - before[1]) / (now - before[0]) if before and now > before[0] else 0.0
+    )
+    return out
 
 
 def _resources(rows: list[dict[str, Any]], point: int, after_s: float) -> dict[str, Any]:
-    """Mean CPU % and network bytes/s per node over the point's post-warm-up samples."""
+    """Mean CPU % (and % of its quota) and network bytes/s per node over the point's
+    post-warm-up samples; bytes/s of each emulated host's link (``link:HOST``)."""
     out: dict[str, Any] = {}
     mine = [
         r
@@ -412,8 +515,11 @@ def _resources(rows: list[dict[str, Any]], point: int, after_s: float) -> dict[s
     ]
     for name in sorted({r["node"] for r in mine}):
         rs = [r for r in mine if r["node"] == name]
-        cpu = [r["cpu_percent"] for r in rs]
-        entry: dict[str, Any] = {"cpu_percent": sum(cpu) / len(cpu) if cpu else None}
+        entry: dict[str, Any] = {}
+        for key in ("cpu_percent", "cpu_percent_of_quota"):
+            values = [r[key] for r in rs if r.get(key) is not None]
+            if values or key == "cpu_percent" and rs[0].get("role") != LINK_ROLE:
+                entry[key] = sum(values) / len(values) if values else None
         if len(rs) >= 2 and "bytes_tx" in rs[0] and "bytes_tx" in rs[-1]:
             dt = rs[-1]["t_s"] - rs[0]["t_s"]
             for key in ("bytes_rx", "bytes_tx"):

@@ -16,6 +16,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from knee.hosts.base import Host
+from knee.hosts.local import LocalHost
+
 #: Lines of a node's stderr kept in memory to name a failure.
 STDERR_TAIL_LINES = 20
 #: Events kept waiting for the runner; a node prints about one per second.
@@ -56,7 +59,11 @@ def node_binary() -> str:
 
 
 class Node:
-    """A started knee-node process."""
+    """A started knee-node process, on its host (this machine's loopback by default).
+
+    ``wrap`` turns the host's command into the one started here (e.g. joining the node's
+    cgroups first, knee.hosts.cgroups.wrap); it must exec, so the pid stays the node's.
+    """
 
     def __init__(
         self,
@@ -66,18 +73,30 @@ class Node:
         config: dict[str, Any],
         config_path: Path,
         log_path: Path,
+        host: Host | None = None,
+        wrap: Any = None,
     ) -> None:
         self.name = name
         self.role = role
-        config_path.write_text(json.dumps(config, indent=2))
+        self.host = host or LocalHost()
+        text = json.dumps(config, indent=2)
+        config_path.write_text(text)
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        cmd = [node_binary(), role, system, "--name", name, "--config", f"@{config_path}"]
+        binary = self.host.binary(node_binary())
+        # A host that shares this machine's files reads the config file; a remote one gets
+        # it inline (configs are a few kB; the kernel allows 128 kB per argument).
+        config_arg = f"@{config_path}" if self.host.kind != "ssh" else json.dumps(config)
+        cmd = self.host.command([binary, role, system, "--name", name, "--config", config_arg])
+        if wrap is not None:
+            cmd = wrap(cmd)
+        # stdin is a pipe: an ssh host's lifeline and control channel (knee.hosts.ssh); a
+        # local node never reads it.
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
         )
         self.pid = self.proc.pid
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(EVENT_QUEUE_MAX)
@@ -133,16 +152,34 @@ class Node:
             time.sleep(0.01)
         raise self.failure(f"was not ready within {timeout_s:g} s")
 
+    def signal(self, sig: int) -> None:
+        """Sends a signal to the node, wherever it runs."""
+        try:
+            self.host.signal(self.proc, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL, and waits until the node is gone."""
+        self.signal(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a remote node's lifeline did not answer
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
     def stop(self, grace_s: float = 3.0) -> int | None:
         """SIGTERM, then SIGKILL after the grace period. Returns the exit code."""
         if self.alive():
+            self.signal(signal.SIGTERM)
             try:
-                self.proc.send_signal(signal.SIGTERM)
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-            except ProcessLookupError:
+                self.kill()
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
                 pass
         for t in self._readers:
             t.join(timeout=1.0)

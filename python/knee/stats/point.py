@@ -17,6 +17,7 @@ from knee.results import STATUS_NAMES
 from knee.stats import checks
 from knee.stats.cache import cache_split
 from knee.stats.distribution import distribution
+from knee.stats.generators import generators
 from knee.stats.groups import (
     OK_CODE,
     TIMEOUT_CODE,
@@ -146,6 +147,7 @@ def point_stats(
             column("service"), whole("service"), codes, group_rates, latency, server, network, entry
         ),
         "cache": cache,
+        "generators": generators(whole("node"), group_rates, target_rate_per_s, late_ms),
         "top1": top1(
             latency,
             server,

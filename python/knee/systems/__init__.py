@@ -11,6 +11,7 @@ from knee.systems.base import (
     default_topology,
     expected_requests,
     load_config,
+    plan_nodes,
     server_config,
     target_rate_per_s,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "default_topology",
     "expected_requests",
     "load_config",
+    "plan_nodes",
     "server_config",
     "target_rate_per_s",
 ]

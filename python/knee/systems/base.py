@@ -4,11 +4,12 @@ the system."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from knee.params import Point, Rule, Schema
+from knee.params import Point, Rule, RuleError, Schema
 
 
 @dataclass
@@ -59,6 +60,68 @@ class System:
     #: The reply flag bit that marks a reply served from a result cache (matrix), when the
     #: point's `server.cache` is on: its hit ratio then goes into the point's statistics.
     cache_hit_flag: int | None = None
+
+
+def plan_nodes(system: System, point: Point) -> list[NodePlan]:
+    """The nodes of one point: the system's topology, its load split over
+    `load.generators` generator nodes."""
+    return split_generators(system.topology(point), point.load["generators"])
+
+
+#: Seeds of the generators of one point lie this far apart, so their random streams differ.
+GENERATOR_SEED_STRIDE = 1_000_003
+
+
+def split_generators(plans: list[NodePlan], n: int) -> list[NodePlan]:
+    """Each recording node becomes n generators NAME-0 .. NAME-{n-1} that share its load: the
+    rate (and the rates of steps) divided by n, the closed loop's clients and the request
+    count dealt out, each with its own seed. Their samples are pooled by the analysis (a
+    percentile is never averaged over generators)."""
+    if n == 1:
+        return plans
+    out: list[NodePlan] = []
+    for plan in plans:
+        if not plan.records:
+            out.append(plan)
+            continue
+        if "schedule" not in plan.config and "clients" not in plan.config:
+            raise RuleError(
+                "load.generators",
+                f"{plan.name} is one client of its own (not a rate or a number of clients "
+                "to split): this system runs with load.generators = 1",
+            )
+        for i in range(n):
+            config = _generator_share(plan.config, i, n)
+            out.append(NodePlan(f"{plan.name}-{i}", plan.role, config, records=True))
+    return out
+
+
+def _generator_share(config: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+    """Generator i's part of a recording node's config."""
+    cfg = copy.deepcopy(config)
+    schedule = cfg.get("schedule", {})
+    if "rate_per_s" in schedule:
+        schedule["rate_per_s"] = schedule["rate_per_s"] / n
+    if "steps" in schedule:
+        schedule["steps"] = [[rate / n, d] for rate, d in schedule["steps"]]
+    for table, key in ((schedule, "clients"), (cfg, "clients"), (cfg, "requests")):
+        if key in table:
+            table[key] = _dealt(table[key], i, n, key)
+    if "seed" in cfg:
+        cfg["seed"] = cfg["seed"] + i * GENERATOR_SEED_STRIDE
+    driver = cfg.get("driver", {})
+    if "client_prefix" in driver:  # chat: client names stay unique over generators
+        driver["client_prefix"] = f"{driver['client_prefix']}-{i}"
+    return cfg
+
+
+def _dealt(total: int, i: int, n: int, key: str) -> int:
+    share = total // n + (1 if i < total % n else 0)
+    if share < 1:
+        raise RuleError(
+            "load.generators", f"{n} generators cannot share {total} {key}: give each one"
+        )
+    return share
 
 
 def server_config(server: dict[str, Any]) -> dict[str, Any]:

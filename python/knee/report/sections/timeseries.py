@@ -249,6 +249,7 @@ def _node_figures(ts: pd.DataFrame, markers: list[Marker]) -> list[Figure]:
                 color=i,
             )
             for i, n in enumerate(nodes)
+            if ts.loc[ts["node"] == n, "cpu_percent"].notna().any()  # not a link's rows
         ]
         if "foreign_cpu_percent" in ts:  # the runner's host rows (knee.monitor)
             host = ts[ts["node"] == "host"]
@@ -272,6 +273,29 @@ def _node_figures(ts: pd.DataFrame, markers: list[Marker]) -> list[Figure]:
                 cpu,
                 markers,
                 height_px=340,
+            )
+        )
+    if "cpu_percent_of_quota" in ts:  # nodes with a CPU limit (knee.hosts)
+        limited = ts[ts["cpu_percent_of_quota"].notna()]
+        figs.append(
+            Figure(
+                "ts-cpu-quota",
+                "CPU of each node with a CPU limit, relative to it (100% = its whole quota)",
+                Axis("time (s)"),
+                Axis("% of quota"),
+                [
+                    Trace(
+                        "points",
+                        f"{n} (of {limited.loc[limited['node'] == n, 'cpu_quota_cores'].iloc[0]:g}"
+                        " cores)",
+                        limited.loc[limited["node"] == n, "t_s"].tolist(),
+                        limited.loc[limited["node"] == n, "cpu_percent_of_quota"].tolist(),
+                        color=nodes.index(n),
+                    )
+                    for n in dict.fromkeys(limited["node"].astype(str))
+                ],
+                markers,
+                height_px=300,
             )
         )
     net: list[Trace] = []

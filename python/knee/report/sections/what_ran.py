@@ -1,4 +1,5 @@
-"""What ran: the experiment, its status, the machine and software, the resolved spec."""
+"""What ran: the experiment, its status, the machine and software, the hosts and limits, the
+load generators' own sending, the resolved spec."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from knee.report.data import ReportRun
 from knee.report.html import Section, esc
+from knee.report.kit.tables import Col, Row, table, verdict
 from knee.run_params import planned
 
 
@@ -34,7 +36,14 @@ def section(rr: ReportRun) -> Section:
         ("packages", ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())),
         ("report built with", _report_tools()),
     ]
-    blocks = [_table(rows), _warmup(rr), _series(spec), _failures(rr)]
+    blocks = [
+        _table(rows),
+        _hosts(env.get("hosts")),
+        _generators(rr),
+        _warmup(rr),
+        _series(spec),
+        _failures(rr),
+    ]
     spec_text = (rr.path / "spec.toml").read_text() if (rr.path / "spec.toml").exists() else ""
     blocks.append(
         f"<details><summary>resolved spec (spec.toml)</summary><pre>{esc(spec_text)}</pre>"
@@ -65,6 +74,92 @@ def _table(rows: list[tuple[str, Any]]) -> str:
         for k, v in rows
     )
     return f"<table>{body}</table>"
+
+
+def _limits(limits: dict[str, Any] | None) -> str:
+    if not limits:
+        return "-"
+    parts = []
+    if limits.get("cpu_cores") is not None:
+        parts.append(f"{limits['cpu_cores']:g} cores")
+    if limits.get("cpuset") is not None:
+        parts.append(f"cpus {limits['cpuset']}")
+    if limits.get("memory_bytes") is not None:
+        parts.append(f"{limits['memory_bytes'] / 2**20:g} MiB")
+    return ", ".join(parts) or "-"
+
+
+def _link(h: dict[str, Any]) -> str:
+    parts = []
+    if h.get("rate_mbit") is not None:
+        parts.append(f"{h['rate_mbit']:g} Mbit/s")
+    if h.get("loss_percent"):
+        parts.append(f"{h['loss_percent']:g}% loss")
+    if h.get("delay_ms"):
+        parts.append(f"{h['delay_ms']:g} ms delay")
+    if h.get("clock_offset_ns") is not None:
+        unc = h.get("clock_uncertainty_ns") or 0
+        parts.append(f"clock offset {h['clock_offset_ns'] / 1e6:+.3f} ± {unc / 1e6:.3f} ms")
+    return ", ".join(parts) or "-"
+
+
+def _hosts(hosts: dict[str, Any] | None) -> str:
+    """The hosts the nodes ran on (env.json's `hosts`, as knee.hosts made them)."""
+    if not hosts:
+        return ""
+    rows = [
+        Row([h["name"], h["kind"], h.get("address"), _link(h), _limits(h.get("limits"))])
+        for h in hosts.get("hosts", [])
+    ]
+    placed = "; ".join(f"{g} on {t}" for g, t in (hosts.get("placement") or {}).items())
+    own = "; ".join(f"{g}: {_limits(x)}" for g, x in (hosts.get("node_limits") or {}).items())
+    notes = "".join(
+        f"<p>{esc(label)}: {esc(text)}</p>"
+        for label, text in (("Placement", placed), ("Limits per node", own))
+        if text
+    )
+    cols = [Col("host", True), Col("kind", True), Col("address", True), Col("link", True)]
+    return str(table([*cols, Col("limits (all its nodes)", True)], rows, heading="Hosts")) + notes
+
+
+def _generators(rr: ReportRun) -> str:
+    """Each load generator's achieved rate and late sends, when a point had several."""
+    rows = []
+    for p in rr.points:
+        for g in p.get("generators") or []:
+            check = g.get("sender") or {}
+            rows.append(
+                Row(
+                    [
+                        p.get("label"),
+                        g["node"],
+                        g.get("target_rate_per_s"),
+                        g.get("achieved_rate_per_s"),
+                        g.get("late_sends"),
+                        g.get("late_send_share"),
+                        verdict(check.get("verdict"), check.get("detail", "")),
+                    ]
+                )
+            )
+    if not rows:
+        return ""
+    cols = [
+        Col("point", True),
+        Col("generator", True),
+        Col("target /s", tip="the point's target rate, split evenly"),
+        Col("sent /s", tip="achieved send rate after warm-up"),
+        Col("late sends"),
+        Col("late share"),
+        Col("sender", tip="did this generator send what its schedule asked?"),
+    ]
+    return str(
+        table(
+            cols,
+            rows,
+            scroll=True,
+            heading="Load generators (latency is pooled over all of them)",
+        )
+    )
 
 
 def _warmup(rr: ReportRun) -> str:

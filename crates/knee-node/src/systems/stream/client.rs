@@ -26,7 +26,7 @@ pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
         .iter()
         .map(|addr| {
             // One connected socket per service: the kernel keeps other senders' datagrams out.
-            let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a socket: {e}"))?;
+            let s = UdpSocket::bind(local_for(addr)?).map_err(|e| format!("binding a socket: {e}"))?;
             s.connect(addr).map_err(|e| format!("service {addr}: {e}"))?;
             s.set_nonblocking(true).map_err(|e| e.to_string())?;
             Ok(s)
@@ -37,6 +37,20 @@ pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
         sockets,
         live: Arc::default(),
     }))
+}
+
+/// The local address a socket to `service` binds: loopback for a service on loopback (the
+/// socket then never listens on the machine's real interfaces), else any address, for a
+/// service on another host (an emulated host's namespace, or a real one).
+fn local_for(service: &str) -> Result<&'static str, String> {
+    let addr: std::net::SocketAddr = service
+        .parse()
+        .map_err(|e| format!("service {service}: not an address ({e})"))?;
+    Ok(if addr.ip().is_loopback() {
+        "127.0.0.1:0"
+    } else {
+        "0.0.0.0:0"
+    })
 }
 
 impl Role for StreamClient {

@@ -1,0 +1,47 @@
+"""Each load generator's own sending, when a point has several (load.generators, or one
+client per peer): its achieved rate and late sends, so an overloaded generator is visible.
+The latency statistics stay pooled over every generator's samples (a percentile is never
+averaged over generators)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from knee.stats import checks
+
+#: The rate fields of knee.stats.rates kept per generator.
+FIELDS = ("sent", "achieved_rate_per_s", "achieved_rate_ci_per_s", "late_sends", "late_send_share")
+
+
+def generators(
+    nodes: np.ndarray,
+    group_rates: Callable[[np.ndarray], dict[str, Any]],
+    target_rate_per_s: float | None,
+    late_ms: float | None,
+) -> list[dict[str, Any]]:
+    """Per recording node (empty with a single one): its rates, its share of the target
+    (the target split evenly, as the runner splits it) and its own sender check."""
+    labels = np.asarray(nodes).astype(str)
+    names = [str(n) for n in np.unique(labels)]
+    if len(names) < 2:
+        return []
+    share = target_rate_per_s / len(names) if target_rate_per_s else None
+    out = []
+    for name in names:
+        r = group_rates(labels == name)
+        verdict = checks.sender_check(
+            share,
+            r["achieved_rate_per_s"],
+            r["achieved_rate_ci_per_s"],
+            r["late_sends"],
+            r["sent"],
+            late_ms,
+        )
+        out.append(
+            {"node": name, **{k: r[k] for k in FIELDS}, "target_rate_per_s": share}
+            | {"sender": verdict}
+        )
+    return out
