@@ -7,7 +7,7 @@ and neither imports the other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -163,6 +163,9 @@ class Point:
     server: dict[str, Any]
     load: dict[str, Any]
     driver: dict[str, Any]
+    #: The series' own [placement] rules (node glob -> host or hosts), instead of the
+    #: spec's; empty: the spec's (knee.hosts.spec).
+    placement: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knee.hosts.spec import Placement, check_nodes, check_placement
+from knee.hosts.spec import Placement, check_nodes, check_placement, check_rules
 from knee.params import (
     EXPERIMENT,
     LOAD,
@@ -44,7 +44,7 @@ EVENT: Schema = {
     ),
     "node": Param("str", REQUIRED, "a node of the point (e.g. server, replica-0)"),
 }
-_SERIES_KEYS = ("description", *SECTIONS, "sweep")
+_SERIES_KEYS = ("description", *SECTIONS, "sweep", "placement")
 _DESCRIPTION = Param("str", "", "one line shown in the report")
 Doc = dict[str, Any]  # a TOML table
 Schemas = dict[str, Schema]  # {"server": ..., "load": ..., "driver": ...} of one system
@@ -235,7 +235,7 @@ def _check_sweep(key: str, table: Any, schemas: Schemas) -> dict[str, list[Any]]
     return out
 
 
-def _check_series(name: str, table: Any, schemas: Schemas) -> Doc:
+def _check_series(name: str, table: Any, schemas: Schemas, placement: Placement) -> Doc:
     key = f"series.{name}"
     if not _NAME.fullmatch(name):
         raise RuleError(key, "a series name may only contain letters, digits, '-' and '_'")
@@ -247,6 +247,8 @@ def _check_series(name: str, table: Any, schemas: Schemas) -> Doc:
             out[part] = _coerce(f"{key}.description", _DESCRIPTION, value)
         elif part == "sweep":
             out[part] = _check_sweep(f"{key}.sweep", value, schemas)
+        elif part == "placement":
+            out[part] = check_rules(f"{key}.placement", value, placement.hosts)
         else:
             out[part] = _check_section(f"{key}.{part}", schemas[part], value)
     return out
@@ -316,6 +318,7 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
     out: Doc = {"experiment": experiment}
     for section, schema in schemas.items():
         out[section] = _check_section(section, schema, doc.get(section, {}))
+    out["placement"] = check_placement(doc, _check_section)
     if "series" in doc:
         if "sweep" in doc:
             raise RuleError(
@@ -326,12 +329,12 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
         if not _table("series", doc["series"]):
             raise RuleError("series", "expected at least one [series.NAME] table")
         out["series"] = {
-            name: _check_series(name, table, schemas) for name, table in doc["series"].items()
+            name: _check_series(name, table, schemas, out["placement"])
+            for name, table in doc["series"].items()
         }
     elif "sweep" in doc:
         out["sweep"] = _check_sweep("sweep", doc["sweep"], schemas)
     out["events"] = _check_events(doc.get("events", []))
-    out["placement"] = check_placement(doc, _check_section)
     return out, schemas
 
 
@@ -354,7 +357,7 @@ def _check_nodes(checked: Doc, points: list[Point]) -> None:
             names = [plan.name for plan in plan_nodes(system, point)]
         except RuleError as err:
             raise RuleError(err.key, f"{err.message} (in point {point.label!r})") from None
-        check_nodes(checked["placement"], names, point.label)
+        check_nodes(checked["placement"].for_point(point.placement), names, point.label)
         for i, event in enumerate(checked["events"]):
             if event["node"] not in names:
                 raise RuleError(
@@ -391,7 +394,8 @@ def _expand(checked: Doc, schemas: Schemas) -> list[Point]:
                 where = ", ".join(f"{k}={_show(v)}" for k, v in swept.items())
                 message = err.message + (f" (in sweep point {where})" if where else "")
                 raise RuleError(prefix + err.key, message) from None
-            points.append(Point(len(points), name, swept, **sections))
+            placement = series.get("placement", {})
+            points.append(Point(len(points), name, swept, **sections, placement=placement))
     return points
 
 

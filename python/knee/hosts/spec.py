@@ -101,6 +101,10 @@ class Placement:
                 return limits_of(table)
         return Limits()
 
+    def for_point(self, rules: dict[str, Any]) -> Placement:
+        """The placement of a point whose series gives its own rules (none: this one)."""
+        return Placement(self.hosts, dict(rules), self.node_limits) if rules else self
+
     def host(self, name: str) -> HostSpec:
         return self.hosts.get(name) or HostSpec(LOCAL, "local", {"kind": "local"})
 
@@ -158,24 +162,27 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
         if name == LOCAL and kind != "local":
             raise RuleError(key, "the host named 'local' is this machine: kind = 'local'")
         hosts[name] = HostSpec(name, kind, settings)
-    rules = doc.get("placement", {})
-    if not isinstance(rules, dict):
-        raise RuleError("placement", 'expected a table: node name or glob = "HOST"')
-    known = [LOCAL, *hosts]
-    for glob, target in rules.items():
-        names = [target] if isinstance(target, str) else target
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise RuleError(f"placement.{glob}", "expected a host name or a list of host names")
-        for n in names:
-            if n not in known:
-                raise RuleError(
-                    f"placement.{glob}", f"unknown host {n!r}; hosts: {', '.join(known)}"
-                )
+    rules = check_rules("placement", doc.get("placement", {}), hosts)
     limits = doc.get("limits", {})
     if not isinstance(limits, dict):
         raise RuleError("limits", "expected [limits.NODE] tables")
     node_limits = {g: check(f"limits.{g}", LIMITS, t) for g, t in limits.items()}
-    return Placement(hosts, dict(rules), node_limits)
+    return Placement(hosts, rules, node_limits)
+
+
+def check_rules(key: str, rules: Any, hosts: dict[str, HostSpec]) -> dict[str, Any]:
+    """A [placement] table: node name or glob = a host name or a list of them."""
+    if not isinstance(rules, dict):
+        raise RuleError(key, 'expected a table: node name or glob = "HOST"')
+    known = [LOCAL, *hosts]
+    for glob, target in rules.items():
+        names = [target] if isinstance(target, str) else target
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise RuleError(f"{key}.{glob}", "expected a host name or a list of host names")
+        for n in names:
+            if n not in known:
+                raise RuleError(f"{key}.{glob}", f"unknown host {n!r}; hosts: {', '.join(known)}")
+    return dict(rules)
 
 
 def network_of(host: HostSpec) -> str:

@@ -177,7 +177,8 @@ def _measure_point(
 ) -> None:
     system = systems.SYSTEMS[spec.experiment["system"]]
     plans = systems.plan_nodes(system, point)
-    where = check_nodes(spec.placement, [p.name for p in plans], point.label)
+    placement = spec.placement.for_point(point.placement)
+    where = check_nodes(placement, [p.name for p in plans], point.label)
     tag = f"p{point.index:03d}"
     warmup_ns = int(point.load["warmup_s"] * 1e9)
     state.event("point_start", point.index, detail=point.label)
