@@ -8,7 +8,7 @@ from typing import Any
 
 from knee.hosts.base import Host, HostError, Limits, Unsupported
 from knee.hosts.local import LocalHost
-from knee.hosts.spec import LOCAL, HostSpec, Placement
+from knee.hosts.spec import LOCAL, HostSpec, Placement, parse_cpuset
 
 __all__ = ["Host", "HostError", "Limits", "RunHosts", "Unsupported"]
 
@@ -194,21 +194,3 @@ class RunHosts:
             except Exception as e:  # noqa: BLE001
                 problems.append(str(e))
         return problems
-
-
-def parse_cpuset(text: str) -> list[int]:
-    """The cores of a cpuset list such as "0-2,5"."""
-    cores: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi or lo)
-        except ValueError:
-            raise ValueError(f"not a cpuset list: {text!r}") from None
-        if last < first:
-            raise ValueError(f"not a cpuset list: {text!r}")
-        cores.extend(range(first, last + 1))
-    return cores

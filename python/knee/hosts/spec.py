@@ -161,12 +161,15 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
                 raise RuleError(f"{key}.{n}", f"missing ({schema[n].expected()})")
         if name == LOCAL and kind != "local":
             raise RuleError(key, "the host named 'local' is this machine: kind = 'local'")
+        _check_cpuset(key, settings)
         hosts[name] = HostSpec(name, kind, settings)
     rules = check_rules("placement", doc.get("placement", {}), hosts)
     limits = doc.get("limits", {})
     if not isinstance(limits, dict):
         raise RuleError("limits", "expected [limits.NODE] tables")
     node_limits = {g: check(f"limits.{g}", LIMITS, t) for g, t in limits.items()}
+    for glob, table in node_limits.items():
+        _check_cpuset(f"limits.{glob}", table)
     return Placement(hosts, rules, node_limits)
 
 
@@ -210,3 +213,22 @@ def check_nodes(placement: Placement, nodes: list[str], label: str) -> dict[str,
             "place every node of a point on one network",
         )
     return where
+
+
+def parse_cpuset(text: str) -> list[int]:
+    """The cores of a cpuset list such as "0-2,5"; ValueError for anything else."""
+    cores: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
+            raise ValueError(f'expected a list of cores such as "1" or "0-1,3", got {text!r}')
+        cores.extend(range(int(lo), int(hi or lo) + 1))
+    return cores
+
+
+def _check_cpuset(key: str, table: dict[str, Any]) -> None:
+    if table.get("cpuset") is not None:
+        try:
+            parse_cpuset(table["cpuset"])
+        except ValueError as e:
+            raise RuleError(f"{key}.cpuset", str(e)) from None
