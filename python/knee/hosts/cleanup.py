@@ -200,12 +200,17 @@ def remove_cgroup_tree(top: Path, problems: list[str]) -> bool:
     is gone."""
     if not top.is_dir():
         return True
+    stuck: set[str] = set()  # cgroups left in place, and every cgroup above them
     for dirpath, _dirs, _files in os.walk(top, topdown=False):
+        if dirpath in stuck:
+            stuck.add(os.path.dirname(dirpath))
+            continue
         try:
             os.rmdir(dirpath)
         except FileNotFoundError:
             pass
         except OSError as e:
+            stuck.add(os.path.dirname(dirpath))
             if e.errno == errno.EBUSY and (pids := cgroup_pids(Path(dirpath))):
                 listed = " ".join(map(str, pids))
                 problems.append(f"cgroup {dirpath} still has processes ({listed}): left")
