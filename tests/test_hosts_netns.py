@@ -292,3 +292,22 @@ def test_describe_and_teardown(make_host: MakeHost) -> None:
 def test_probing_leaves_nothing() -> None:
     _need(rate=True)
     assert not [n for n in _namespaces() if n == f"knee-probe-{os.getpid()}"]
+
+
+def test_delay_needs_netem(make_host: MakeHost) -> None:
+    """Where the kernel has netem, a host's delay is a netem qdisc with the rate's tbf under
+    it; where it has not, the spec is refused in one line naming it."""
+    try:
+        netns.check_features(True, False, True)
+    except Unsupported as e:
+        assert str(e) == "tc qdisc netem is not in this kernel: delay_ms cannot be set"
+        return
+    host = make_host("h1", rate_mbit=10.0, delay_ms=5.0)
+    shown = subprocess.run(
+        ["tc", "-n", host.namespace, "-j", "qdisc", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=HELPER_TIMEOUT_S,
+    )
+    assert {q["kind"] for q in json.loads(shown.stdout)} >= {"netem", "tbf"}

@@ -52,7 +52,11 @@ TBF_LATENCY_MS = 20.0
 #: high-resolution timers it costs no throughput. The rate counts whole Ethernet frames,
 #: as a real link's does: TCP's payload runs at 95.6% of it (docs/hosts.md).
 TBF_BURST_MS = 2.0
-TBF_MIN_BURST_BYTES = 2 * 1514
+FULL_FRAME_BYTES = 1514
+TBF_MIN_BURST_BYTES = 2 * FULL_FRAME_BYTES
+#: netem's queue holds every packet during its delay: 10 000 full frames are 100 ms at
+#: 1.2 Gbit/s, more than a veth between Python-driven nodes carries.
+NETEM_LIMIT_PACKETS = 10_000
 #: nftables draws a random number below this per packet; loss granularity 0.0001%.
 LOSS_SCALE = 1_000_000
 
@@ -137,7 +141,8 @@ def tbf_params(rate_mbit: float) -> dict[str, Any]:
     """The tbf settings of a rate: bits per second, bucket and queue in bytes."""
     rate_bit = round(rate_mbit * 1e6)
     burst = max(TBF_MIN_BURST_BYTES, round(rate_bit / 8 * TBF_BURST_MS / 1000))
-    limit = burst + round(rate_bit / 8 * TBF_LATENCY_MS / 1000)
+    # The queue holds at least two frames, however low the rate.
+    limit = burst + max(2 * FULL_FRAME_BYTES, round(rate_bit / 8 * TBF_LATENCY_MS / 1000))
     return {"rate_bit": rate_bit, "burst_bytes": burst, "limit_bytes": limit}
 
 
@@ -150,9 +155,10 @@ def _qdiscs(dev: str, rate_mbit: float | None, delay_ms: float | None) -> list[s
         tbf = f"tbf rate {p['rate_bit']}bit burst {p['burst_bytes']} limit {p['limit_bytes']}"
     if delay_ms is not None:
         # netem delays, then its child tbf paces what leaves it.
-        out.append(f"qdisc replace dev {dev} root handle 1: netem delay {delay_ms}ms limit 10000")
+        netem = f"netem delay {delay_ms}ms limit {NETEM_LIMIT_PACKETS}"
+        out.append(f"qdisc replace dev {dev} root handle 1: {netem}")
         if tbf:
-            out.append(f"qdisc add dev {dev} parent 1: handle 10: {tbf}")
+            out.append(f"qdisc add dev {dev} parent 1:1 handle 10: {tbf}")
     elif tbf:
         out.append(f"qdisc replace dev {dev} root handle 1: {tbf}")
     return out
@@ -166,21 +172,21 @@ def _open_counters(namespace: str) -> int | None:
 
     def enter_and_open() -> None:
         # setns moves only this short-lived thread into the namespace.
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(Path("/run/netns", namespace), os.O_RDONLY)
         try:
-            if libc.setns(fd, _CLONE_NEWNET) != 0:
-                return
-        finally:
-            os.close(fd)
-        out.append(os.open("/proc/thread-self/net/dev", os.O_RDONLY))
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(Path("/run/netns", namespace), os.O_RDONLY)
+            try:
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    return
+            finally:
+                os.close(fd)
+            out.append(os.open("/proc/thread-self/net/dev", os.O_RDONLY))
+        except (OSError, AttributeError):
+            return  # the caller falls back to `ip -s link`
 
-    try:
-        thread = threading.Thread(target=enter_and_open, name=f"open {namespace}")
-        thread.start()
-        thread.join()
-    except (OSError, AttributeError):
-        return None
+    thread = threading.Thread(target=enter_and_open, name=f"open {namespace}")
+    thread.start()
+    thread.join()
     return out[0] if out else None
 
 
