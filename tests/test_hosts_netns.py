@@ -17,7 +17,7 @@ import pytest
 from conftest import READY_TIMEOUT_S, JsonLines, Processes
 from scipy.stats import binom
 
-from knee.hosts import cleanup, netns
+from knee.hosts import cgroups, cleanup, netns
 from knee.hosts.base import Limits, Unsupported
 
 #: Seconds each direction of the throughput test sends for.
@@ -257,10 +257,21 @@ def test_loss_drops_that_share_of_what_a_host_receives(
 def test_a_node_runs_inside_with_its_own_pid(
     make_host: MakeHost, processes: Processes, knee_node: str
 ) -> None:
+    """Started as the runner starts a node on an emulated host with limits: the cgroups
+    joined first, then `ip netns exec`, then knee-node, all in one pid."""
     h1, h2 = make_host("h1"), make_host("h2")
     config = {"listen": f"{h1.address}:0"}
+    argv = h1.command([knee_node, "serve", "echo", "--name", "srv", "--config", json.dumps(config)])
+    run_cgroups, node_cgroup = None, None
+    try:
+        cgroups.check_limits([Limits(cpu_cores=0.5)])
+        run_cgroups = cgroups.RunCgroups(h1.network.run_id)
+        node_cgroup = run_cgroups.make(("h1", "srv"), Limits(cpu_cores=0.5))
+        argv = cgroups.wrap(argv, [node_cgroup])
+    except Unsupported:
+        pass  # no cgroups here: the namespace alone
     proc = processes.spawn(
-        h1.command([knee_node, "serve", "echo", "--name", "srv", "--config", json.dumps(config)]),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -271,6 +282,10 @@ def test_a_node_runs_inside_with_its_own_pid(
     got = json.loads(_run_in(h2, REACH, json.dumps([["connect", h1.address, int(port)]])))
     assert got == {f"connect {h1.address}:{port}": "ok"}
     assert (h1.interface_bytes() or {}).get("rx_bytes", 0) > 0
+    if node_cgroup is not None and run_cgroups is not None:
+        assert node_cgroup.pids() == [proc.pid]
+        Processes.stop(proc)
+        assert run_cgroups.remove() == []
 
 
 def test_describe_and_teardown(make_host: MakeHost) -> None:

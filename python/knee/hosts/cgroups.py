@@ -406,7 +406,10 @@ class RunCgroups:
 
 def wrap(argv: list[str], cgroups: Sequence[Cgroup]) -> list[str]:
     """A command that joins ``cgroups`` (in order: a host's then its node's) then execs
-    ``argv``: the pid stays the same, and nothing of argv runs outside the cgroups."""
+    ``argv``: the pid stays the same, and nothing of argv runs outside the cgroups.
+
+    Wrap a host's command, not the other way round: ``wrap(host.command(argv), ...)``.
+    Inside `ip netns exec` /sys is mounted anew and /sys/fs/cgroup is empty."""
     files = [str(f) for c in cgroups for f in c.procs_files]
     if not files:
         return list(argv)
