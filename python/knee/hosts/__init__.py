@@ -119,15 +119,16 @@ class RunHosts:
         """How a node's command joins its cgroups: its own (inside its host's) when
         [limits] gives it some, else its host's; None when neither is limited."""
         own = self.placement.limits(node)
-        parent = self._host_cgroups.get(host_name)
-        if own.empty() and parent is None:
+        if own.empty() and host_name not in self._host_cgroups:
             return None
         from knee.hosts import cgroups
 
+        # Always a cgroup of its own, under its host's: a process joins a leaf (cgroup v2
+        # allows none where there are children), and its own CPU time can be read.
         key = f"{host_name}/{node}"
-        if not own.empty() and key not in self._node_cgroups:
+        if key not in self._node_cgroups:
             self._node_cgroups[key] = self._cgroup_tree().make((f"host-{host_name}", node), own)
-        group = self._node_cgroups.get(key) or parent
+        group = self._node_cgroups[key]
         return lambda argv: cgroups.wrap(argv, [group])
 
     def limits_of(self, node: str, host_name: str) -> dict[str, Any]:
@@ -186,11 +187,12 @@ class RunHosts:
                 host.teardown()
             except Exception as e:  # noqa: BLE001 - clean-up goes on, the problem is named
                 problems.append(f"host {host.name}: {e}")
-        for part in (self._network, self._cgroups):
-            if part is None:
-                continue
-            try:
-                part.teardown() if hasattr(part, "teardown") else part.remove()
-            except Exception as e:  # noqa: BLE001
-                problems.append(str(e))
+        # The bridge's namespace after the hosts' (a host's teardown leaves it).
+        try:
+            if self._network is not None:
+                self._network.teardown()
+            if self._cgroups is not None:
+                problems += self._cgroups.remove()
+        except Exception as e:  # noqa: BLE001
+            problems.append(str(e))
         return problems

@@ -159,6 +159,8 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
         for n, v in settings.items():
             if v is REQUIRED:
                 raise RuleError(f"{key}.{n}", f"missing ({schema[n].expected()})")
+        if name == "net":
+            raise RuleError(key, "'net' is the emulated network's own namespace: pick another name")
         if name == LOCAL and kind != "local":
             raise RuleError(key, "the host named 'local' is this machine: kind = 'local'")
         _check_cpuset(key, settings)

@@ -18,7 +18,6 @@ event is applied and as the point ends, so a crashed run still says what ran.
 from __future__ import annotations
 
 import re
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from knee import env, results, run_params, systems
-from knee.hosts import RunHosts
+from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
@@ -97,7 +96,7 @@ def run_experiment(
     after stopping every node and writing what was measured, and Unsupported (knee.hosts)
     before anything starts when this machine cannot make the spec's hosts."""
     binary = node_binary()
-    hosts = RunHosts(spec.placement, new_run_id())
+    hosts = RunHosts(spec.placement, cleanup.new_run_id())
     hosts.check()
     run_dir = create_run_dir(out_root, spec.experiment["name"])
     header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
@@ -133,12 +132,6 @@ def run_experiment(
         display.run_finished()
         _write_outputs(spec, state, status)
     return run_dir
-
-
-def new_run_id() -> str:
-    """A short id the run's namespaces, links and cgroups are named with (an interface name
-    has at most 15 characters)."""
-    return secrets.token_hex(3)
 
 
 @dataclass

@@ -1,0 +1,83 @@
+"""CPU limits on real runs: a matrix server held to a quarter of a core serves about a quarter
+of what it serves unlimited, and the run directory says what the limit was."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_runner import only_run_dir, run_knee, write_spec
+
+QUOTA_SPEC = """
+[experiment]
+name = "quota"
+system = "matrix"
+
+[hosts.quarter]
+kind = "local"
+cpu_cores = 0.25
+
+[server]
+threads = 1
+
+[driver]
+p = 1000
+
+[load]
+schedule = "closed"
+clients = 1
+duration_s = 4
+warmup_s = 1.0
+timeout_ms = 20000
+
+[series.free]
+[series.quarter]
+placement = { server = "quarter" }
+"""
+
+
+def _cgroups_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "CPU limits need root (cgroups)"
+    from knee.hosts import Unsupported, cgroups
+    from knee.hosts.base import Limits
+
+    try:
+        cgroups.check_limits([Limits(cpu_cores=0.25)])
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> None:
+    reason = _cgroups_usable()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "runs"
+    proc = run_knee("run", str(write_spec(tmp_path, QUOTA_SPEC)), "--out", str(out), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(out)
+    free, quarter = json.loads((run_dir / "summary.json").read_text())["points"]
+    # A kernel quota, not a speed: the ratio of the two capacities, measured side by side.
+    ratio = quarter["throughput_per_s"] / free["throughput_per_s"]
+    assert 0.15 < ratio < 0.35, (free["throughput_per_s"], quarter["throughput_per_s"])
+    record = json.loads((run_dir / "points" / "p001.json").read_text())
+    server = next(n for n in record["topology"] if n["name"] == "server")
+    assert server["host"] == "quarter"
+    assert server["limits"] == {"cpu_cores": 0.25}
+    hosts = json.loads((run_dir / "env.json").read_text())["hosts"]
+    assert any(
+        h["name"] == "quarter" and h["limits"] == {"cpu_cores": 0.25} for h in hosts["hosts"]
+    )
+    ts = pd.read_parquet(run_dir / "timeseries.parquet")
+    limited = ts[(ts["node"] == "server") & (ts["point"] == 1)]
+    assert (limited["cpu_quota_cores"] == 0.25).all()
+    # Busy all the time, within its quarter: about 100% of its quota, about 25% of a core.
+    busy = limited["cpu_percent_of_quota"].iloc[1:-1]
+    assert busy.median() > 70, limited[["cpu_percent", "cpu_percent_of_quota"]]
+    assert limited["cpu_percent"].iloc[1:-1].max() < 40
+    unlimited = ts[(ts["node"] == "server") & (ts["point"] == 0)]
+    assert unlimited["cpu_percent_of_quota"].isna().all()
