@@ -177,9 +177,10 @@ def _series(spec: dict[str, Any]) -> str:
     series = spec.get("series") or {}
     if not series:
         return ""
+
     def placed(s: dict[str, Any]) -> str:
-        rules = s.get("placement") or {}
-        return f" (placement: {'; '.join(f'{g} on {t}' for g, t in rules.items())})" if rules else ""
+        rules = "; ".join(f"{g} on {t}" for g, t in (s.get("placement") or {}).items())
+        return f" (placement: {rules})" if rules else ""
 
     items = "".join(
         f"<li><b>{esc(name)}</b>: {esc(s.get('description', ''))}{esc(placed(s))}</li>"
