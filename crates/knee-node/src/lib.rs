@@ -3,6 +3,7 @@
 //! starts this binary as one process per node; see `docs/` for the formats between them.
 
 pub mod clock;
+pub mod clock_probe;
 pub mod config_defaults;
 pub mod contract;
 pub mod events;

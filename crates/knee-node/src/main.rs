@@ -7,6 +7,8 @@
 //! knee-node gemm-rate [N] [REPS]      GFLOP/s of the matrix product, for bench/
 //! knee-node describe                  the contract with knee, as JSON (systems: ops, flags,
 //!                                     limits, defaults; statuses; the sample record size)
+//! knee-node clock                     CLOCK_MONOTONIC ns for each line on stdin (clock offset
+//!                                     of an ssh host)
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
@@ -20,7 +22,8 @@ const USAGE: &str = "usage: knee-node --version
        knee-node serve <system> [--name NAME] [--config JSON|@FILE]
        knee-node load <system> [--name NAME] --config JSON|@FILE
        knee-node gemm-rate [N] [REPS]
-       knee-node describe";
+       knee-node describe
+       knee-node clock";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -57,6 +60,7 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("{}", knee_node::contract::describe());
             Ok(())
         }
+        Some("clock") => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
         _ => Err(USAGE.into()),
     }
 }
