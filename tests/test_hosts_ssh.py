@@ -349,3 +349,57 @@ def test_limits_and_a_host_name_are_refused(sshd: dict[str, Any], knee_node: str
         SshHost("remote", Limits(cpu_cores=1.0), "127.0.0.1")
     with pytest.raises(HostError, match="IP address"):
         make_host(sshd, knee_node, address="localhost")
+
+
+SSH_RUN_SPEC = """
+[experiment]
+name = "ssh-run"
+system = "echo"
+
+[hosts.remote]
+kind = "ssh"
+address = "{address}"
+port = {port}
+user = "{user}"
+identity_file = "{identity_file}"
+
+[placement]
+"*" = "remote"
+
+[load]
+schedule = "poisson"
+rate_per_s = 200
+duration_s = 3
+warmup_s = 0.5
+generators = 2
+"""
+
+
+def test_a_run_on_an_ssh_host(sshd: dict[str, Any], tmp_path: Path) -> None:
+    """`knee run` with every node on an ssh host: knee-node copied over, the nodes started
+    there, their samples fetched back and pooled, the remote CPU in the time series, the
+    clock offset in env.json, and nothing left on the host afterwards."""
+    from test_runner import only_run_dir, run_knee, write_spec
+
+    spec = write_spec(tmp_path, SSH_RUN_SPEC.format(**sshd))
+    out = tmp_path / "runs"
+    proc = run_knee("run", str(spec), "--out", str(out), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(out)
+    point = json.loads((run_dir / "summary.json").read_text())["points"][0]
+    assert [g["node"] for g in point["generators"]] == ["load-0", "load-1"]
+    assert point["statuses"]["ok"] == point["count"] > 400
+    hosts = json.loads((run_dir / "env.json").read_text())["hosts"]
+    remote = next(h for h in hosts["hosts"] if h["name"] == "remote")
+    assert remote["kind"] == "ssh"
+    # The same machine: the offset is zero within its uncertainty.
+    assert abs(remote["clock_offset_ns"]) <= remote["clock_uncertainty_ns"]
+    import pandas as pd
+
+    ts = pd.read_parquet(run_dir / "timeseries.parquet")
+    server = ts[ts["node"] == "server"]
+    assert server["cpu_percent"].notna().all() and "ssh_cpu_percent" in server
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    assert set(samples["node"].astype(str)) == {"load-0", "load-1"}
+    run_id = hosts["run_id"]
+    assert not list(Path("/tmp").glob(f"knee-{run_id}.*")), "the remote temp folder was left"

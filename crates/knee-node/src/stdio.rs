@@ -16,10 +16,15 @@ pub fn set_node_name(name: &str) {
 /// Prints one JSON line to stdout, whole (stdout is locked for the line). Events go through
 /// `events::emit`, which gives each line its name.
 pub fn emit_line<T: serde::Serialize>(value: &T) {
+    // One write(2) per line: a line is never split around another writer's on the same
+    // pipe (an ssh host's lifeline prints its own `usage` lines beside the node's).
+    let Ok(mut line) = serde_json::to_vec(value) else {
+        return;
+    };
+    line.push(b'\n');
     let mut out = std::io::stdout().lock();
     // A closed stdout (the runner went away) must not crash the node mid-measurement.
-    let _ = serde_json::to_writer(&mut out, value);
-    let _ = out.write_all(b"\n");
+    let _ = out.write_all(&line);
     let _ = out.flush();
 }
 

@@ -68,6 +68,9 @@ class Host(ABC):
     on every way out (end, failure, Ctrl-C)."""
 
     kind: str = ""
+    #: This host's CLOCK_MONOTONIC minus the runner's, in ns (None: the same clock). A
+    #: remote recorder's sample times are put on the run's time axis with it.
+    clock_offset_ns: int | None = None
 
     def __init__(self, name: str, limits: Limits) -> None:
         self.name = name

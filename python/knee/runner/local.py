@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from knee import env, results, run_params, systems
-from knee.hosts import RunHosts, cleanup
+from knee.hosts import Host, RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
@@ -193,7 +193,7 @@ def _measure_point(
                 samples=f"raw/{tag}-{plan.name}.samples.bin",
                 histogram=f"raw/{tag}-{plan.name}.histogram.csv",
                 # The node's clock: a remote host's monotonic clock is offset from ours.
-                run_start_ns=state.t0_ns + int(getattr(host, "clock_offset_ns", 0)),
+                run_start_ns=state.t0_ns + (host.clock_offset_ns or 0),
                 # Approximate until the node reports its start; rewritten below.
                 warmup_end_ns=time.monotonic_ns() + warmup_ns,
                 warmup_requests=point.load["warmup_requests"],
@@ -241,7 +241,7 @@ def _measure_point(
     display.point_finished(point, stats)
 
 
-def _host(state: RunState, name: str) -> Any:
+def _host(state: RunState, name: str) -> Host:
     assert state.hosts is not None
     return state.hosts.host_of(name)
 
