@@ -126,7 +126,7 @@ def test_impossible_limits_are_refused_in_one_line() -> None:
         (Limits(cpuset=str(max(cores) + 1)), "names cores this machine does not have"),
         (Limits(cpu_cores=len(cores) + 1.0), "more than the"),
         (Limits(cpuset="0", cpu_cores=1.5), "more than the 1 cores"),
-        (Limits(cpuset="one"), "not a list of cores"),
+        (Limits(cpuset="one"), "expected a list of cores"),
     ]:
         with pytest.raises(Unsupported, match=words) as caught:
             cgroups.check_limits([limits])

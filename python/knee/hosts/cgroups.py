@@ -25,6 +25,7 @@ from typing import Any
 
 from knee.hosts import cleanup
 from knee.hosts.base import HostError, Limits, Unsupported
+from knee.hosts.spec import parse_cpuset
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 #: The scheduler period a CPU quota is a share of (the kernel's default).
@@ -127,20 +128,6 @@ def controllers_for(limits: Limits) -> set[str]:
     return out
 
 
-def parse_cpuset(text: str) -> set[int]:
-    """The cores of a cpuset list such as "0-2,5"; ValueError if it is not one."""
-    cores: set[int] = set()
-    for item in text.strip().split(","):
-        if not item:
-            continue
-        low, _, high = item.partition("-")
-        first, last = int(low), int(high or low)
-        if first > last or first < 0:
-            raise ValueError(f"{item!r}")
-        cores.update(range(first, last + 1))
-    return cores
-
-
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -191,7 +178,7 @@ def check_limits(limits_list: Iterable[Limits]) -> None:
             try:
                 wanted = parse_cpuset(limits.cpuset)
             except ValueError as e:
-                raise Unsupported(f"cpuset {limits.cpuset!r} is not a list of cores: {e}") from None
+                raise Unsupported(f"cpuset: {e}") from None
             if not wanted or not wanted <= cores:
                 raise Unsupported(
                     f"cpuset {limits.cpuset!r} names cores this machine does not have "

@@ -217,14 +217,17 @@ def check_nodes(placement: Placement, nodes: list[str], label: str) -> dict[str,
     return where
 
 
-def parse_cpuset(text: str) -> list[int]:
-    """The cores of a cpuset list such as "0-2,5"; ValueError for anything else."""
-    cores: list[int] = []
-    for part in text.split(","):
+def parse_cpuset(text: str) -> set[int]:
+    """The cores of a cpuset list such as "0-2,5" (as the spec and the kernel write them;
+    empty items are skipped); ValueError for anything else."""
+    cores: set[int] = set()
+    for part in text.strip().split(","):
         lo, _, hi = part.strip().partition("-")
+        if not part.strip():
+            continue
         if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
             raise ValueError(f'expected a list of cores such as "1" or "0-1,3", got {text!r}')
-        cores.extend(range(int(lo), int(hi or lo) + 1))
+        cores.update(range(int(lo), int(hi or lo) + 1))
     return cores
 
 
