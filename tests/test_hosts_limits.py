@@ -57,9 +57,11 @@ def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> N
     if reason:
         pytest.skip(reason)
     out = tmp_path / "runs"
-    proc = run_knee("run", str(write_spec(tmp_path, QUOTA_SPEC)), "--out", str(out), "--no-report")
+    proc = run_knee("run", str(write_spec(tmp_path, QUOTA_SPEC)), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(out)
+    html = (run_dir / "report.html").read_text()
+    assert "ts-cpu-quota" in html and "0.25 cores" in html
     free, quarter = json.loads((run_dir / "summary.json").read_text())["points"]
     # A kernel quota, not a speed: the ratio of the two capacities, measured side by side.
     ratio = quarter["throughput_per_s"] / free["throughput_per_s"]

@@ -73,9 +73,12 @@ def test_the_link_time_is_network_time(tmp_path: Path) -> None:
     _need()
     before = _namespaces()
     out = tmp_path / "runs"
-    proc = run_knee("run", str(write_spec(tmp_path, LAN_SPEC)), "--out", str(out), "--no-report")
+    proc = run_knee("run", str(write_spec(tmp_path, LAN_SPEC)), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(out)
+    html = (run_dir / "report.html").read_text()
+    assert "<h3>Hosts</h3>" in html and "198.18.0.1" in html and "50 Mbit/s" in html
+    assert "link:srv tx" in html  # the link's bytes drawn beside the nodes'
     samples = pd.read_parquet(run_dir / "samples.parquet")
     ok = samples[~samples["warmup"] & (samples["status"] == "ok")]
     assert len(ok) == 35
