@@ -4,11 +4,15 @@ each node started on its host inside its cgroups, and everything removed on ever
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knee.hosts.base import Host, HostError, Limits, Unsupported
 from knee.hosts.local import LocalHost
 from knee.hosts.spec import LOCAL, HostSpec, Placement, parse_cpuset
+
+if TYPE_CHECKING:  # imported where a spec has such hosts or limits: a plain run needs none
+    from knee.hosts.cgroups import Cgroup, RunCgroups
+    from knee.hosts.netns import Network
 
 __all__ = ["Host", "HostError", "Limits", "RunHosts", "Unsupported"]
 
@@ -24,10 +28,10 @@ class RunHosts:
         self.placement = placement
         self.run_id = run_id
         self.hosts: dict[str, Host] = {LOCAL: LocalHost()}
-        self._network: Any = None  # knee.hosts.netns.Network, made on the first netns host
-        self._cgroups: Any = None  # knee.hosts.cgroups.RunCgroups, made on the first limit
-        self._host_cgroups: dict[str, Any] = {}
-        self._node_cgroups: dict[str, Any] = {}
+        self._network: Network | None = None  # made with the first netns host
+        self._cgroups: RunCgroups | None = None  # made with the first limit
+        self._host_cgroups: dict[str, Cgroup] = {}
+        self._node_cgroups: dict[str, Cgroup] = {}
 
     def _specs(self) -> list[HostSpec]:
         return list(self.placement.hosts.values())
@@ -105,7 +109,7 @@ class RunHosts:
             run_id=self.run_id,
         )
 
-    def _cgroup_tree(self) -> Any:
+    def _cgroup_tree(self) -> RunCgroups:
         if self._cgroups is None:
             from knee.hosts import cgroups
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from knee import env, results, run_params, systems
-from knee.hosts import Host, RunHosts, cleanup
+from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
@@ -51,6 +51,7 @@ STUCK_MARGIN_S = 60.0
 class RunState:
     run_dir: Path
     t0_ns: int
+    hosts: RunHosts  # where nodes run (knee.hosts)
     events: list[dict[str, Any]] = field(default_factory=list)
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     points: list[dict[str, Any]] = field(default_factory=list)
@@ -58,7 +59,6 @@ class RunState:
     nodes: dict[str, Node] = field(default_factory=dict)
     monitor: Monitor = field(default_factory=Monitor)
     keep_scratch: bool = False
-    hosts: RunHosts | None = None
     remote_usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # node: t, cpu_s
 
     def t_s(self) -> float:
@@ -181,7 +181,7 @@ def _measure_point(
     raws: dict[str, results.RawFile] = {}
     scratch = state.run_dir / "scratch" / tag
     for plan in plans:
-        host = _host(state, where[plan.name])
+        host = state.hosts.host_of(where[plan.name])
         config = _substitute(plan.config, {**nodes.addrs, "scratch": str(scratch)})
         if host.kind != "local" and not plan.records:  # reached at its host's address
             config.setdefault("listen", f"{host.address}:0")
@@ -241,16 +241,11 @@ def _measure_point(
     display.point_finished(point, stats)
 
 
-def _host(state: RunState, name: str) -> Host:
-    assert state.hosts is not None
-    return state.hosts.host_of(name)
-
-
 def _fetch(state: RunState, nodes: PointNodes, raws: dict[str, results.RawFile]) -> None:
     """Brings the files of recorders on remote hosts into raw/ (a local host's node wrote
     them there already)."""
     for name, raw in raws.items():
-        host = _host(state, nodes.where[name])
+        host = state.hosts.host_of(nodes.where[name])
         for local in (state.run_dir / raw.samples, state.run_dir / raw.histogram):
             if host.node_path(local) != str(local):
                 host.fetch(host.node_path(local), local)
@@ -284,7 +279,6 @@ def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, sys
     tag = f"p{point.index:03d}"
     node_config = nodes.configs[name]
     host_name = nodes.where[name]
-    assert state.hosts is not None
     node = Node(
         name,
         nodes.plans[name].role,
@@ -436,7 +430,7 @@ def _sample(state: RunState, point: int) -> None:
         if node.host.kind == "ssh":  # the local process is the node's ssh client
             row["ssh_cpu_percent"] = row["cpu_percent"]
             row.update(_remote_usage(state, name, node.latest.get("usage")))
-        limits = node_limits(state, point, name)
+        limits = state.hosts.limits_of(name, node.host.name)
         if limits.get("cpu_cores"):
             # CPU % relative to what the node may use: 100 = its whole quota.
             row["cpu_quota_cores"] = limits["cpu_cores"]
@@ -464,7 +458,6 @@ def _sample(state: RunState, point: int) -> None:
         state.timeseries.append(
             {"t_s": t_s, "point": point, "node": HOST_NODE, "role": HOST_ROLE, **host}
         )
-    assert state.hosts is not None
     for name, counters in state.hosts.interface_rows().items():  # each host's own link
         state.timeseries.append(
             {"t_s": t_s, "point": point, "node": f"link:{name}", "role": LINK_ROLE, **counters}
@@ -473,15 +466,6 @@ def _sample(state: RunState, point: int) -> None:
 
 #: The role of a host's link rows in timeseries.parquet (its interface's byte counters).
 LINK_ROLE = "link"
-
-
-def node_limits(state: RunState, point: int, name: str) -> dict[str, Any]:
-    """A node's effective limits as its point's record has them."""
-    del point  # the same node name has the same limits in every point of a run
-    node = state.nodes.get(name)
-    if node is None or state.hosts is None:
-        return {}
-    return state.hosts.limits_of(name, node.host.name)
 
 
 def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> dict[str, Any]:
