@@ -507,7 +507,7 @@ def test_series_errors(tmp_path: Path) -> None:
     check(
         err,
         "series.rate.sweeps",
-        "unknown key; expected one of: description, server, load, driver, sweep "
+        "unknown key; expected one of: description, server, load, driver, sweep, placement "
         "(did you mean 'sweep'?)",
     )
     err = error(tmp_path, BASE + "[series.rate]\nload = 3\n")
