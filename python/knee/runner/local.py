@@ -145,6 +145,8 @@ class PointNodes:
     recorders: list[str]
     record: PointParams  # what the point runs with, rewritten in points/pNNN.json
     ended: set[str] = field(default_factory=set)  # finished, or stopped by an event
+    started: set[str] = field(default_factory=set)  # started at least once
+    outputs: dict[str, list[Path]] = field(default_factory=dict)  # files each node writes
     starts_ns: dict[str, int] = field(default_factory=dict)  # each recorder's schedule start
 
 
@@ -203,8 +205,13 @@ def _measure_point(
             raws[plan.name] = raw
             state.raws.append(raw)
             results.write_manifest(state.run_dir, state.raws)
+        for key, file_name in plan.outputs.items():
+            local = state.run_dir / "raw" / f"{tag}-{file_name}"
+            config[key] = host.node_path(local)
+            nodes.outputs.setdefault(plan.name, []).append(local)
         nodes.configs[plan.name] = config
-        _start_node(state, point, nodes, plan.name, system.name)
+        if plan.start:  # else an event of the timeline starts it
+            _start_node(state, point, nodes, plan.name, system.name)
     expected = systems.expected_requests(point.load)
     per_recorder = len(raws) / point.load["generators"]  # generators share the requests
     display.point_started(point, round(expected * per_recorder) if expected else None)
@@ -242,11 +249,18 @@ def _measure_point(
 
 
 def _fetch(state: RunState, nodes: PointNodes, raws: dict[str, results.RawFile]) -> None:
-    """Brings the files of recorders on remote hosts into raw/ (a local host's node wrote
-    them there already)."""
+    """Brings the files that nodes on remote hosts wrote (recorders' samples and
+    histograms, nodes' outputs) into raw/; a local host's node wrote them there already."""
+    files = {name: list(paths) for name, paths in nodes.outputs.items()}
     for name, raw in raws.items():
+        files.setdefault(name, []).extend(
+            [state.run_dir / raw.samples, state.run_dir / raw.histogram]
+        )
+    for name, paths in files.items():
+        if name not in nodes.started:
+            continue
         host = state.hosts.host_of(nodes.where[name])
-        for local in (state.run_dir / raw.samples, state.run_dir / raw.histogram):
+        for local in paths:
             if host.node_path(local) != str(local):
                 host.fetch(host.node_path(local), local)
 
@@ -286,10 +300,12 @@ def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, sys
         node_config,
         config_path=state.run_dir / "nodes" / f"{name}.{tag}.json",
         log_path=state.run_dir / "nodes" / f"{name}.stderr.log",
+        events_path=state.run_dir / "nodes" / f"{name}.{tag}.events.jsonl",
         host=state.hosts.host_of(host_name),
         wrap=state.hosts.wrap_for(name, host_name),
     )
     state.nodes[name] = node
+    nodes.started.add(name)
     state.monitor.add(name, node.pid)
     state.remote_usage.pop(name, None)
     on = "" if host_name == LOCAL else f" on {host_name}"

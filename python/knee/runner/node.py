@@ -75,6 +75,7 @@ class Node:
         log_path: Path,
         host: Host | None = None,
         wrap: Any = None,
+        events_path: Path | None = None,
     ) -> None:
         self.name = name
         self.role = role
@@ -83,6 +84,8 @@ class Node:
         config_path.write_text(text)
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        # Every stdout line as the node printed it (a system's own events: handoffs, ...).
+        self._events_log = open(events_path, "ab") if events_path else None  # noqa: SIM115
         binary = self.host.binary(node_binary())
         # A host that shares this machine's files reads the config file; a remote one gets
         # it inline (configs are a few kB; the kernel allows 128 kB per argument).
@@ -112,6 +115,9 @@ class Node:
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
+            if self._events_log is not None:  # about a line a second: flushed as it comes
+                self._events_log.write(raw)
+                self._events_log.flush()
             try:
                 event = json.loads(raw)
             except json.JSONDecodeError:
@@ -184,4 +190,6 @@ class Node:
         for t in self._readers:
             t.join(timeout=1.0)
         self._log.close()
+        if self._events_log is not None:
+            self._events_log.close()
         return self.proc.returncode

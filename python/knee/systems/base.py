@@ -22,13 +22,20 @@ class NodePlan:
     (for files the system generates; removed after the point unless kept on request).
     A recording node (a load generator or a client role) is given ``samples_path`` and
     ``histogram_path`` by the runner, and the point ends when every recording node has
-    ended.
+    ended. Every node's stdout lines are kept in nodes/NAME.pNNN.events.jsonl.
     """
 
     name: str  # unique within the point: "server", "replica-1", "load", ...
     role: str  # knee-node role: "serve", "load", or a system's own role
     config: dict[str, Any]
     records: bool = False
+    #: False: planned but not started with the point; an event of the spec's timeline
+    #: starts it (a node that joins later, e.g. a processing node).
+    start: bool = True
+    #: Files the node writes that the run keeps: config key -> file name. The runner sets
+    #: the key to raw/pNNN-<file name> (on the node's host) and brings it back after the
+    #: node ended (e.g. a processing node's log of what it processed).
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 Topology = Callable[[Point], list[NodePlan]]
