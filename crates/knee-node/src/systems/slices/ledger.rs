@@ -28,20 +28,40 @@ pub enum Verdict {
     Already,
 }
 
-#[derive(Default, Debug)]
-struct Seen {
+/// A bounded set of (sender, id), the oldest forgotten first.
+#[derive(Debug)]
+pub struct Seen {
     set: HashSet<(u32, u64)>,
     order: VecDeque<(u32, u64)>,
+    max: usize,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen::with_max(MAX_SEEN_PER_SLICE)
+    }
 }
 
 impl Seen {
+    pub fn with_max(max: usize) -> Seen {
+        Seen {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+            max,
+        }
+    }
+
+    pub fn contains(&self, key: &(u32, u64)) -> bool {
+        self.set.contains(key)
+    }
+
     /// Whether the id is new (and now remembered).
-    fn insert(&mut self, key: (u32, u64)) -> bool {
+    pub fn insert(&mut self, key: (u32, u64)) -> bool {
         if !self.set.insert(key) {
             return false;
         }
         self.order.push_back(key);
-        if self.order.len() > MAX_SEEN_PER_SLICE {
+        if self.order.len() > self.max {
             if let Some(old) = self.order.pop_front() {
                 self.set.remove(&old);
             }
@@ -66,6 +86,8 @@ struct Slice {
 #[derive(Debug)]
 pub struct Ledger {
     slices: Vec<Slice>,
+    /// S: a client's consecutive ids of one slice differ by it.
+    stride: u64,
     /// Owed ids forgotten because a slice's owed set was full.
     pub owed_overflow: u64,
 }
@@ -74,6 +96,7 @@ impl Ledger {
     pub fn new(slices: u32) -> Ledger {
         Ledger {
             slices: (0..slices).map(|_| Slice::default()).collect(),
+            stride: slices.max(1) as u64,
             owed_overflow: 0,
         }
     }
@@ -96,6 +119,7 @@ impl Ledger {
 
     /// Decides on an item and, when it is accepted, records it.
     pub fn decide(&mut self, slice: u32, sender: u32, id: u64) -> Verdict {
+        let (stride, mut overflow) = (self.stride, 0);
         let Some(s) = self.slices.get_mut(slice as usize) else {
             return Verdict::NotOwned;
         };
@@ -103,16 +127,30 @@ impl Ledger {
             return Verdict::NotOwned;
         }
         let key = (sender, id);
+        let prev = s.watermark.get(&sender).copied();
         let fresh = match &mut s.seen {
             Some(seen) => seen.insert(key),
-            None => s.watermark.get(&sender).is_none_or(|&w| id > w) || s.owed.remove(&key),
+            None => prev.is_none_or(|w| id > w) || s.owed.remove(&key),
         };
         if !fresh {
             return Verdict::Already;
         }
+        if s.seen.is_none() && prev.is_none_or(|w| id > w) {
+            // Ids of this slice skipped on the way up never reached an owner (published
+            // before this PN heard the client, or missing from its ring): owed, so that
+            // their re-publish is accepted.
+            let from = prev.map_or(slice as u64, |w| w.saturating_add(stride));
+            let missing = (id.saturating_sub(from) / stride) as usize;
+            let room = MAX_OWED_PER_SLICE.saturating_sub(s.owed.len());
+            for k in 1..=missing.min(room) as u64 {
+                s.owed.insert((sender, id - k * stride));
+            }
+            overflow = missing.saturating_sub(room) as u64;
+        }
         let w = s.watermark.entry(sender).or_insert(id);
         *w = (*w).max(id);
         s.owed.remove(&key);
+        self.owed_overflow += overflow;
         Verdict::Accept
     }
 
@@ -371,6 +409,20 @@ mod tests {
         assert_eq!(taker.decide(1, 0, 9), Verdict::Already);
         assert_eq!(taker.decide(1, 0, 5), Verdict::Accept, "the re-publish");
         assert_eq!(taker.decide(1, 0, 5), Verdict::Already);
+    }
+
+    #[test]
+    fn ids_skipped_on_the_way_up_are_owed_until_they_come_again() {
+        let mut l = Ledger::new(10);
+        l.assign(2, 1, false);
+        // The first id heard is 32: 2, 12 and 22 never arrived.
+        assert_eq!(l.decide(2, 0, 32), Verdict::Accept);
+        assert_eq!(l.decide(2, 0, 52), Verdict::Accept, "42 skipped");
+        for id in [2, 12, 22, 42] {
+            assert_eq!(l.decide(2, 0, id), Verdict::Accept, "{id}");
+            assert_eq!(l.decide(2, 0, id), Verdict::Already, "{id}");
+        }
+        assert_eq!(l.decide(2, 0, 62), Verdict::Accept);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use zenoh::{Session, Wait};
 
 use super::codec::{self, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took, ITEM_HEADER_BYTES};
 use super::gray;
-use super::ledger::{gap_items, Ledger, Ring, RingItem, Verdict};
+use super::ledger::{gap_items, Ledger, Ring, RingItem, Seen, Verdict};
 use super::pnlog::{PnLog, Record};
 use super::session::{self, Keys, Mode};
 use super::Throttled;
@@ -37,6 +37,9 @@ const MAIN_TICK: Duration = Duration::from_millis(5);
 /// A planned leave waits this long at most for its slices to move and its workers to
 /// finish, well within the runner's 3 s stop grace.
 const LEAVE_WAIT_NS: u64 = 2_000_000_000;
+/// Acknowledged ids remembered (every PN hears every reply): a crash takeover skips the
+/// ring items already acknowledged. 2^20 covers minutes at the report's rates.
+const MAX_ACKED: usize = 1 << 20;
 
 fn default_work_repeat() -> u32 {
     1
@@ -127,6 +130,8 @@ struct State {
     stop_workers: bool,
     /// Set once this PN asked to leave: what it gives away then, it does not drain.
     leaving: bool,
+    /// Items some PN acknowledged (heard on `P/replies/*`).
+    acked: Seen,
 }
 
 impl State {
@@ -346,6 +351,10 @@ impl Shared {
                     .entry(item.sender)
                     .or_insert(item.id);
             }
+            // Acknowledged already (by a PN that crashed since): not to be done again.
+            if st.acked.contains(&(item.sender, item.id)) {
+                continue;
+            }
             if st.ledger.decide(item.slice, item.sender, item.id) != Verdict::Accept {
                 continue;
             }
@@ -547,6 +556,7 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
             busy: 0,
             stop_workers: false,
             leaving: false,
+            acked: Seen::with_max(MAX_ACKED),
         }),
         work: Condvar::new(),
         log: Mutex::new(log),
@@ -612,6 +622,17 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
         .callback(move |sample| s.on_item(&sample.payload().to_bytes()))
         .wait()
         .map_err(|e| format!("subscribing to items: {e}"))?;
+    let s = shared.clone();
+    let replies = shared
+        .session
+        .declare_subscriber(format!("{}/replies/*", shared.keys.prefix))
+        .callback(move |sample| {
+            if let Ok(r) = Reply::decode(&sample.payload().to_bytes()) {
+                s.lock().acked.insert((r.sender, r.id));
+            }
+        })
+        .wait()
+        .map_err(|e| format!("subscribing to replies: {e}"))?;
     let tx = ctl.clone();
     let pn = sub(
         shared.keys.pn(shared.cfg.pn),
@@ -625,7 +646,11 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
             let _ = ctl.send(Control::Handoff(b));
         }),
     )?;
-    Ok(vec![items, pn, handoff])
+    let mut subs = vec![items, pn, handoff];
+    if shared.cfg.static_slices.is_none() {
+        subs.push(replies);
+    }
+    Ok(subs)
 }
 
 fn control_loop(shared: &Shared, rx: mpsc::Receiver<Control>) {
