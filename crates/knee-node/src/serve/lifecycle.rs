@@ -52,7 +52,13 @@ pub struct Lifecycle {
 impl Lifecycle {
     /// Prints `ready` for `addr`: call it once the server takes requests there.
     pub fn ready(addr: SocketAddr, stop: Stop) -> Self {
-        let ready = Ready::now(addr.to_string());
+        Lifecycle::ready_at(addr.to_string(), stop)
+    }
+
+    /// Prints `ready` for an address that is not a socket address (slices' Zenoh
+    /// endpoints, "tcp/IP:PORT").
+    pub fn ready_at(addr: String, stop: Stop) -> Self {
+        let ready = Ready::now(addr);
         events::emit(&ready);
         Lifecycle {
             next_stats_ns: ready.t_ns + STATS_PERIOD_NS,

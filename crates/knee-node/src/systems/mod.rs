@@ -5,6 +5,7 @@ pub mod chat;
 pub mod echo;
 pub mod matrix;
 pub mod share;
+pub mod slices;
 pub mod stream;
 
 use std::net::TcpListener;
@@ -44,6 +45,7 @@ pub const SYSTEMS: &[System] = &[
     echo::SYSTEM,
     matrix::SYSTEM,
     share::SYSTEM,
+    slices::SYSTEM,
     stream::SYSTEM,
 ];
 

@@ -1,0 +1,495 @@
+//! The slices client (`knee-node load slices`): publishes RGB images at an open-loop rate
+//! on `P/items/<id mod S>`, hears replies on `P/replies/<sender>`, and records each item
+//! once, with its first reply. An item not acknowledged within `timeout_ms` is published
+//! again with the same id (attempt + 1), at most `retries` times; then it is a timeout.
+//!
+//! One thread sends, expires and records; zenoh's callback only queues replies.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zenoh::Wait;
+
+use super::codec::{self, ItemHeader, Reply};
+use super::gray;
+use super::session::{self, Keys, Mode, Opened};
+use crate::clock;
+use crate::load::config::ScheduleConfig;
+use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
+use crate::load::recorder::{Sample, Status};
+use crate::load::schedule::Schedule;
+use crate::rng::Rng;
+
+/// Distinct images a client publishes (chosen by id): generated once from the seed, so
+/// the send path copies rather than draws, and each reply's checksum can be checked.
+const IMAGES: usize = 64;
+const MAX_OUTSTANDING: usize = 1_000_000;
+const MAX_RETRIES: u32 = 100;
+/// Longest wait for a reply before the loop looks at its schedule and timeouts again.
+const MAX_WAIT: Duration = Duration::from_millis(2);
+
+fn default_timeout_ms() -> f64 {
+    5000.0
+}
+fn default_late_ms() -> f64 {
+    1.0
+}
+fn default_max_outstanding() -> usize {
+    100_000
+}
+fn default_image_bytes() -> usize {
+    8190
+}
+fn default_retries() -> u32 {
+    3
+}
+fn default_listen() -> String {
+    crate::config_defaults::listen()
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub schedule: ScheduleConfig,
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Re-publish an item not acknowledged within this.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: f64,
+    #[serde(default = "default_late_ms")]
+    pub late_ms: f64,
+    #[serde(default = "default_max_outstanding")]
+    pub max_outstanding: usize,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub warmup_s: f64,
+    pub samples_path: String,
+    pub histogram_path: String,
+    /// Accepted for the runner's generic load config; slices has no single target.
+    #[serde(default, rename = "target")]
+    pub _target: Option<String>,
+    pub driver: DriverConfig,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct DriverConfig {
+    pub prefix: String,
+    #[serde(default)]
+    pub connect: Vec<String>,
+    /// Where this client listens for the peers that connect to it (gossip).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    pub slices: u32,
+    #[serde(default = "default_image_bytes")]
+    pub image_bytes: usize,
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    #[serde(default)]
+    pub sender: u32,
+}
+
+impl ClientConfig {
+    fn check(&self) -> Result<(), String> {
+        let d = &self.driver;
+        super::check_slices(d.slices)?;
+        codec::image_shape(d.image_bytes)?;
+        if d.retries > MAX_RETRIES {
+            return Err(format!("retries must be <= {MAX_RETRIES}"));
+        }
+        if !(1..=MAX_OUTSTANDING).contains(&self.max_outstanding) {
+            return Err(format!("max_outstanding must be 1..={MAX_OUTSTANDING}"));
+        }
+        if !(self.timeout_ms > 0.0 && self.timeout_ms.is_finite()) {
+            return Err("timeout_ms must be > 0".into());
+        }
+        if matches!(self.schedule, ScheduleConfig::Closed { .. }) {
+            return Err("slices' client is open loop: poisson, constant or steps".into());
+        }
+        if self.duration_s.is_none()
+            && self.requests.is_none()
+            && !matches!(self.schedule, ScheduleConfig::Steps { .. })
+        {
+            return Err("give duration_s or requests: a load must stop by itself".into());
+        }
+        Ok(())
+    }
+}
+
+/// The client's own fields of its `progress` and `done` lines.
+#[derive(Serialize, Default, Debug, Clone, Copy)]
+pub struct SlicesFields {
+    /// Items published again after a timeout.
+    pub republished: u64,
+    /// Replies for ids already acknowledged.
+    pub duplicates_received: u64,
+    /// Replies whose epoch is below one already seen for their slice.
+    pub stale_epoch_replies: u64,
+    /// Replies that came after their item was given up (not recorded again).
+    pub replies_after_timeout: u64,
+    /// Malformed replies, or replies for another sender.
+    pub bad_replies: u64,
+    /// Replies whose grayscale checksum is not the image's.
+    pub bad_checksums: u64,
+}
+
+#[derive(Default)]
+struct Live {
+    republished: AtomicU64,
+    duplicates: AtomicU64,
+    stale: AtomicU64,
+    after_timeout: AtomicU64,
+    bad: AtomicU64,
+    bad_checksums: AtomicU64,
+}
+
+impl Live {
+    fn fields(&self) -> SlicesFields {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SlicesFields {
+            republished: g(&self.republished),
+            duplicates_received: g(&self.duplicates),
+            stale_epoch_replies: g(&self.stale),
+            replies_after_timeout: g(&self.after_timeout),
+            bad_replies: g(&self.bad),
+            bad_checksums: g(&self.bad_checksums),
+        }
+    }
+}
+
+pub struct SlicesClient {
+    cfg: ClientConfig,
+    keys: Keys,
+    opened: Option<Opened>,
+    live: Arc<Live>,
+}
+
+pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
+    let cfg: ClientConfig =
+        serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
+    cfg.check().map_err(|e| format!("load config: {e}"))?;
+    let keys = Keys::new(&cfg.driver.prefix)?;
+    let opened = session::open(Mode::Peer, &cfg.driver.listen, &cfg.driver.connect)?;
+    Ok(Box::new(SlicesClient {
+        cfg,
+        keys,
+        opened: Some(opened),
+        live: Arc::default(),
+    }))
+}
+
+impl Role for SlicesClient {
+    type Progress = SlicesFields;
+    type Done = SlicesFields;
+
+    fn plan(&self) -> Plan<SlicesFields> {
+        let cfg = &self.cfg;
+        let schedule = Schedule::new(&cfg.schedule);
+        let bounds = Bounds {
+            duration_s: cfg.duration_s.or(schedule.as_ref().and_then(Schedule::length_s)),
+            deadline_ns: None,
+            requests: cfg.requests,
+            max_in_flight: Some(cfg.max_outstanding),
+        };
+        let live = self.live.clone();
+        Plan {
+            schedule,
+            progress: Some(Box::new(move |_, _| live.fields())),
+            ..Plan::new(
+                &cfg.samples_path,
+                &cfg.histogram_path,
+                cfg.warmup_s,
+                Some(cfg.late_ms),
+                bounds,
+            )
+        }
+    }
+
+    fn run(&mut self, ctx: &RunContext) -> Result<SlicesFields, String> {
+        let opened = self.opened.take().ok_or("the client runs once")?;
+        let session = opened.session;
+        // Replies in flight are bounded by the items outstanding (and their re-publishes);
+        // a full channel blocks zenoh's receive thread: back-pressure, never a loss.
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(self.cfg.max_outstanding.min(65_536));
+        let sub = session
+            .declare_subscriber(self.keys.replies(self.cfg.driver.sender))
+            .callback(move |s| {
+                let _ = tx.send(s.payload().to_bytes().into_owned());
+            })
+            .wait()
+            .map_err(|e| format!("subscribing to replies: {e}"))?;
+        let mut engine = Engine::new(&self.cfg, &self.keys, &session, ctx, &self.live)?;
+        engine.run(&rx);
+        drop(sub);
+        let _ = session.close().wait();
+        Ok(self.live.fields())
+    }
+}
+
+struct InFlight {
+    intended_ns: u64,
+    sent_ns: u64,
+    attempts: u16,
+    bytes_out: u64,
+}
+
+struct Engine<'a> {
+    cfg: &'a ClientConfig,
+    ctx: &'a RunContext,
+    session: &'a zenoh::Session,
+    live: &'a Live,
+    item_keys: Vec<String>,
+    images: Vec<Vec<u8>>,
+    checksums: Vec<u64>,
+    shape: (u16, u16),
+    in_flight: HashMap<u64, InFlight>,
+    /// (deadline, id, attempt) in send order: the timeout is fixed, so deadlines grow.
+    deadlines: VecDeque<(u64, u64, u16)>,
+    /// The highest epoch seen per slice.
+    epochs: Vec<u64>,
+    /// Ids acknowledged or given up, below `next_id`: anything else is not ours.
+    next_id: u64,
+    timeout_ns: u64,
+}
+
+impl<'a> Engine<'a> {
+    fn new(
+        cfg: &'a ClientConfig,
+        keys: &Keys,
+        session: &'a zenoh::Session,
+        ctx: &'a RunContext,
+        live: &'a Live,
+    ) -> Result<Self, String> {
+        let d = &cfg.driver;
+        let shape = codec::image_shape(d.image_bytes)?;
+        let mut rng = Rng::new(cfg.seed ^ 0x51_1CE5);
+        let images: Vec<Vec<u8>> = (0..IMAGES)
+            .map(|_| (0..d.image_bytes).map(|_| rng.next_u64() as u8).collect())
+            .collect();
+        let mut out = Vec::new();
+        let checksums = images.iter().map(|i| gray::work_repeat(i, 1, &mut out)).collect();
+        Ok(Engine {
+            cfg,
+            ctx,
+            session,
+            live,
+            item_keys: (0..d.slices).map(|s| keys.item(s)).collect(),
+            images,
+            checksums,
+            shape,
+            in_flight: HashMap::new(),
+            deadlines: VecDeque::new(),
+            epochs: vec![0; d.slices as usize],
+            next_id: 0,
+            timeout_ns: (cfg.timeout_ms * 1e6) as u64,
+        })
+    }
+
+    fn slice_of(&self, id: u64) -> u32 {
+        (id % self.cfg.driver.slices as u64) as u32
+    }
+
+    /// Publishes item `id`'s attempt; its size in bytes.
+    fn publish(&self, id: u64, attempt: u16) -> u64 {
+        let h = ItemHeader {
+            slice: self.slice_of(id),
+            sender: self.cfg.driver.sender,
+            id,
+            attempt,
+            width: self.shape.0,
+            height: self.shape.1,
+            timestamp_ns: clock::now_ns(),
+        };
+        let image = &self.images[id as usize % IMAGES];
+        let mut bytes = Vec::with_capacity(codec::ITEM_HEADER_BYTES + image.len());
+        h.encode(image, &mut bytes);
+        let n = bytes.len() as u64;
+        if let Err(e) = session::put(self.session, &self.item_keys[h.slice as usize], bytes) {
+            crate::stdio::log(&e);
+        }
+        n
+    }
+
+    fn run(&mut self, replies: &mpsc::Receiver<Vec<u8>>) {
+        let ctx = self.ctx;
+        let Some(mut schedule) = Schedule::new(&self.cfg.schedule) else {
+            return;
+        };
+        let mut rng = Rng::new(self.cfg.seed ^ 0x5EED_5C4E_D01E);
+        let mut due = next_due(ctx, &mut schedule, &mut rng, 0);
+        loop {
+            let now = clock::now_ns();
+            self.expire(now);
+            if ctx.stopping() {
+                due = None;
+            }
+            if let Some(intended_ns) = due.filter(|&t| now >= t) {
+                self.send_new(intended_ns);
+                due = next_due(ctx, &mut schedule, &mut rng, self.next_id);
+                while let Ok(r) = replies.try_recv() {
+                    self.on_reply(&r);
+                }
+                continue;
+            }
+            if due.is_none() && self.in_flight.is_empty() {
+                return;
+            }
+            if ctx.grace_over(now) {
+                self.abandon_all();
+                return;
+            }
+            let wait_ns = due.map_or(u64::MAX, |d| d.saturating_sub(now));
+            let wait = Duration::from_nanos(wait_ns).min(MAX_WAIT);
+            if let Ok(r) = replies.recv_timeout(wait) {
+                self.on_reply(&r);
+                while let Ok(r) = replies.try_recv() {
+                    self.on_reply(&r);
+                }
+            }
+        }
+    }
+
+    fn send_new(&mut self, intended_ns: u64) {
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.in_flight.len() >= self.cfg.max_outstanding {
+            self.ctx.recorder.record(&Sample {
+                request_id: id,
+                intended_ns,
+                client: self.cfg.driver.sender,
+                arg: self.slice_of(id),
+                status: Status::Drop as u8,
+                ..Sample::default()
+            });
+            return;
+        }
+        let bytes = self.publish(id, 1);
+        let sent_ns = clock::now_ns();
+        self.ctx.count_send(intended_ns, sent_ns, bytes);
+        self.in_flight.insert(
+            id,
+            InFlight {
+                intended_ns,
+                sent_ns,
+                attempts: 1,
+                bytes_out: bytes,
+            },
+        );
+        self.deadlines.push_back((sent_ns + self.timeout_ns, id, 1));
+    }
+
+    /// Re-publishes what timed out, or gives it up after `retries`.
+    fn expire(&mut self, now: u64) {
+        while let Some(&(deadline, id, attempt)) = self.deadlines.front() {
+            if deadline > now {
+                return;
+            }
+            self.deadlines.pop_front();
+            let Some(f) = self.in_flight.get(&id) else {
+                continue;
+            };
+            if f.attempts != attempt {
+                continue;
+            }
+            if (attempt as u32) <= self.cfg.driver.retries && !self.ctx.stopping() {
+                let bytes = self.publish(id, attempt + 1);
+                self.ctx.count_resend(clock::now_ns(), bytes);
+                self.live.republished.fetch_add(1, Ordering::Relaxed);
+                if let Some(f) = self.in_flight.get_mut(&id) {
+                    f.attempts = attempt + 1;
+                }
+                self.deadlines.push_back((now + self.timeout_ns, id, attempt + 1));
+            } else if let Some(f) = self.in_flight.remove(&id) {
+                self.record_unanswered(id, &f, Status::Timeout);
+            }
+        }
+    }
+
+    fn record_unanswered(&self, id: u64, f: &InFlight, status: Status) {
+        self.ctx.recorder.record(&Sample {
+            request_id: id,
+            intended_ns: f.intended_ns,
+            sent_ns: f.sent_ns,
+            bytes_out: f.bytes_out,
+            client: self.cfg.driver.sender,
+            arg: self.slice_of(id),
+            flags: f.attempts,
+            status: status as u8,
+            ..Sample::default()
+        });
+    }
+
+    fn abandon_all(&mut self) {
+        for (id, f) in std::mem::take(&mut self.in_flight) {
+            self.record_unanswered(id, &f, Status::Drop);
+        }
+        self.deadlines.clear();
+    }
+
+    fn on_reply(&mut self, bytes: &[u8]) {
+        let received_ns = clock::now_ns();
+        let r = match Reply::decode(bytes) {
+            Ok(r) if r.sender == self.cfg.driver.sender && r.slice == self.slice_of(r.id) => r,
+            _ => {
+                self.live.bad.fetch_add(1, Ordering::Relaxed);
+                self.ctx.count_unrecorded_rx(bytes.len() as u64);
+                return;
+            }
+        };
+        if let Some(top) = self.epochs.get_mut(r.slice as usize) {
+            if r.epoch < *top {
+                self.live.stale.fetch_add(1, Ordering::Relaxed);
+            }
+            *top = (*top).max(r.epoch);
+        }
+        let Some(f) = self.in_flight.remove(&r.id) else {
+            let counter = if r.id < self.next_id {
+                &self.live.duplicates
+            } else {
+                &self.live.bad
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            self.ctx.count_unrecorded_rx(bytes.len() as u64);
+            return;
+        };
+        let good = r.gray_checksum == self.checksums[r.id as usize % IMAGES];
+        if !good {
+            self.live.bad_checksums.fetch_add(1, Ordering::Relaxed);
+        }
+        self.ctx.recorder.record(&Sample {
+            request_id: r.id,
+            intended_ns: f.intended_ns,
+            sent_ns: f.sent_ns,
+            received_ns,
+            server_ns: r.queue_ns + r.service_ns,
+            queue_ns: r.queue_ns,
+            service_ns: r.service_ns,
+            detail_ns: r.epoch,
+            bytes_out: f.bytes_out,
+            bytes_in: bytes.len() as u64,
+            client: r.sender,
+            arg: r.slice,
+            op: OP_ITEM,
+            flags: f.attempts,
+            status: if good { Status::Ok } else { Status::Error } as u8,
+            service: r.pn.min(u8::MAX as u32) as u8,
+        });
+    }
+}
+
+/// The sample `op` of an item.
+pub const OP_ITEM: u16 = 0;
+
+fn next_due(ctx: &RunContext, schedule: &mut Schedule, rng: &mut Rng, next_id: u64) -> Option<u64> {
+    if !ctx.allows_request(next_id) {
+        return None;
+    }
+    let due_ns = ctx.start_ns + schedule.next_offset_ns(rng)?;
+    (!ctx.past_end(due_ns)).then_some(due_ns)
+}

@@ -1,0 +1,142 @@
+//! The load balancer (`serve slices`, role "lb"): hears the PNs on `P/ctl/lb`, keeps the
+//! slice table (`table.rs`) and sends assignments, gives and revokes on `P/ctl/pn/<pn>`.
+//! Clients never talk to it. One thread runs the table; zenoh's callback only queues.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use zenoh::Wait;
+
+use serde::{Deserialize, Serialize};
+
+use super::codec::{self, ToLb};
+use super::session::{self, Keys, Mode};
+use super::table::{Out, Table};
+use super::Throttled;
+use crate::events::{self, Stats};
+use crate::serve::{Lifecycle, ServeOptions, Stop};
+use crate::{clock, stdio};
+
+/// Control messages waiting for the LB's thread: PNs send a few per heartbeat, so this
+/// only fills if the thread stalls; the callback then blocks (zenoh's own back-pressure).
+const INBOX: usize = 4096;
+/// Longest wait for a message before the table checks for silent PNs.
+const TICK: Duration = Duration::from_millis(10);
+
+fn default_heartbeat_ms() -> u64 {
+    100
+}
+fn default_failure_timeout_ms() -> u64 {
+    1000
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct LbConfig {
+    pub slices: u32,
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    #[serde(default = "default_failure_timeout_ms")]
+    pub failure_timeout_ms: u64,
+    /// false: the baseline (static assignment); the LB then only idles.
+    #[serde(default = "yes")]
+    pub balance: bool,
+    pub prefix: String,
+    #[serde(default)]
+    pub connect: Vec<String>,
+}
+
+impl LbConfig {
+    pub fn check(&self) -> Result<(), String> {
+        super::check_slices(self.slices)?;
+        if self.heartbeat_ms == 0 || self.failure_timeout_ms <= self.heartbeat_ms {
+            return Err("heartbeat_ms must be > 0 and failure_timeout_ms above it".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Default)]
+struct LbStats {
+    /// (owner, epoch) per slice (owner null: none).
+    table: Vec<(Option<u32>, u64)>,
+    pns: Vec<u32>,
+    moves: u64,
+    bad_control: u64,
+    #[serde(rename = "final")]
+    last: bool,
+}
+
+pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
+    cfg.check()?;
+    let keys = Keys::new(&cfg.prefix)?;
+    let opened = session::open(Mode::Peer, &opts.listen, &cfg.connect)?;
+    let session = opened.session;
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(INBOX);
+    // Kept alive for the run: dropping it would undeclare the subscription.
+    let _sub = if cfg.balance {
+        Some(
+            session
+                .declare_subscriber(keys.lb())
+                .callback(move |s| {
+                    let _ = tx.send(s.payload().to_bytes().into_owned());
+                })
+                .wait()
+                .map_err(|e| format!("subscribing: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let mut life = Lifecycle::ready_at(opened.endpoint, Stop::default());
+    let mut table = Table::new(cfg.slices);
+    let mut bad = Throttled::new("lb");
+    let failure_ns = cfg.failure_timeout_ms * 1_000_000;
+    let line = |table: &Table, bad: &Throttled, last| Stats {
+        t_ns: clock::now_ns(),
+        requests: 0,
+        errors: bad.count,
+        extra: LbStats {
+            table: table.view(),
+            pns: table.pns(),
+            moves: table.moves,
+            bad_control: bad.count,
+            last,
+        },
+        ..Stats::default()
+    };
+    loop {
+        let now = clock::now_ns();
+        if let Some(end) = life.tick(now, || line(&table, &bad, false)) {
+            events::emit(&line(&table, &bad, true));
+            let _ = session.close().wait();
+            return end;
+        }
+        let out = match rx.recv_timeout(TICK) {
+            Ok(bytes) => match codec::decode_control::<ToLb>(&bytes) {
+                Ok(msg) => table.on_message(msg, clock::now_ns()),
+                Err(why) => {
+                    bad.note(&why);
+                    Vec::new()
+                }
+            },
+            Err(_) => Vec::new(),
+        };
+        let mut all = out;
+        if cfg.balance {
+            all.extend(table.on_tick(clock::now_ns(), failure_ns));
+        }
+        for o in all {
+            match o {
+                Out::Send(pn, msg) => {
+                    if let Err(e) = session::put(&session, &keys.pn(pn), codec::encode_control(&msg)) {
+                        stdio::log(&e);
+                    }
+                }
+                Out::Event(h) => events::emit(&h),
+            }
+        }
+    }
+}

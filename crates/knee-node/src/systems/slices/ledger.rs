@@ -1,0 +1,491 @@
+//! A PN's ownership of slices, as pure logic (no threads, no network), and the ring of
+//! recent items of the slices it does not own. `docs/slices.md` argues why the rules give
+//! exactly-once processing across a handoff; the tests below hold the rules.
+//!
+//! Per slice, the owner keeps a watermark per sender: the last id the slice's owners (it
+//! and those before it) accepted. An item of an owned slice is accepted when its id is above
+//! the watermark, or when it is owed (at or below it, but dropped on a full queue by some
+//! owner, so the client will publish it again). After a crash the dead owner's watermark
+//! is unknown: the new owner then accepts any id it has not seen itself (`seen`).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::codec::HandoffSlice;
+
+/// Owed ids kept per slice: beyond, an id dropped on a full queue is forgotten (counted),
+/// and its re-publish is then ignored by a later owner (the client times it out).
+pub const MAX_OWED_PER_SLICE: usize = 4096;
+/// Ids remembered per slice owned after a crash, for deduplication (oldest forgotten).
+pub const MAX_SEEN_PER_SLICE: usize = 1 << 16;
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Verdict {
+    /// Mine to process.
+    Accept,
+    /// Of a slice this PN does not own (at its epoch): for the ring.
+    NotOwned,
+    /// Already accepted here or by an earlier owner: ignored.
+    Already,
+}
+
+/// A bounded set of (sender, id), the oldest forgotten first.
+#[derive(Debug)]
+pub struct Seen {
+    set: HashSet<(u32, u64)>,
+    order: VecDeque<(u32, u64)>,
+    max: usize,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen::with_max(MAX_SEEN_PER_SLICE)
+    }
+}
+
+impl Seen {
+    pub fn with_max(max: usize) -> Seen {
+        Seen {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+            max,
+        }
+    }
+
+    pub fn contains(&self, key: &(u32, u64)) -> bool {
+        self.set.contains(key)
+    }
+
+    /// Whether the id is new (and now remembered).
+    pub fn insert(&mut self, key: (u32, u64)) -> bool {
+        if !self.set.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > self.max {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        true
+    }
+    fn forget(&mut self, key: &(u32, u64)) {
+        self.set.remove(key);
+    }
+}
+
+#[derive(Default, Debug)]
+struct Slice {
+    epoch: u64,
+    owned: bool,
+    watermark: HashMap<u32, u64>,
+    owed: HashSet<(u32, u64)>,
+    /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
+    seen: Option<Seen>,
+}
+
+#[derive(Debug)]
+pub struct Ledger {
+    slices: Vec<Slice>,
+    /// S: a client's consecutive ids of one slice differ by it.
+    stride: u64,
+    /// Owed ids forgotten because a slice's owed set was full.
+    pub owed_overflow: u64,
+}
+
+impl Ledger {
+    pub fn new(slices: u32) -> Ledger {
+        Ledger {
+            slices: (0..slices).map(|_| Slice::default()).collect(),
+            stride: slices.max(1) as u64,
+            owed_overflow: 0,
+        }
+    }
+
+    pub fn owned(&self, slice: u32) -> bool {
+        self.slices.get(slice as usize).is_some_and(|s| s.owned)
+    }
+
+    pub fn epoch(&self, slice: u32) -> u64 {
+        self.slices.get(slice as usize).map_or(0, |s| s.epoch)
+    }
+
+    pub fn owned_count(&self) -> usize {
+        self.slices.iter().filter(|s| s.owned).count()
+    }
+
+    pub fn owned_slices(&self) -> Vec<u32> {
+        (0..self.slices.len() as u32).filter(|&s| self.owned(s)).collect()
+    }
+
+    /// Decides on an item and, when it is accepted, records it.
+    pub fn decide(&mut self, slice: u32, sender: u32, id: u64) -> Verdict {
+        let (stride, mut overflow) = (self.stride, 0);
+        let Some(s) = self.slices.get_mut(slice as usize) else {
+            return Verdict::NotOwned;
+        };
+        if !s.owned {
+            return Verdict::NotOwned;
+        }
+        let key = (sender, id);
+        let prev = s.watermark.get(&sender).copied();
+        let fresh = match &mut s.seen {
+            Some(seen) => seen.insert(key),
+            None => prev.is_none_or(|w| id > w) || s.owed.remove(&key),
+        };
+        if !fresh {
+            return Verdict::Already;
+        }
+        if s.seen.is_none() && prev.is_none_or(|w| id > w) {
+            // Ids of this slice skipped on the way up never reached an owner (published
+            // before this PN heard the client, or missing from its ring): owed, so that
+            // their re-publish is accepted.
+            let from = prev.map_or(slice as u64, |w| w.saturating_add(stride));
+            let missing = (id.saturating_sub(from) / stride) as usize;
+            let room = MAX_OWED_PER_SLICE.saturating_sub(s.owed.len());
+            for k in 1..=missing.min(room) as u64 {
+                s.owed.insert((sender, id - k * stride));
+            }
+            overflow = missing.saturating_sub(room) as u64;
+        }
+        let w = s.watermark.entry(sender).or_insert(id);
+        *w = (*w).max(id);
+        s.owed.remove(&key);
+        self.owed_overflow += overflow;
+        Verdict::Accept
+    }
+
+    /// An accepted item could not be queued: still owed, to whoever owns the slice when the
+    /// client publishes it again.
+    pub fn dropped(&mut self, slice: u32, sender: u32, id: u64) {
+        let Some(s) = self.slices.get_mut(slice as usize) else {
+            return;
+        };
+        if let Some(seen) = &mut s.seen {
+            seen.forget(&(sender, id));
+        }
+        if s.owed.len() >= MAX_OWED_PER_SLICE {
+            self.owed_overflow += 1;
+        } else {
+            s.owed.insert((sender, id));
+        }
+    }
+
+    /// Stops owning `slice` (the LB gave it away at `epoch`); what the taker needs, or None
+    /// when this PN does not own it below that epoch (a stale or repeated give).
+    pub fn give(&mut self, slice: u32, epoch: u64) -> Option<HandoffSlice> {
+        let s = self.slices.get_mut(slice as usize)?;
+        if !s.owned || epoch <= s.epoch {
+            return None;
+        }
+        s.owned = false;
+        s.epoch = epoch;
+        s.seen = None;
+        Some(HandoffSlice {
+            slice,
+            epoch,
+            watermark: sorted(std::mem::take(&mut s.watermark)),
+            owed: {
+                let mut v: Vec<_> = std::mem::take(&mut s.owed).into_iter().collect();
+                v.sort_unstable();
+                v
+            },
+        })
+    }
+
+    /// Owns the slice from the giver's handoff, if its epoch is newer than any seen here.
+    pub fn take(&mut self, h: &HandoffSlice) -> bool {
+        let Some(s) = self.slices.get_mut(h.slice as usize) else {
+            return false;
+        };
+        if h.epoch <= s.epoch {
+            return false;
+        }
+        *s = Slice {
+            epoch: h.epoch,
+            owned: true,
+            watermark: h.watermark.iter().copied().collect(),
+            owed: h.owed.iter().copied().collect(),
+            seen: None,
+        };
+        true
+    }
+
+    /// Owns the slice with no giver. Already owning it (at a lower epoch), it keeps its
+    /// watermarks; else it starts with none, deduplicating by what it sees after a crash.
+    pub fn assign(&mut self, slice: u32, epoch: u64, crash: bool) -> bool {
+        let Some(s) = self.slices.get_mut(slice as usize) else {
+            return false;
+        };
+        if epoch <= s.epoch {
+            return false;
+        }
+        if !s.owned {
+            *s = Slice {
+                owned: true,
+                seen: crash.then(Seen::default),
+                ..Slice::default()
+            };
+        }
+        s.epoch = epoch;
+        true
+    }
+
+    /// The slice moved on at `epoch` without this PN (it was thought dead): stop owning it.
+    pub fn revoke(&mut self, slice: u32, epoch: u64) -> bool {
+        let Some(s) = self.slices.get_mut(slice as usize) else {
+            return false;
+        };
+        if epoch <= s.epoch {
+            return false;
+        }
+        let was = s.owned;
+        *s = Slice {
+            epoch,
+            ..Slice::default()
+        };
+        was
+    }
+}
+
+fn sorted(m: HashMap<u32, u64>) -> Vec<(u32, u64)> {
+    let mut v: Vec<_> = m.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+/// Items a taker's ring misses right after a watermark: for each sender whose watermark is
+/// `w`, the slice's next id is `w + slices` (a client numbers its items 0, 1, 2, ...); if
+/// the ring's first later id of that sender is further on, the ones between are missing
+/// (their re-publish brings them). `ring_first` is (sender, first ring id above the
+/// watermark) for the senders the ring holds.
+pub fn gap_items(watermark: &[(u32, u64)], ring_first: &HashMap<u32, u64>, slices: u32) -> u64 {
+    watermark
+        .iter()
+        .filter_map(|&(sender, w)| {
+            let first = *ring_first.get(&sender)?;
+            let next = w.checked_add(slices as u64)?;
+            Some(first.saturating_sub(next) / slices.max(1) as u64)
+        })
+        .sum()
+}
+
+/// One item held for a slice this PN may be given: its whole message.
+#[derive(Debug, Clone)]
+pub struct RingItem {
+    pub slice: u32,
+    pub sender: u32,
+    pub id: u64,
+    pub arrived_ns: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// Recent items of the slices this PN does not own, bounded by bytes and by age: what a
+/// taker may need after a giver's watermark. Arrival order.
+#[derive(Debug)]
+pub struct Ring {
+    items: VecDeque<RingItem>,
+    bytes: usize,
+    max_bytes: usize,
+    max_age_ns: u64,
+    /// Items evicted by the byte bound (not by age): a sign the ring is too small.
+    pub evicted_full: u64,
+}
+
+impl Ring {
+    pub fn new(max_bytes: usize, max_age_ns: u64) -> Ring {
+        Ring {
+            items: VecDeque::new(),
+            bytes: 0,
+            max_bytes,
+            max_age_ns,
+            evicted_full: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn push(&mut self, item: RingItem) {
+        self.bytes += item.bytes.len();
+        let now = item.arrived_ns;
+        self.items.push_back(item);
+        while self.bytes > self.max_bytes {
+            self.pop();
+            self.evicted_full += 1;
+        }
+        self.expire(now);
+    }
+
+    /// Drops items older than the age bound.
+    pub fn expire(&mut self, now_ns: u64) {
+        while self
+            .items
+            .front()
+            .is_some_and(|i| now_ns.saturating_sub(i.arrived_ns) > self.max_age_ns)
+        {
+            self.pop();
+        }
+    }
+
+    fn pop(&mut self) {
+        if let Some(i) = self.items.pop_front() {
+            self.bytes -= i.bytes.len();
+        }
+    }
+
+    /// Removes and returns the items of `slices`, in (slice, sender, id) order.
+    pub fn take(&mut self, slices: &HashSet<u32>) -> Vec<RingItem> {
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.items.len());
+        for i in self.items.drain(..) {
+            if slices.contains(&i.slice) {
+                taken.push(i);
+            } else {
+                kept.push_back(i);
+            }
+        }
+        self.items = kept;
+        self.bytes = self.items.iter().map(|i| i.bytes.len()).sum();
+        taken.sort_by_key(|i| (i.slice, i.sender, i.id));
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handoff_of(l: &mut Ledger, slice: u32, epoch: u64) -> HandoffSlice {
+        l.give(slice, epoch).unwrap()
+    }
+
+    #[test]
+    fn a_join_hands_over_at_the_watermark_so_each_id_is_accepted_once() {
+        let (mut giver, mut taker) = (Ledger::new(10), Ledger::new(10));
+        assert!(giver.assign(3, 1, false));
+        // ids of slice 3 from sender 7: 3, 13, 23, ...
+        let ids: Vec<u64> = (0..20).map(|k| 3 + 10 * k).collect();
+        let (before, after) = ids.split_at(8);
+        let mut accepted = Vec::new();
+        for &id in before {
+            assert_eq!(giver.decide(3, 7, id), Verdict::Accept);
+            accepted.push(id);
+            assert_eq!(taker.decide(3, 7, id), Verdict::NotOwned);
+        }
+        let h = handoff_of(&mut giver, 3, 2);
+        assert_eq!(h.watermark, vec![(7, before[7])]);
+        // Items after the give: the giver no longer owns the slice.
+        assert_eq!(giver.decide(3, 7, after[0]), Verdict::NotOwned);
+        assert!(taker.take(&h));
+        // The taker replays its ring (every id) and then live ones: only those above.
+        for &id in ids.iter() {
+            if taker.decide(3, 7, id) == Verdict::Accept {
+                accepted.push(id);
+            }
+        }
+        accepted.sort_unstable();
+        assert_eq!(accepted, ids);
+        // A re-publish of an id already accepted is ignored.
+        assert_eq!(taker.decide(3, 7, after[2]), Verdict::Already);
+        assert_eq!(taker.epoch(3), 2);
+    }
+
+    #[test]
+    fn an_id_dropped_on_a_full_queue_stays_owed_across_a_handoff() {
+        let (mut giver, mut taker) = (Ledger::new(4), Ledger::new(4));
+        giver.assign(1, 1, false);
+        for id in [1, 5, 9] {
+            assert_eq!(giver.decide(1, 0, id), Verdict::Accept);
+        }
+        giver.dropped(1, 0, 5);
+        let h = handoff_of(&mut giver, 1, 2);
+        assert_eq!(h.owed, vec![(0, 5)]);
+        taker.take(&h);
+        assert_eq!(taker.decide(1, 0, 9), Verdict::Already);
+        assert_eq!(taker.decide(1, 0, 5), Verdict::Accept, "the re-publish");
+        assert_eq!(taker.decide(1, 0, 5), Verdict::Already);
+    }
+
+    #[test]
+    fn ids_skipped_on_the_way_up_are_owed_until_they_come_again() {
+        let mut l = Ledger::new(10);
+        l.assign(2, 1, false);
+        // The first id heard is 32: 2, 12 and 22 never arrived.
+        assert_eq!(l.decide(2, 0, 32), Verdict::Accept);
+        assert_eq!(l.decide(2, 0, 52), Verdict::Accept, "42 skipped");
+        for id in [2, 12, 22, 42] {
+            assert_eq!(l.decide(2, 0, id), Verdict::Accept, "{id}");
+            assert_eq!(l.decide(2, 0, id), Verdict::Already, "{id}");
+        }
+        assert_eq!(l.decide(2, 0, 62), Verdict::Accept);
+    }
+
+    #[test]
+    fn epochs_fence_stale_gives_handoffs_and_assigns() {
+        let mut l = Ledger::new(2);
+        assert!(l.assign(0, 3, false));
+        assert!(!l.assign(0, 3, false));
+        assert!(l.give(0, 3).is_none(), "not newer");
+        let stale = HandoffSlice {
+            slice: 0,
+            epoch: 2,
+            ..Default::default()
+        };
+        assert!(!l.take(&stale));
+        assert!(l.revoke(0, 4));
+        assert!(!l.owned(0));
+        assert_eq!(l.decide(0, 1, 1), Verdict::NotOwned);
+        assert!(l.give(1, 1).is_none(), "never owned");
+        assert!(!l.assign(9, 1, false), "no such slice");
+        assert_eq!(l.decide(9, 0, 0), Verdict::NotOwned);
+    }
+
+    #[test]
+    fn after_a_crash_the_new_owner_dedupes_by_what_it_saw() {
+        let mut l = Ledger::new(2);
+        l.assign(1, 5, true);
+        assert_eq!(l.decide(1, 0, 11), Verdict::Accept);
+        assert_eq!(l.decide(1, 0, 3), Verdict::Accept, "older, maybe never processed");
+        assert_eq!(l.decide(1, 0, 3), Verdict::Already);
+        l.dropped(1, 0, 7);
+        // Owning it already, a newer assign keeps its state.
+        assert!(l.assign(1, 6, true));
+        assert_eq!(l.decide(1, 0, 11), Verdict::Already);
+        let h = l.give(1, 7).unwrap();
+        assert_eq!(h.watermark, vec![(0, 11)]);
+    }
+
+    #[test]
+    fn gaps_count_the_ids_missing_after_the_watermark() {
+        let first: HashMap<u32, u64> = [(1, 53), (2, 13)].into_iter().collect();
+        // Sender 1: watermark 3, next 13, ring starts at 53: 13, 23, 33, 43 missing.
+        assert_eq!(gap_items(&[(1, 3), (2, 3), (9, 3)], &first, 10), 4);
+    }
+
+    #[test]
+    fn the_ring_is_bounded_by_bytes_and_age_and_gives_items_in_order() {
+        let item = |slice, id, t| RingItem {
+            slice,
+            sender: 0,
+            id,
+            arrived_ns: t,
+            bytes: vec![0; 10],
+        };
+        let mut r = Ring::new(35, 100);
+        for (k, id) in [5u64, 1, 3].into_iter().enumerate() {
+            r.push(item(1, id, k as u64));
+        }
+        r.push(item(2, 9, 3));
+        assert_eq!((r.len(), r.evicted_full), (3, 1));
+        let taken = r.take(&[1].into_iter().collect());
+        assert_eq!(taken.iter().map(|i| i.id).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!((r.len(), r.bytes()), (1, 10));
+        r.expire(104);
+        assert_eq!(r.len(), 0);
+    }
+}

@@ -1,0 +1,773 @@
+//! A processing node (`serve slices`, role "pn"): every PN hears every item on
+//! `P/items/*`; it processes the items of the slices it owns at their current epoch on a
+//! bounded worker pool, keeps a bounded ring of the others' recent items (what it needs if
+//! given one of their slices), replies on `P/replies/<sender>`, logs each processed id, and
+//! tells the LB its load. The handoff rules are in `ledger.rs`; `docs/slices.md` explains
+//! them.
+//!
+//! Threads: zenoh's receive callback decides on each item under the state lock (cheap: a
+//! decode and a table look-up); a control thread handles LB and handoff messages (they
+//! publish, which a zenoh callback should not block on); `threads` workers process; the
+//! main thread keeps the lifecycle, the hello/heartbeats and the log flushes.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zenoh::{Session, Wait};
+
+use super::codec::{self, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took, ITEM_HEADER_BYTES};
+use super::gray;
+use super::ledger::{gap_items, Ledger, Ring, RingItem, Seen, Verdict};
+use super::pnlog::{PnLog, Record};
+use super::session::{self, Keys, Mode};
+use super::Throttled;
+use crate::events::{self, Stats};
+use crate::serve::{Lifecycle, ServeOptions, Stop};
+use crate::{clock, stdio};
+
+/// Control messages waiting for the control thread (a few per heartbeat and move).
+const CONTROL_INBOX: usize = 1024;
+const MAX_THREADS: usize = 256;
+const MAX_QUEUE: usize = 1_000_000;
+/// The main loop's longest sleep: how late a heartbeat or a stop is noticed.
+const MAIN_TICK: Duration = Duration::from_millis(5);
+/// A planned leave waits this long at most for its slices to move and its workers to
+/// finish, well within the runner's 3 s stop grace.
+const LEAVE_WAIT_NS: u64 = 2_000_000_000;
+/// Acknowledged ids remembered (every PN hears every reply): a crash takeover skips the
+/// ring items already acknowledged. 2^20 covers minutes at the report's rates.
+const MAX_ACKED: usize = 1 << 20;
+
+fn default_work_repeat() -> u32 {
+    1
+}
+fn default_queue_max() -> usize {
+    1000
+}
+fn default_heartbeat_ms() -> u64 {
+    100
+}
+fn default_ring_bytes() -> usize {
+    64 << 20
+}
+fn default_ring_age_ms() -> u64 {
+    5000
+}
+fn default_hello_after_ms() -> u64 {
+    1000
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PnConfig {
+    pub pn: u32,
+    pub slices: u32,
+    /// Workers (0: the cores available to this process).
+    #[serde(default)]
+    pub threads: usize,
+    /// The grayscale is computed this many times per item (capacity knob).
+    #[serde(default = "default_work_repeat")]
+    pub work_repeat: u32,
+    /// Accepted items waiting for a worker; beyond, an item is dropped (and owed).
+    #[serde(default = "default_queue_max")]
+    pub queue_max: usize,
+    pub log_path: String,
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    pub prefix: String,
+    #[serde(default)]
+    pub connect: Vec<String>,
+    /// The baseline: own these slices from the start, with no LB and no monitoring traffic.
+    #[serde(default)]
+    pub static_slices: Option<Vec<u32>>,
+    /// The ring of other slices' recent items: its bounds in bytes and in age.
+    #[serde(default = "default_ring_bytes")]
+    pub ring_bytes: usize,
+    #[serde(default = "default_ring_age_ms")]
+    pub ring_age_ms: u64,
+    /// The PN says hello (and may be given slices) once it receives items, or after this
+    /// long without any: a taker must already hear the clients to fill its ring.
+    #[serde(default = "default_hello_after_ms")]
+    pub hello_after_ms: u64,
+}
+
+impl PnConfig {
+    pub fn check(&self) -> Result<(), String> {
+        super::check_slices(self.slices)?;
+        if self.threads > MAX_THREADS {
+            return Err(format!("threads must be 0..={MAX_THREADS}"));
+        }
+        if !(1..=MAX_QUEUE).contains(&self.queue_max) {
+            return Err(format!("queue_max must be 1..={MAX_QUEUE}"));
+        }
+        if self.work_repeat == 0 || self.heartbeat_ms == 0 {
+            return Err("work_repeat and heartbeat_ms must be >= 1".into());
+        }
+        if let Some(s) = &self.static_slices {
+            if s.iter().any(|&x| x >= self.slices) {
+                return Err(format!("static_slices must be below slices ({})", self.slices));
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Job {
+    h: ItemHeader,
+    bytes: Vec<u8>,
+    epoch: u64,
+    accepted_ns: u64,
+}
+
+struct State {
+    ledger: Ledger,
+    ring: Ring,
+    queue: VecDeque<Job>,
+    busy: usize,
+    stop_workers: bool,
+    /// Set once this PN asked to leave: what it gives away then, it does not drain.
+    leaving: bool,
+    /// Items some PN acknowledged (heard on `P/replies/*`).
+    acked: Seen,
+}
+
+impl State {
+    /// Queues an accepted item; a full queue drops it and keeps it owed.
+    fn enqueue(&mut self, job: Job, queue_max: usize, c: &Counters) -> bool {
+        if self.queue.len() >= queue_max {
+            self.ledger.dropped(job.h.slice, job.h.sender, job.h.id);
+            c.dropped_full.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.queue.push_back(job);
+        true
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    items_rx: AtomicU64,
+    bytes_rx: AtomicU64,
+    bytes_tx: AtomicU64,
+    processed: AtomicU64,
+    dropped_bad: AtomicU64,
+    dropped_full: AtomicU64,
+    already: AtomicU64,
+    gave: AtomicU64,
+    took: AtomicU64,
+    gaps: AtomicU64,
+    fenced: AtomicU64,
+    released: AtomicU64,
+    reply_errors: AtomicU64,
+    bad_control: AtomicU64,
+}
+
+struct Shared {
+    cfg: PnConfig,
+    keys: Keys,
+    session: Session,
+    state: Mutex<State>,
+    work: Condvar,
+    log: Mutex<PnLog>,
+    c: Counters,
+    bad_items: Mutex<Throttled>,
+    stop: Stop,
+    hello_sent: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn job(&self, h: ItemHeader, bytes: Vec<u8>, epoch: u64) -> Job {
+        Job {
+            h,
+            bytes,
+            epoch,
+            accepted_ns: clock::now_ns(),
+        }
+    }
+
+    /// An item from the network: decided under the lock.
+    fn on_item(&self, bytes: &[u8]) {
+        let c = &self.c;
+        c.items_rx.fetch_add(1, Ordering::Relaxed);
+        c.bytes_rx.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let h = match ItemHeader::decode(bytes, self.cfg.slices) {
+            Ok(h) => h,
+            Err(why) => {
+                c.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                self.bad_items
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .note(&why);
+                return;
+            }
+        };
+        let mut st = self.lock();
+        match st.ledger.decide(h.slice, h.sender, h.id) {
+            Verdict::Accept => {
+                let epoch = st.ledger.epoch(h.slice);
+                let job = self.job(h, bytes.to_vec(), epoch);
+                if st.enqueue(job, self.cfg.queue_max, c) {
+                    self.work.notify_one();
+                }
+            }
+            Verdict::NotOwned => {
+                if self.cfg.static_slices.is_none() {
+                    st.ring.push(RingItem {
+                        slice: h.slice,
+                        sender: h.sender,
+                        id: h.id,
+                        arrived_ns: clock::now_ns(),
+                        bytes: bytes.to_vec(),
+                    });
+                }
+            }
+            Verdict::Already => {
+                c.already.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn send(&self, key: &str, bytes: Vec<u8>) {
+        if let Err(e) = session::put(&self.session, key, bytes) {
+            stdio::log(&e);
+        }
+    }
+
+    fn to_lb(&self, msg: &ToLb) {
+        self.send(&self.keys.lb(), codec::encode_control(msg));
+    }
+
+    fn on_control(&self, msg: ToPn) {
+        match msg {
+            ToPn::Assign { slices, crash } => {
+                let mut st = self.lock();
+                let newly: Vec<(u32, u64)> = slices
+                    .into_iter()
+                    .filter(|&(s, e)| st.ledger.assign(s, e, crash))
+                    .collect();
+                let took = self.replay(&mut st, &newly, &HashMap::new());
+                drop(st);
+                self.took(took);
+            }
+            ToPn::Give { to, slices } => {
+                let mut st = self.lock();
+                let mut given: Vec<HandoffSlice> = slices
+                    .into_iter()
+                    .filter_map(|(s, e)| st.ledger.give(s, e))
+                    .collect();
+                if st.leaving {
+                    self.release(&mut st, &mut given);
+                }
+                drop(st);
+                if given.is_empty() {
+                    return;
+                }
+                self.c.gave.fetch_add(given.len() as u64, Ordering::Relaxed);
+                let h = Handoff {
+                    from: self.cfg.pn,
+                    slices: given,
+                };
+                self.send(&self.keys.handoff(to), codec::encode_control(&h));
+            }
+            ToPn::Revoke { slices } => {
+                let mut st = self.lock();
+                let gone: HashSet<u32> = slices
+                    .into_iter()
+                    .filter(|&(s, e)| st.ledger.revoke(s, e))
+                    .map(|(s, _)| s)
+                    .collect();
+                // Fenced: queued items of a slice that moved on are not processed here.
+                let before = st.queue.len();
+                st.queue.retain(|j| !gone.contains(&j.h.slice));
+                let fenced = (before - st.queue.len()) as u64;
+                self.c.fenced.fetch_add(fenced, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A leaving giver does not drain: its queued items of the given slices become owed to
+    /// the taker (which finds them in its ring, or gets them re-published), so it can exit
+    /// within the stop grace.
+    fn release(&self, st: &mut State, given: &mut [HandoffSlice]) {
+        let index: HashMap<u32, usize> = given.iter().enumerate().map(|(i, h)| (h.slice, i)).collect();
+        let mut kept = VecDeque::with_capacity(st.queue.len());
+        for j in st.queue.drain(..) {
+            match index.get(&j.h.slice) {
+                Some(&i) => {
+                    given[i].owed.push((j.h.sender, j.h.id));
+                    self.c.released.fetch_add(1, Ordering::Relaxed);
+                }
+                None => kept.push_back(j),
+            }
+        }
+        st.queue = kept;
+    }
+
+    fn on_handoff(&self, h: Handoff) {
+        let mut st = self.lock();
+        let mut taken = Vec::new();
+        let mut watermarks = HashMap::new();
+        for hs in &h.slices {
+            if st.ledger.take(hs) {
+                taken.push((hs.slice, hs.epoch));
+                watermarks.insert(hs.slice, hs.watermark.clone());
+            }
+        }
+        let took = self.replay(&mut st, &taken, &watermarks);
+        drop(st);
+        self.took(took);
+    }
+
+    /// Newly owned slices: their ring items, in id order per sender, go through the
+    /// ledger (those above the watermark, or owed, are accepted); gaps are counted.
+    fn replay(
+        &self,
+        st: &mut State,
+        slices: &[(u32, u64)],
+        watermarks: &HashMap<u32, Vec<(u32, u64)>>,
+    ) -> Vec<Took> {
+        let set: HashSet<u32> = slices.iter().map(|&(s, _)| s).collect();
+        let items = st.ring.take(&set);
+        let mut first: HashMap<u32, u64> = HashMap::new();
+        let mut ring_first: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
+        let mut queued = false;
+        for item in items {
+            let above = watermarks.get(&item.slice).is_none_or(|w| {
+                w.iter()
+                    .find(|(s, _)| *s == item.sender)
+                    .is_none_or(|&(_, wm)| item.id > wm)
+            });
+            if above {
+                ring_first
+                    .entry(item.slice)
+                    .or_default()
+                    .entry(item.sender)
+                    .or_insert(item.id);
+            }
+            // Acknowledged already (by a PN that crashed since): not to be done again.
+            if st.acked.contains(&(item.sender, item.id)) {
+                continue;
+            }
+            if st.ledger.decide(item.slice, item.sender, item.id) != Verdict::Accept {
+                continue;
+            }
+            first.entry(item.slice).or_insert(item.id);
+            let Ok(h) = ItemHeader::decode(&item.bytes, self.cfg.slices) else {
+                continue;
+            };
+            let epoch = st.ledger.epoch(item.slice);
+            let job = self.job(h, item.bytes, epoch);
+            queued |= st.enqueue(job, self.cfg.queue_max, &self.c);
+        }
+        if queued {
+            self.work.notify_all();
+        }
+        for (slice, wm) in watermarks {
+            let gap = gap_items(
+                wm,
+                ring_first.get(slice).unwrap_or(&HashMap::new()),
+                self.cfg.slices,
+            );
+            self.c.gaps.fetch_add(gap, Ordering::Relaxed);
+        }
+        self.c.took.fetch_add(slices.len() as u64, Ordering::Relaxed);
+        slices
+            .iter()
+            .map(|&(slice, epoch)| Took {
+                slice,
+                epoch,
+                giver_last_id: watermarks
+                    .get(&slice)
+                    .and_then(|w| w.iter().map(|&(_, id)| id).max()),
+                taker_first_id: first.get(&slice).copied(),
+            })
+            .collect()
+    }
+
+    fn took(&self, slices: Vec<Took>) {
+        if slices.is_empty() || self.cfg.static_slices.is_some() {
+            return;
+        }
+        self.to_lb(&ToLb::Took {
+            pn: self.cfg.pn,
+            t_ns: clock::now_ns(),
+            slices,
+        });
+    }
+
+    fn worker(&self) {
+        let mut gray_out = Vec::new();
+        let mut reply = Vec::with_capacity(codec::REPLY_HEADER_BYTES + 8);
+        loop {
+            let job = {
+                let mut st = self.lock();
+                loop {
+                    if let Some(j) = st.queue.pop_front() {
+                        st.busy += 1;
+                        break j;
+                    }
+                    if st.stop_workers {
+                        return;
+                    }
+                    st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let start_ns = clock::now_ns();
+            let image = job.bytes.get(ITEM_HEADER_BYTES..).unwrap_or_default();
+            let checksum = gray::work_repeat(image, self.cfg.work_repeat, &mut gray_out);
+            let done_ns = clock::now_ns();
+            let h = &job.h;
+            self.log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&Record {
+                    pn: self.cfg.pn,
+                    slice: h.slice,
+                    sender: h.sender,
+                    id: h.id,
+                    epoch: job.epoch,
+                    done_ns,
+                });
+            reply.clear();
+            Reply {
+                sender: h.sender,
+                pn: self.cfg.pn,
+                id: h.id,
+                slice: h.slice,
+                epoch: job.epoch,
+                timestamp_ns: h.timestamp_ns,
+                queue_ns: start_ns.saturating_sub(job.accepted_ns),
+                service_ns: done_ns - start_ns,
+                gray_checksum: checksum,
+            }
+            .encode(&mut reply);
+            self.c.bytes_tx.fetch_add(reply.len() as u64, Ordering::Relaxed);
+            if let Err(e) = session::put(&self.session, &self.keys.replies(h.sender), reply.clone()) {
+                self.c.reply_errors.fetch_add(1, Ordering::Relaxed);
+                stdio::log(&e);
+            }
+            self.c.processed.fetch_add(1, Ordering::Relaxed);
+            self.lock().busy -= 1;
+        }
+    }
+
+    fn stats(&self, last: bool) -> Stats<PnStats> {
+        let st = self.lock();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let c = &self.c;
+        Stats {
+            t_ns: clock::now_ns(),
+            requests: get(&c.items_rx),
+            errors: get(&c.dropped_bad) + get(&c.bad_control),
+            overloaded: get(&c.dropped_full),
+            bytes_rx: get(&c.bytes_rx),
+            bytes_tx: get(&c.bytes_tx),
+            connections: 0,
+            bad_frames: get(&c.dropped_bad),
+            queue_len: st.queue.len() as u64,
+            extra: PnStats {
+                pn: self.cfg.pn,
+                owned: st.ledger.owned_slices(),
+                processed: get(&c.processed),
+                dropped_bad: get(&c.dropped_bad),
+                dropped_full: get(&c.dropped_full),
+                already: get(&c.already),
+                handoffs_gave: get(&c.gave),
+                handoffs_took: get(&c.took),
+                gap_items: get(&c.gaps),
+                fenced: get(&c.fenced),
+                released: get(&c.released),
+                owed_overflow: st.ledger.owed_overflow,
+                ring_items: st.ring.len() as u64,
+                ring_bytes: st.ring.bytes() as u64,
+                ring_evicted_full: st.ring.evicted_full,
+                bad_control: get(&c.bad_control),
+                threads: self.threads(),
+                last,
+            },
+        }
+    }
+
+    fn threads(&self) -> usize {
+        if self.cfg.threads > 0 {
+            self.cfg.threads
+        } else {
+            available_cores()
+        }
+    }
+}
+
+/// The PN's fields of its `stats` line.
+#[derive(Serialize, Default)]
+struct PnStats {
+    pn: u32,
+    owned: Vec<u32>,
+    processed: u64,
+    dropped_bad: u64,
+    dropped_full: u64,
+    /// Items ignored because they were already accepted (here or by an earlier owner).
+    already: u64,
+    handoffs_gave: u64,
+    handoffs_took: u64,
+    /// Items a taker's ring missed after a watermark (the client's re-publish brings them).
+    gap_items: u64,
+    fenced: u64,
+    /// Queued items a leaving PN passed to its takers instead of draining them.
+    released: u64,
+    owed_overflow: u64,
+    ring_items: u64,
+    ring_bytes: u64,
+    ring_evicted_full: u64,
+    bad_control: u64,
+    threads: usize,
+    #[serde(rename = "final")]
+    last: bool,
+}
+
+enum Control {
+    Pn(Vec<u8>),
+    Handoff(Vec<u8>),
+}
+
+pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
+    cfg.check()?;
+    let keys = Keys::new(&cfg.prefix)?;
+    let log = PnLog::create(&cfg.log_path)?;
+    let opened = session::open(Mode::Peer, &opts.listen, &cfg.connect)?;
+    let mut ledger = Ledger::new(cfg.slices);
+    for &s in cfg.static_slices.iter().flatten() {
+        ledger.assign(s, 1, false);
+    }
+    let ring = Ring::new(cfg.ring_bytes, cfg.ring_age_ms * 1_000_000);
+    let shared = Arc::new(Shared {
+        keys,
+        session: opened.session,
+        state: Mutex::new(State {
+            ledger,
+            ring,
+            queue: VecDeque::new(),
+            busy: 0,
+            stop_workers: false,
+            leaving: false,
+            acked: Seen::with_max(MAX_ACKED),
+        }),
+        work: Condvar::new(),
+        log: Mutex::new(log),
+        c: Counters::default(),
+        bad_items: Mutex::new(Throttled::new("pn items")),
+        stop: Stop::default(),
+        hello_sent: AtomicBool::new(false),
+        cfg,
+    });
+    let workers: Vec<_> = (0..shared.threads())
+        .map(|_| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name("pn-worker".into())
+                .spawn(move || s.worker())
+                .map_err(|e| format!("spawning a worker: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let (ctl_tx, ctl_rx) = mpsc::sync_channel::<Control>(CONTROL_INBOX);
+    let s = shared.clone();
+    let control = std::thread::Builder::new()
+        .name("pn-control".into())
+        .spawn(move || control_loop(&s, ctl_rx))
+        .map_err(|e| format!("spawning the control thread: {e}"))?;
+    let subs = subscribe(&shared, ctl_tx)?;
+    let life = Lifecycle::ready_at(opened.endpoint, shared.stop.clone());
+    let end = main_loop(&shared, life);
+    drop(subs);
+    {
+        let mut st = shared.lock();
+        st.stop_workers = true;
+        shared.work.notify_all();
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    let _ = control.join();
+    shared
+        .log
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .flush(clock::now_ns());
+    events::emit(&shared.stats(true));
+    let _ = shared.session.close().wait();
+    end
+}
+
+type Subscriber = zenoh::pubsub::Subscriber<()>;
+
+fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec<Subscriber>, String> {
+    let sub = |key: String, f: Box<dyn Fn(Vec<u8>) + Send + Sync>| {
+        shared
+            .session
+            .declare_subscriber(key.clone())
+            .callback(move |sample| f(sample.payload().to_bytes().into_owned()))
+            .wait()
+            .map_err(|e| format!("subscribing to {key}: {e}"))
+    };
+    let s = shared.clone();
+    let items = shared
+        .session
+        .declare_subscriber(shared.keys.items())
+        .callback(move |sample| s.on_item(&sample.payload().to_bytes()))
+        .wait()
+        .map_err(|e| format!("subscribing to items: {e}"))?;
+    let s = shared.clone();
+    let replies = shared
+        .session
+        .declare_subscriber(format!("{}/replies/*", shared.keys.prefix))
+        .callback(move |sample| {
+            if let Ok(r) = Reply::decode(&sample.payload().to_bytes()) {
+                s.lock().acked.insert((r.sender, r.id));
+            }
+        })
+        .wait()
+        .map_err(|e| format!("subscribing to replies: {e}"))?;
+    let tx = ctl.clone();
+    let pn = sub(
+        shared.keys.pn(shared.cfg.pn),
+        Box::new(move |b| {
+            let _ = tx.send(Control::Pn(b));
+        }),
+    )?;
+    let handoff = sub(
+        shared.keys.handoff(shared.cfg.pn),
+        Box::new(move |b| {
+            let _ = ctl.send(Control::Handoff(b));
+        }),
+    )?;
+    let mut subs = vec![items, pn, handoff];
+    if shared.cfg.static_slices.is_none() {
+        subs.push(replies);
+    }
+    Ok(subs)
+}
+
+fn control_loop(shared: &Shared, rx: mpsc::Receiver<Control>) {
+    let mut bad = Throttled::new("pn control");
+    // Ends when the subscriptions (the senders) are dropped.
+    while let Ok(msg) = rx.recv() {
+        let result = match msg {
+            Control::Pn(b) => codec::decode_control::<ToPn>(&b).map(|m| shared.on_control(m)),
+            Control::Handoff(b) => codec::decode_control::<Handoff>(&b).map(|h| shared.on_handoff(h)),
+        };
+        if let Err(why) = result {
+            shared.c.bad_control.fetch_add(1, Ordering::Relaxed);
+            bad.note(&why);
+        }
+    }
+}
+
+/// Hello, heartbeats, log flushes and ring expiry until the stop; then a planned leave.
+fn main_loop(shared: &Shared, mut life: Lifecycle) -> Result<(), String> {
+    let cfg = &shared.cfg;
+    let balance = cfg.static_slices.is_none();
+    let start_ns = clock::now_ns();
+    let heartbeat_ns = cfg.heartbeat_ms * 1_000_000;
+    let mut next_beat_ns = 0;
+    let mut last_processed = (0u64, start_ns);
+    loop {
+        let now = clock::now_ns();
+        if let Some(end) = life.tick(now, || shared.stats(false)) {
+            if balance && shared.hello_sent.load(Ordering::Relaxed) {
+                leave(shared);
+            }
+            return end;
+        }
+        let hello_sent = shared.hello_sent.load(Ordering::Relaxed);
+        let heard_items = shared.c.items_rx.load(Ordering::Relaxed) > 0;
+        if balance && !hello_sent && (heard_items || now - start_ns >= cfg.hello_after_ms * 1_000_000) {
+            shared.to_lb(&ToLb::Hello { pn: cfg.pn });
+            shared.hello_sent.store(true, Ordering::Relaxed);
+        }
+        if balance && hello_sent && now >= next_beat_ns {
+            next_beat_ns = now + heartbeat_ns;
+            let processed = shared.c.processed.load(Ordering::Relaxed);
+            let dt_s = (now - last_processed.1).max(1) as f64 / 1e9;
+            let rate = (processed - last_processed.0) as f64 / dt_s;
+            last_processed = (processed, now);
+            shared.to_lb(&heartbeat(shared, rate));
+        }
+        shared.lock().ring.expire(now);
+        shared
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .flush_if_due(now);
+        std::thread::sleep(MAIN_TICK);
+    }
+}
+
+fn heartbeat(shared: &Shared, processed_per_s: f64) -> ToLb {
+    let st = shared.lock();
+    ToLb::Heartbeat {
+        pn: shared.cfg.pn,
+        queue_len: (st.queue.len() + st.busy) as u64,
+        processed_per_s,
+        owned: st.ledger.owned_count() as u32,
+    }
+}
+
+/// A planned leave: ask the LB to move every slice off, keep beating while it does, and
+/// return once nothing is owned and the workers are idle (or the wait is over).
+fn leave(shared: &Shared) {
+    shared.lock().leaving = true;
+    shared.to_lb(&ToLb::Leave { pn: shared.cfg.pn });
+    let deadline = clock::now_ns() + LEAVE_WAIT_NS;
+    let mut next_beat_ns = 0;
+    while clock::now_ns() < deadline {
+        {
+            let st = shared.lock();
+            if st.ledger.owned_count() == 0 && st.queue.is_empty() && st.busy == 0 {
+                return;
+            }
+        }
+        let now = clock::now_ns();
+        if now >= next_beat_ns {
+            next_beat_ns = now + shared.cfg.heartbeat_ms * 1_000_000;
+            shared.to_lb(&heartbeat(shared, 0.0));
+        }
+        std::thread::sleep(MAIN_TICK);
+    }
+    stdio::log("leaving with slices still owned or items in hand: the wait is over");
+}
+
+/// The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota.
+pub fn available_cores() -> usize {
+    let affinity = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|s| cgroup_cores(&s));
+    quota.map_or(affinity, |q| q.min(affinity)).max(1)
+}
+
+/// `cpu.max` ("max 100000" or "50000 100000") as whole cores, rounded up.
+fn cgroup_cores(cpu_max: &str) -> Option<usize> {
+    let mut parts = cpu_max.split_whitespace();
+    let quota: f64 = parts.next()?.parse().ok()?;
+    let period: f64 = parts.next()?.parse().ok()?;
+    (period > 0.0).then(|| (quota / period).ceil().max(1.0) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cgroup_quota_rounds_up_to_whole_cores() {
+        assert_eq!(cgroup_cores("50000 100000"), Some(1));
+        assert_eq!(cgroup_cores("150000 100000\n"), Some(2));
+        assert_eq!(cgroup_cores("max 100000"), None);
+        assert!(available_cores() >= 1);
+    }
+}

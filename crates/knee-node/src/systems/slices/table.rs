@@ -1,0 +1,452 @@
+//! The LB's slice table as pure logic: who owns each slice at which epoch, which moves are
+//! under way, and what to send when a PN joins, leaves or goes silent. `lb.rs` runs it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::codec::{SliceEpoch, ToLb, ToPn};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// The first assignment (or of slices nobody held): no giver, no event.
+    Assign,
+    Join,
+    Leave,
+    Crash,
+}
+
+/// One slice move, printed as a `handoff` line when the taker reports it owns the slice.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct Handoff {
+    pub slice: u32,
+    pub epoch: u64,
+    pub from: Option<u32>,
+    pub to: u32,
+    pub reason: Reason,
+    pub t_ns_start: u64,
+    pub t_ns_done: u64,
+    pub giver_last_id: Option<u64>,
+    pub taker_first_id: Option<u64>,
+}
+
+impl crate::events::NodeEvent for Handoff {
+    const NAME: &'static str = "handoff";
+}
+
+#[derive(Debug, Clone)]
+struct Move {
+    from: Option<u32>,
+    reason: Reason,
+    t_ns_start: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    /// The owner, or the taker while a move is under way.
+    owner: Option<u32>,
+    epoch: u64,
+    moving: Option<Move>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Pn {
+    last_seen_ns: u64,
+    queue_len: u64,
+    leaving: bool,
+}
+
+/// What the LB does after a message or a tick.
+#[derive(Debug, PartialEq)]
+pub enum Out {
+    Send(u32, ToPn),
+    Event(Handoff),
+}
+
+#[derive(Debug)]
+pub struct Table {
+    slices: Vec<Entry>,
+    pns: BTreeMap<u32, Pn>,
+    pub moves: u64,
+}
+
+impl Table {
+    pub fn new(slices: u32) -> Table {
+        Table {
+            slices: vec![Entry::default(); slices as usize],
+            pns: BTreeMap::new(),
+            moves: 0,
+        }
+    }
+
+    /// (owner, epoch) per slice, for the `stats` line.
+    pub fn view(&self) -> Vec<(Option<u32>, u64)> {
+        self.slices.iter().map(|e| (e.owner, e.epoch)).collect()
+    }
+
+    pub fn pns(&self) -> Vec<u32> {
+        self.pns.keys().copied().collect()
+    }
+
+    fn count(&self, pn: u32) -> usize {
+        self.slices.iter().filter(|e| e.owner == Some(pn)).count()
+    }
+
+    /// The live PN that takes slices best: not leaving, fewest slices, then shortest queue.
+    fn emptiest(&self, except: Option<u32>) -> Option<u32> {
+        self.pns
+            .iter()
+            .filter(|(&p, s)| !s.leaving && Some(p) != except)
+            .min_by_key(|(&p, s)| (self.count(p), s.queue_len, p))
+            .map(|(&p, _)| p)
+    }
+
+    pub fn on_message(&mut self, msg: ToLb, now_ns: u64) -> Vec<Out> {
+        match msg {
+            ToLb::Hello { pn } => self.heard(pn, now_ns, None),
+            ToLb::Heartbeat { pn, queue_len, .. } => self.heard(pn, now_ns, Some(queue_len)),
+            ToLb::Leave { pn } => {
+                let mut out = self.heard(pn, now_ns, None);
+                if let Some(p) = self.pns.get_mut(&pn) {
+                    p.leaving = true;
+                }
+                out.extend(self.move_off(pn, Reason::Leave, now_ns));
+                out
+            }
+            ToLb::Took { pn, slices, t_ns } => {
+                let mut out = Vec::new();
+                for t in slices {
+                    let Some(e) = self.slices.get_mut(t.slice as usize) else {
+                        continue;
+                    };
+                    if e.epoch != t.epoch || e.owner != Some(pn) {
+                        continue;
+                    }
+                    if let Some(m) = e.moving.take() {
+                        if m.reason != Reason::Assign {
+                            out.push(Out::Event(Handoff {
+                                slice: t.slice,
+                                epoch: t.epoch,
+                                from: m.from,
+                                to: pn,
+                                reason: m.reason,
+                                t_ns_start: m.t_ns_start,
+                                t_ns_done: t_ns,
+                                giver_last_id: t.giver_last_id,
+                                taker_first_id: t.taker_first_id,
+                            }));
+                        }
+                    }
+                }
+                // A leaving PN that was still taking slices passes them on.
+                if self.pns.get(&pn).is_some_and(|p| p.leaving) {
+                    out.extend(self.move_off(pn, Reason::Leave, now_ns));
+                }
+                out
+            }
+        }
+    }
+
+    /// A PN spoke: a newcomer joins (gets the unowned slices, or a fair share).
+    fn heard(&mut self, pn: u32, now_ns: u64, queue_len: Option<u64>) -> Vec<Out> {
+        let known = self.pns.contains_key(&pn);
+        let p = self.pns.entry(pn).or_default();
+        p.last_seen_ns = now_ns;
+        if let Some(q) = queue_len {
+            p.queue_len = q;
+        }
+        if known {
+            return Vec::new();
+        }
+        let mut out = self.assign_orphans(now_ns);
+        out.extend(self.join(pn, now_ns));
+        out
+    }
+
+    /// Slices with no owner (none yet, or every PN died) go to the emptiest PNs.
+    fn assign_orphans(&mut self, now_ns: u64) -> Vec<Out> {
+        let mut by_pn: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
+        for s in 0..self.slices.len() {
+            if self.slices[s].owner.is_some() {
+                continue;
+            }
+            let Some(to) = self.emptiest(None) else {
+                return Vec::new();
+            };
+            let crash = self.slices[s].epoch > 0;
+            let e = &mut self.slices[s];
+            e.owner = Some(to);
+            e.epoch += 1;
+            e.moving = Some(Move {
+                from: None,
+                reason: if crash { Reason::Crash } else { Reason::Assign },
+                t_ns_start: now_ns,
+            });
+            by_pn.entry(to).or_default().push((s as u32, e.epoch));
+        }
+        by_pn
+            .into_iter()
+            .map(|(pn, slices)| {
+                let crash = slices.iter().any(|&(_, e)| e > 1);
+                Out::Send(pn, ToPn::Assign { slices, crash })
+            })
+            .collect()
+    }
+
+    /// A newcomer's fair share, floor(S / N), taken one slice at a time from the PN with
+    /// the most slices (then the longest queue); slices already moving stay put.
+    fn join(&mut self, pn: u32, now_ns: u64) -> Vec<Out> {
+        let live = self.pns.values().filter(|p| !p.leaving).count().max(1);
+        let share = self.slices.len() / live;
+        let mut gives: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
+        while self.count(pn) < share {
+            let giver = self
+                .pns
+                .iter()
+                .filter(|(&p, _)| p != pn)
+                .filter(|(&p, _)| self.movable(p).is_some())
+                .max_by_key(|(&p, s)| (self.count(p), s.queue_len, std::cmp::Reverse(p)))
+                .map(|(&p, _)| p);
+            let Some(giver) = giver else { break };
+            let Some(s) = self.movable(giver) else { break };
+            gives
+                .entry(giver)
+                .or_default()
+                .push(self.start_move(s, giver, pn, Reason::Join, now_ns));
+        }
+        gives
+            .into_iter()
+            .map(|(giver, slices)| Out::Send(giver, ToPn::Give { to: pn, slices }))
+            .collect()
+    }
+
+    /// The last slice `pn` owns that is not moving.
+    fn movable(&self, pn: u32) -> Option<usize> {
+        self.slices
+            .iter()
+            .rposition(|e| e.owner == Some(pn) && e.moving.is_none())
+    }
+
+    fn start_move(&mut self, s: usize, from: u32, to: u32, reason: Reason, now_ns: u64) -> SliceEpoch {
+        self.moves += 1;
+        let e = &mut self.slices[s];
+        e.owner = Some(to);
+        e.epoch += 1;
+        e.moving = Some(Move {
+            from: Some(from),
+            reason,
+            t_ns_start: now_ns,
+        });
+        (s as u32, e.epoch)
+    }
+
+    /// Gives every settled slice of `pn` to the emptiest others (a planned leave).
+    fn move_off(&mut self, pn: u32, reason: Reason, now_ns: u64) -> Vec<Out> {
+        let mut gives: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
+        while let Some(s) = self.movable(pn) {
+            let Some(to) = self.emptiest(Some(pn)) else {
+                break;
+            };
+            let se = self.start_move(s, pn, to, reason, now_ns);
+            gives.entry(to).or_default().push(se);
+        }
+        gives
+            .into_iter()
+            .map(|(to, slices)| Out::Send(pn, ToPn::Give { to, slices }))
+            .collect()
+    }
+
+    /// PNs silent for `failure_timeout_ns` are dead: their slices (owned, or being given to
+    /// them, or being given by them) go to the others at new epochs, with no watermark.
+    pub fn on_tick(&mut self, now_ns: u64, failure_timeout_ns: u64) -> Vec<Out> {
+        let dead: Vec<u32> = self
+            .pns
+            .iter()
+            .filter(|(_, p)| now_ns.saturating_sub(p.last_seen_ns) > failure_timeout_ns)
+            .map(|(&pn, _)| pn)
+            .collect();
+        let mut out = Vec::new();
+        for pn in dead {
+            self.pns.remove(&pn);
+            let mut assigns: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
+            let mut revoked = Vec::new();
+            for s in 0..self.slices.len() {
+                let e = &self.slices[s];
+                let owned_by_dead = e.owner == Some(pn);
+                let given_by_dead = e.moving.as_ref().is_some_and(|m| m.from == Some(pn));
+                if !owned_by_dead && !given_by_dead {
+                    continue;
+                }
+                // Given by the dead PN: its taker keeps it (it may never get the handoff).
+                let to = if owned_by_dead {
+                    self.emptiest(None)
+                } else {
+                    e.owner
+                };
+                self.moves += 1;
+                let e = &mut self.slices[s];
+                e.epoch += 1;
+                revoked.push((s as u32, e.epoch));
+                e.owner = to;
+                match to {
+                    Some(to) => {
+                        e.moving = Some(Move {
+                            from: Some(pn),
+                            reason: Reason::Crash,
+                            t_ns_start: now_ns,
+                        });
+                        assigns.entry(to).or_default().push((s as u32, e.epoch));
+                    }
+                    None => e.moving = None,
+                }
+            }
+            if !revoked.is_empty() {
+                out.push(Out::Send(pn, ToPn::Revoke { slices: revoked }));
+            }
+            out.extend(
+                assigns
+                    .into_iter()
+                    .map(|(to, slices)| Out::Send(to, ToPn::Assign { slices, crash: true })),
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::systems::slices::codec::Took;
+
+    fn sends(out: &[Out]) -> Vec<(u32, ToPn)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::Send(p, m) => Some((*p, m.clone())),
+                Out::Event(_) => None,
+            })
+            .collect()
+    }
+
+    fn took(pn: u32, slices: &[SliceEpoch]) -> ToLb {
+        ToLb::Took {
+            pn,
+            t_ns: 50,
+            slices: slices
+                .iter()
+                .map(|&(slice, epoch)| Took {
+                    slice,
+                    epoch,
+                    giver_last_id: Some(1),
+                    taker_first_id: Some(2),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_first_pn_gets_every_slice_and_joiners_a_fair_share() {
+        let mut t = Table::new(10);
+        let out = sends(&t.on_message(ToLb::Hello { pn: 0 }, 1));
+        let all: Vec<SliceEpoch> = (0..10).map(|s| (s, 1)).collect();
+        assert_eq!(
+            out,
+            vec![(
+                0,
+                ToPn::Assign {
+                    slices: all.clone(),
+                    crash: false
+                }
+            )]
+        );
+        assert!(
+            t.on_message(took(0, &all), 2).is_empty(),
+            "no event for the first assignment"
+        );
+        let out = sends(&t.on_message(ToLb::Hello { pn: 1 }, 3));
+        let ToPn::Give { to: 1, slices } = &out[0].1 else {
+            panic!("{out:?}")
+        };
+        assert_eq!((out[0].0, slices.len()), (0, 5));
+        let events = t.on_message(took(1, slices), 9);
+        assert_eq!(events.len(), 5);
+        let Out::Event(h) = &events[0] else { panic!() };
+        assert_eq!(
+            (h.from, h.to, h.reason, h.t_ns_start, h.t_ns_done),
+            (Some(0), 1, Reason::Join, 3, 50)
+        );
+        // A third PN: floor(10 / 3) = 3 slices, from the two others (5 and 5).
+        let out = sends(&t.on_message(ToLb::Hello { pn: 2 }, 10));
+        let given: usize = out
+            .iter()
+            .map(|(_, m)| match m {
+                ToPn::Give { slices, to: 2 } => slices.len(),
+                _ => panic!("{m:?}"),
+            })
+            .sum();
+        assert_eq!(given, 3);
+        let counts: Vec<usize> = (0..3).map(|p| t.count(p)).collect();
+        assert_eq!(counts.iter().sum::<usize>(), 10);
+        assert!(counts.iter().all(|&c| c >= 3), "{counts:?}");
+    }
+
+    #[test]
+    fn a_leave_moves_everything_off_and_a_silent_pn_is_replaced_at_new_epochs() {
+        let mut t = Table::new(4);
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        let all: Vec<SliceEpoch> = (0..4).map(|s| (s, 1)).collect();
+        t.on_message(took(0, &all), 0);
+        t.on_message(ToLb::Hello { pn: 1 }, 0);
+        t.on_message(ToLb::Hello { pn: 2 }, 0);
+        let out = sends(&t.on_message(ToLb::Leave { pn: 0 }, 5));
+        assert!(out.iter().all(|(p, m)| *p == 0 && matches!(m, ToPn::Give { .. })));
+        assert_eq!(t.count(0), 0);
+        // PN 1 goes silent: its slices (some still moving to it) go to PN 2 at new epochs.
+        t.on_message(
+            ToLb::Heartbeat {
+                pn: 2,
+                queue_len: 0,
+                processed_per_s: 0.0,
+                owned: 0,
+            },
+            100,
+        );
+        t.on_message(
+            ToLb::Heartbeat {
+                pn: 0,
+                queue_len: 0,
+                processed_per_s: 0.0,
+                owned: 0,
+            },
+            100,
+        );
+        let out = sends(&t.on_tick(150, 100));
+        assert!(out
+            .iter()
+            .any(|(p, m)| *p == 1 && matches!(m, ToPn::Revoke { .. })));
+        assert!(out
+            .iter()
+            .any(|(p, m)| *p == 2 && matches!(m, ToPn::Assign { crash: true, .. })));
+        assert_eq!(t.count(1), 0);
+        assert!(t.view().iter().all(|&(o, e)| o.is_some() && e >= 2));
+    }
+
+    #[test]
+    fn with_no_pn_left_slices_wait_for_the_next_one() {
+        let mut t = Table::new(2);
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        t.on_tick(1_000, 10);
+        assert!(t.view().iter().all(|&(o, _)| o.is_none()));
+        let out = sends(&t.on_message(ToLb::Hello { pn: 3 }, 1_001));
+        assert_eq!(
+            out,
+            vec![(
+                3,
+                ToPn::Assign {
+                    slices: vec![(0, 3), (1, 3)],
+                    crash: true
+                }
+            )]
+        );
+    }
+}
