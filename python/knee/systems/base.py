@@ -22,13 +22,16 @@ class NodePlan:
     (for files the system generates; removed after the point unless kept on request).
     A recording node (a load generator or a client role) is given ``samples_path`` and
     ``histogram_path`` by the runner, and the point ends when every recording node has
-    ended.
+    ended. A node with ``start = False`` is planned (its config written, its name valid in
+    the event timeline) but not started with the point: an ``[[events]]`` action "start"
+    starts it (a slices PN that joins later).
     """
 
     name: str  # unique within the point: "server", "replica-1", "load", ...
     role: str  # knee-node role: "serve", "load", or a system's own role
     config: dict[str, Any]
     records: bool = False
+    start: bool = True  # started with the point; False: only by an event "start"
 
 
 Topology = Callable[[Point], list[NodePlan]]
