@@ -168,9 +168,9 @@ SYSTEM = System(
             min=1,
             max=10_000_000,
         ),
-        "heartbeat_ms": Param("float", 100.0, "PN -> LB load report period", min=1, max=60_000),
+        "heartbeat_ms": Param("int", 100, "PN -> LB load report period", min=1, max=60_000),
         "failure_timeout_ms": Param(
-            "float", 500.0, "a PN silent this long is declared crashed", min=1, max=600_000
+            "int", 500, "a PN silent this long is declared crashed", min=1, max=600_000
         ),
         "balance": Param(
             "bool",
