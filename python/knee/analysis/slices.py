@@ -465,7 +465,8 @@ def _side(run: Run, points: list[int]) -> Side | None:
         if ok.empty:
             continue
         rtds.append(ok["latency_ns"].to_numpy() / 1e9)
-        sec = _per_second(np.sort(ok["received_ns"].to_numpy()), ok["latency_ns"].to_numpy())
+        received = ok["received_ns"].to_numpy()
+        sec = _per_second(received - received.min(), ok["latency_ns"].to_numpy())
         # Whole seconds between the first and the last reply: the ends are partial.
         rates.append(sec["throughput_per_s"].to_numpy()[1:-1].astype(float))
     if not rtds:
