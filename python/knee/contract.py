@@ -60,3 +60,24 @@ STREAM_FLAG_HEDGED = 4
 #: A block is 16 x 16 RGB pixels, 3 bytes each.
 STREAM_BLOCK_SIDE_PX = 16
 STREAM_BLOCK_BYTES = STREAM_BLOCK_SIDE_PX * STREAM_BLOCK_SIDE_PX * 3
+
+# ------------------------------------------------------------------ slices (slices/*.rs)
+
+#: Sample `op` code of an item (the only operation); the sample's `flags` hold the item's
+#: publications (min(attempts, 65535)), `service` the PN that served it, `arg` its slice
+#: and `detail_ns` the epoch of the slice in the reply.
+SLICES_OP_ITEM = 0
+SLICES_OPS = {SLICES_OP_ITEM: "item"}
+#: ClientTopic header: magic u16, version u8, kind u8, slice u32, sender u32, id u64,
+#: attempt u16, width u16, height u16, pad u16, timestamp_ns u64; then the RGB bytes.
+SLICES_ITEM_HEADER_BYTES = 36
+#: ServerTopic header: magic, version, kind, sender u32, pn u32, id u64, slice u32, pad u32,
+#: epoch u64, timestamp_ns u64, queue_ns u64, service_ns u64, gray_checksum u64; then "OK".
+SLICES_REPLY_HEADER_BYTES = 68
+#: A PN's log of processed items: pn u32, slice u32, sender u32, pad u32, id u64,
+#: epoch u64, done_ns u64 (little-endian).
+SLICES_LOG_RECORD_BYTES = 40
+#: Largest server.slices, server.pns and driver.image_bytes the nodes accept.
+SLICES_MAX_SLICES = 100_000
+SLICES_MAX_PNS = 64
+SLICES_MAX_IMAGE_BYTES = 65_535 * 3

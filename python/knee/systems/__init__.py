@@ -22,6 +22,7 @@ _MODULES = (
     "echo",
     "matrix",
     "share",
+    "slices",
     "stream",
 )
 

@@ -1,0 +1,216 @@
+"""The slices system on real nodes: the PNs' grayscale against a numpy reference, a smoke run
+of each experiment with the exactly-once checker's verdict, and the report in Chromium.
+
+Every test here needs knee-node's `slices` system and skips, saying so, until the binary
+has it (`knee-node describe`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from report_helpers import check_in_browser, check_pngs, figure_ids, only_dir, run_knee
+
+import knee
+from knee.analysis import slices as analysis
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def slices_node(knee_node: str) -> str:
+    out = subprocess.run([knee_node, "describe"], capture_output=True, text=True, timeout=10)
+    if out.returncode != 0 or "slices" not in json.loads(out.stdout).get("systems", {}):
+        pytest.skip(f"{knee_node} has no `slices` system yet (knee-node describe)")
+    return knee_node
+
+
+# ------------------------------------------------------------------ grayscale
+
+
+def gray_reference(rgb: np.ndarray) -> np.ndarray:
+    """0.3 R + 0.59 G + 0.11 B per pixel, rounded to nearest (docs/slices.md)."""
+    px = rgb.reshape(-1, 3).astype(np.float64)
+    return np.floor(px @ np.array([0.3, 0.59, 0.11]) + 0.5).clip(0, 255).astype(np.uint8)
+
+
+def fnv1a_64(data: bytes) -> int:
+    """FNV-1a over bytes, the reply's gray_checksum, in numpy: one multiply per byte is done
+    as a running product with wrap-around (uint64 arithmetic)."""
+    h = np.uint64(0xCBF29CE484222325)
+    prime = np.uint64(0x100000001B3)
+    with np.errstate(over="ignore"):
+        for b in np.frombuffer(data, dtype=np.uint8):  # a test's few kB, not samples
+            h = (h ^ np.uint64(b)) * prime
+    return int(h)
+
+
+def test_reference_grayscale_rounds_to_nearest() -> None:
+    rgb = np.array([[255, 255, 255], [0, 0, 0], [10, 20, 30], [100, 0, 0]], dtype=np.uint8)
+    assert gray_reference(rgb).tolist() == [255, 0, 18, 30]
+    assert fnv1a_64(b"") == 0xCBF29CE484222325
+    assert fnv1a_64(b"a") == 0xAF63DC4C8601EC8C
+
+
+def test_a_pn_computes_the_reference_grayscale(
+    slices_node: str, processes: Any, tmp_path: Path
+) -> None:
+    """A real LB, PN and client; the PN dumps what it computed (its `gray_dump_path`: per
+    item, u16 width, u16 height, the RGB bytes, the gray bytes) and the test recomputes
+    each image with numpy."""
+    prefix = f"knee/slices/test-{tmp_path.name}"
+    dump = tmp_path / "gray.bin"
+    lb = _serve(slices_node, processes, tmp_path, "lb", {"role": "lb", "slices": 4,
+                "prefix": prefix, "heartbeat_ms": 50, "failure_timeout_ms": 500,
+                "balance": True, "connect": []})  # fmt: skip
+    _serve(slices_node, processes, tmp_path, "pn-0", {"role": "pn", "pn": 0, "threads": 1,
+           "work_repeat": 1, "queue_max": 1000, "log_path": str(tmp_path / "pn-0.log"),
+           "heartbeat_ms": 50, "prefix": prefix, "connect": [lb],
+           "gray_dump_path": str(dump)})  # fmt: skip
+    done = _client(slices_node, tmp_path, prefix, [lb], image_bytes=30 * 20 * 3, requests=20)
+    assert done["completed"] == 20
+    data, n = dump.read_bytes(), 0
+    while data:
+        w, h = int.from_bytes(data[0:2], "little"), int.from_bytes(data[2:4], "little")
+        rgb = np.frombuffer(data[4 : 4 + w * h * 3], dtype=np.uint8)
+        gray = np.frombuffer(data[4 + w * h * 3 : 4 + w * h * 4], dtype=np.uint8)
+        assert np.array_equal(gray, gray_reference(rgb))
+        data, n = data[4 + w * h * 4 :], n + 1
+    assert n == 20
+
+
+def _serve(node: str, processes: Any, tmp_path: Path, name: str, server: dict[str, Any]) -> str:
+    config = {"server": server, "listen": "127.0.0.1:0"}
+    proc = processes.spawn(
+        [node, "serve", "slices", "--name", name, "--config", json.dumps(config)],
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / f"{name}.stderr.log", "wb"),  # noqa: SIM115 - the child's
+    )
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        event = json.loads(raw)
+        if event.get("event") == "ready":
+            return str(event["addr"])
+    raise AssertionError(
+        f"{name} ended before ready: {(tmp_path / f'{name}.stderr.log').read_text()}"
+    )
+
+
+def _client(
+    node: str, tmp_path: Path, prefix: str, connect: list[str], image_bytes: int, requests: int
+) -> dict[str, Any]:
+    config = {
+        "schedule": {"kind": "constant", "rate_per_s": 50.0},
+        "requests": requests,
+        "timeout_ms": 3000,
+        "seed": 1,
+        "samples_path": str(tmp_path / "client.samples.bin"),
+        "histogram_path": str(tmp_path / "client.histogram.csv"),
+        "driver": {"prefix": prefix, "connect": connect, "slices": 4,
+                   "image_bytes": image_bytes, "retries": 2, "sender": 1},
+    }  # fmt: skip
+    out = subprocess.run(
+        [node, "load", "slices", "--name", "client", "--config", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return next(e for e in events if e.get("event") == "done")
+
+
+# ------------------------------------------------------------------ the experiments' smoke runs
+
+
+@pytest.mark.parametrize("experiment", ["slices-join", "slices-overhead", "slices-balance"])
+def test_smoke_run_is_exactly_once_with_a_report(
+    slices_node: str, experiment: str, tmp_path: Path
+) -> None:
+    """Each experiment's smoke preset end to end (`knee run` writes report.html); every
+    point passes the checker; the report's charts draw in Chromium."""
+    out = run_knee(
+        "run", str(REPO / "experiments" / f"{experiment}.toml"), "--preset", "smoke",
+        "--out", str(tmp_path / "runs"), "--keep-scratch", timeout_s=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = only_dir(tmp_path / "runs")
+    run = knee.open_run(run_dir)
+    for point in run.sample_points():
+        verdict = analysis.exactly_once(run, point)
+        assert verdict.passed, verdict
+        assert verdict.replied > 0
+    if experiment == "slices-join":
+        moves, _ = analysis.handoffs(run, run.sample_points()[0])
+        assert len(moves) > 0  # the joins moved slices
+    html_path = run_dir / "report.html"
+    html = html_path.read_text()
+    assert "Exactly once" in html
+    if figure_ids(html):
+        check_in_browser(html_path, tmp_path)
+        check_pngs(html_path)
+
+
+# A small run of its own: two PNs from the start, a third joining at 1.5 s, pn-1 killed at
+# 3 s (its slices go to the others after failure_timeout_ms), 6 s in all.
+KILL_SPEC = """
+[experiment]
+name = "slices-kill"
+system = "slices"
+
+[server]
+slices = 10
+pns = 3
+pns_at_start = 2
+work_repeat = 20
+heartbeat_ms = 50
+failure_timeout_ms = 300
+router = {router}
+
+[driver]
+image_bytes = 3072
+retries = 5
+
+[load]
+schedule = "constant"
+rate_per_s = 60
+duration_s = 6
+timeout_ms = 1000
+warmup_s = 0
+
+[[events]]
+at_s = 1.5
+action = "start"
+node = "pn-2"
+
+[[events]]
+at_s = 3.0
+action = "kill"
+node = "pn-1"
+"""
+
+
+@pytest.mark.parametrize("router", [False, True], ids=["peers", "router"])
+def test_a_killed_pn_loses_nothing(slices_node: str, router: bool, tmp_path: Path) -> None:
+    """A PN killed under load (after a join moved slices): no item lost, nothing repeated
+    but what the killed PN may have processed unacknowledged (counted); through peers and
+    through a Zenoh router."""
+    spec = tmp_path / "kill.toml"
+    spec.write_text(KILL_SPEC.replace("{router}", "true" if router else "false"))
+    out = run_knee(
+        "run", str(spec), "--out", str(tmp_path / "runs"), "--keep-scratch", "--no-report",
+        timeout_s=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = knee.open_run(only_dir(tmp_path / "runs"))
+    (point,) = run.sample_points()
+    verdict = analysis.exactly_once(run, point)
+    assert verdict.killed == [1]
+    assert verdict.passed, verdict
+    assert verdict.lost == 0 and verdict.repeated == 0
+    served = {row["pn"] for row in verdict.by_pn_epoch}
+    assert served == {0, 1, 2}  # the joiner took slices; the killed PN had served some
