@@ -33,9 +33,10 @@ def slices_node(knee_node: str) -> str:
 
 
 def gray_reference(rgb: np.ndarray) -> np.ndarray:
-    """0.3 R + 0.59 G + 0.11 B per pixel, rounded to nearest (docs/slices.md)."""
-    px = rgb.reshape(-1, 3).astype(np.float64)
-    return np.floor(px @ np.array([0.3, 0.59, 0.11]) + 0.5).clip(0, 255).astype(np.uint8)
+    """0.3 R + 0.59 G + 0.11 B per pixel, rounded to nearest, in integers as docs/slices.md
+    defines it: (30 R + 59 G + 11 B + 50) // 100 (floats disagree on ties)."""
+    px = rgb.reshape(-1, 3).astype(np.int64)
+    return ((px @ np.array([30, 59, 11]) + 50) // 100).astype(np.uint8)
 
 
 def fnv1a_64(data: bytes) -> int:
@@ -67,9 +68,9 @@ def test_a_pn_computes_the_reference_grayscale(
     lb = _serve(slices_node, processes, tmp_path, "lb", {"role": "lb", "slices": 4,
                 "prefix": prefix, "heartbeat_ms": 50, "failure_timeout_ms": 500,
                 "balance": True, "connect": []})  # fmt: skip
-    _serve(slices_node, processes, tmp_path, "pn-0", {"role": "pn", "pn": 0, "threads": 1,
-           "work_repeat": 1, "queue_max": 1000, "log_path": str(tmp_path / "pn-0.log"),
-           "heartbeat_ms": 50, "prefix": prefix, "connect": [lb],
+    _serve(slices_node, processes, tmp_path, "pn-0", {"role": "pn", "pn": 0, "slices": 4,
+           "threads": 1, "work_repeat": 1, "queue_max": 1000,
+           "log_path": str(tmp_path / "pn-0.log"), "heartbeat_ms": 50, "prefix": prefix, "connect": [lb],
            "gray_dump_path": str(dump)})  # fmt: skip
     done = _client(slices_node, tmp_path, prefix, [lb], image_bytes=30 * 20 * 3, requests=20)
     assert done["completed"] == 20
@@ -156,7 +157,7 @@ def test_smoke_run_is_exactly_once_with_a_report(
 
 
 # A small run of its own: two PNs from the start, a third joining at 1.5 s, pn-1 killed at
-# 3 s (its slices go to the others after failure_timeout_ms), 6 s in all.
+# 4 s (its slices go to the others after failure_timeout_ms), 7 s in all.
 KILL_SPEC = """
 [experiment]
 name = "slices-kill"
@@ -178,7 +179,7 @@ retries = 5
 [load]
 schedule = "constant"
 rate_per_s = 60
-duration_s = 6
+duration_s = 7
 timeout_ms = 1000
 warmup_s = 0
 
@@ -188,7 +189,7 @@ action = "start"
 node = "pn-2"
 
 [[events]]
-at_s = 3.0
+at_s = 4.0
 action = "kill"
 node = "pn-1"
 """

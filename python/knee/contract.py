@@ -76,8 +76,11 @@ SLICES_ITEM_HEADER_BYTES = 36
 SLICES_REPLY_HEADER_BYTES = 68
 #: A PN's log of processed items: pn u32, slice u32, sender u32, pad u32, id u64,
 #: epoch u64, done_ns u64 (little-endian).
-SLICES_LOG_RECORD_BYTES = 40
-#: Largest server.slices, server.pns and driver.image_bytes the nodes accept.
-SLICES_MAX_SLICES = 100_000
+SLICES_PN_LOG_RECORD_BYTES = 40
+#: Largest server.slices and driver.image_bytes the nodes accept, and a control message's
+#: largest size (a handoff's owed ids).
+SLICES_MAX_SLICES = 65_536
+SLICES_MAX_IMAGE_BYTES = 4 << 20
+SLICES_MAX_CONTROL_BYTES = 4 << 20
+#: PNs a point may plan: each is a process with its own Zenoh session.
 SLICES_MAX_PNS = 64
-SLICES_MAX_IMAGE_BYTES = 65_535 * 3

@@ -5,7 +5,7 @@ the LB's overhead against the baseline.
 Inputs (docs/slices.md): the client's samples (one per item: `client` = sender,
 `request_id` = item id, `arg` = slice, `service` = the PN that replied, `detail_ns` = the
 slice's epoch in the reply, `flags` = publications of the item); each PN's log of processed
-items (`SLICES_LOG_RECORD_BYTES`-byte records); the LB's `handoff` lines; the timeline
+items (`SLICES_PN_LOG_RECORD_BYTES`-byte records); the LB's `handoff` lines; the timeline
 events as applied and the CPU samples. Times are seconds since the point's client started
 (its first intended send). Everything is computed with arrays: no per-sample Python loop.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from knee.contract import SLICES_LOG_RECORD_BYTES as LOG_RECORD_BYTES
+from knee.contract import SLICES_PN_LOG_RECORD_BYTES as LOG_RECORD_BYTES
 from knee.results import Run, by_point, read_manifest
 from knee.run_params import PointParams, point_params, setting
 from knee.stats.intervals import mean_ci
@@ -77,11 +77,8 @@ def read_pn_log(path: str | Path) -> np.ndarray:
 
 
 def pn_log_paths(run_dir: Path, point: int) -> list[Path]:
-    """A point's PN logs: raw/pNNN-pn-<i>.log (kept by the run) or, from a run kept with
-    --keep-scratch, scratch/pNNN/pn-<i>.log."""
-    tag = f"p{point:03d}"
-    kept = sorted((run_dir / "raw").glob(f"{tag}-pn-*.log"))
-    return kept or sorted((run_dir / "scratch" / tag).glob("pn-*.log"))
+    """A point's PN logs: raw/pNNN-pn-<i>.log (the PNs' outputs, kept by the runner)."""
+    return sorted((run_dir / "raw").glob(f"p{point:03d}-pn-*.log"))
 
 
 def log_frame(records: np.ndarray, run_start_ns: int = 0) -> pd.DataFrame:

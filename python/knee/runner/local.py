@@ -207,7 +207,11 @@ def _measure_point(
             results.write_manifest(state.run_dir, state.raws)
         for key, file_name in plan.outputs.items():
             local = state.run_dir / "raw" / f"{tag}-{file_name}"
-            config[key] = host.node_path(local)
+            *tables, last = key.split(".")  # "server.log_path": a key inside a table
+            table = config
+            for name in tables:
+                table = table.setdefault(name, {})
+            table[last] = host.node_path(local)
             nodes.outputs.setdefault(plan.name, []).append(local)
         nodes.configs[plan.name] = config
         if plan.start:  # else an event of the timeline starts it

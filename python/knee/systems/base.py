@@ -32,9 +32,10 @@ class NodePlan:
     #: False: planned but not started with the point; an event of the spec's timeline
     #: starts it (a node that joins later, e.g. a processing node).
     start: bool = True
-    #: Files the node writes that the run keeps: config key -> file name. The runner sets
-    #: the key to raw/pNNN-<file name> (on the node's host) and brings it back after the
-    #: node ended (e.g. a processing node's log of what it processed).
+    #: Files the node writes that the run keeps: config key (dotted for a key inside a
+    #: table, e.g. "server.log_path") -> file name. The runner sets the key to
+    #: raw/pNNN-<file name> (on the node's host) and brings the file back after the node
+    #: ended (e.g. a processing node's log of what it processed).
     outputs: dict[str, str] = field(default_factory=dict)
 
 

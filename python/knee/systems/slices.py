@@ -93,10 +93,10 @@ def _topology(point: Point) -> list[NodePlan]:
         pn: dict[str, Any] = {
             "role": "pn",
             "pn": i,
+            "slices": server["slices"],
             "threads": server["threads"],
             "work_repeat": server["work_repeat"],
             "queue_max": server["queue_max"],
-            "log_path": f"{{scratch}}/pn-{i}.log",
             # Every peer reaches the others through the anchor (gossip does the rest).
             "connect": [] if f"pn-{i}" == anchor else [f"{{addr:{anchor}}}"],
             **common,
@@ -104,7 +104,16 @@ def _topology(point: Point) -> list[NodePlan]:
         if not server["balance"]:
             pn["static_slices"] = static_slices(i, pns, server["slices"])
         started = i < server["pns_at_start"]
-        plans.append(NodePlan(f"pn-{i}", "serve", {"server": pn}, start=started))
+        plans.append(
+            NodePlan(
+                f"pn-{i}",
+                "serve",
+                {"server": pn},
+                start=started,
+                # Its log of processed items, the checker's input: raw/pNNN-pn-i.log.
+                outputs={"server.log_path": f"pn-{i}.log"},
+            )
+        )
     connect = [f"{{addr:{anchor}}}"]
     if anchor != "router":  # the client also reaches the PNs it starts with directly
         connect += [
@@ -164,9 +173,9 @@ SYSTEM = System(
         "queue_max": Param(
             "int",
             10_000,
-            "items queued per PN beyond this are dropped (counted)",
+            "items queued per PN beyond this are dropped (counted; the client re-publishes)",
             min=1,
-            max=10_000_000,
+            max=1_000_000,
         ),
         "heartbeat_ms": Param("int", 100, "PN -> LB load report period", min=1, max=60_000),
         "failure_timeout_ms": Param(

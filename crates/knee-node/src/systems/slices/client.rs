@@ -40,11 +40,15 @@ fn default_late_ms() -> f64 {
 fn default_max_outstanding() -> usize {
     100_000
 }
+/// 52 x 52 RGB pixels: the report's images were about 7-9 KB.
 fn default_image_bytes() -> usize {
-    8190
+    52 * 52 * 3
 }
 fn default_retries() -> u32 {
-    3
+    10
+}
+fn default_sender() -> u32 {
+    1
 }
 fn default_listen() -> String {
     crate::config_defaults::listen()
@@ -91,7 +95,7 @@ pub struct DriverConfig {
     pub image_bytes: usize,
     #[serde(default = "default_retries")]
     pub retries: u32,
-    #[serde(default)]
+    #[serde(default = "default_sender")]
     pub sender: u32,
 }
 

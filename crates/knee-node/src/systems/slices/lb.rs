@@ -27,7 +27,7 @@ fn default_heartbeat_ms() -> u64 {
     100
 }
 fn default_failure_timeout_ms() -> u64 {
-    1000
+    500
 }
 fn yes() -> bool {
     true

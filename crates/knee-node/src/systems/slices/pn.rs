@@ -11,6 +11,7 @@
 //! main thread keeps the lifecycle, the hello/heartbeats and the log flushes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -30,8 +31,8 @@ use crate::{clock, stdio};
 
 /// Control messages waiting for the control thread (a few per heartbeat and move).
 const CONTROL_INBOX: usize = 1024;
-const MAX_THREADS: usize = 256;
-const MAX_QUEUE: usize = 1_000_000;
+pub const MAX_THREADS: usize = 256;
+pub const MAX_QUEUE: usize = 1_000_000;
 /// The main loop's longest sleep: how late a heartbeat or a stop is noticed.
 const MAIN_TICK: Duration = Duration::from_millis(5);
 /// A planned leave waits this long at most for its slices to move and its workers to
@@ -45,7 +46,8 @@ fn default_work_repeat() -> u32 {
     1
 }
 fn default_queue_max() -> usize {
-    1000
+    // 10,000 images of ~8 KB: 80 MB, minutes of work for a PN of a few tens of items/s.
+    10_000
 }
 fn default_heartbeat_ms() -> u64 {
     100
@@ -92,7 +94,14 @@ pub struct PnConfig {
     /// long without any: a taker must already hear the clients to fill its ring.
     #[serde(default = "default_hello_after_ms")]
     pub hello_after_ms: u64,
+    /// Tests only: the first GRAY_DUMP_MAX items processed, each as u16 width, u16 height,
+    /// the RGB bytes and the gray bytes, so a reference outside knee-node can check them.
+    #[serde(default)]
+    pub gray_dump_path: Option<String>,
 }
+
+/// Items a gray dump holds at most: enough to check the arithmetic, bounded on disk.
+const GRAY_DUMP_MAX: u32 = 64;
 
 impl PnConfig {
     pub fn check(&self) -> Result<(), String> {
@@ -176,6 +185,7 @@ struct Shared {
     bad_items: Mutex<Throttled>,
     stop: Stop,
     hello_sent: AtomicBool,
+    gray_dump: Mutex<Option<(std::fs::File, u32)>>,
 }
 
 impl Shared {
@@ -189,6 +199,24 @@ impl Shared {
             bytes,
             epoch,
             accepted_ns: clock::now_ns(),
+        }
+    }
+
+    /// Tests only (`gray_dump_path`): appends the item's image and its grayscale.
+    fn dump_gray(&self, h: &ItemHeader, image: &[u8], gray_out: &[u8]) {
+        let mut dump = self.gray_dump.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((file, written)) = dump.as_mut() {
+            if *written < GRAY_DUMP_MAX {
+                *written += 1;
+                let mut record = Vec::with_capacity(4 + image.len() + gray_out.len());
+                record.extend_from_slice(&h.width.to_le_bytes());
+                record.extend_from_slice(&h.height.to_le_bytes());
+                record.extend_from_slice(image);
+                record.extend_from_slice(gray_out);
+                if let Err(e) = file.write_all(&record) {
+                    stdio::log(&format!("gray dump: {e}"));
+                }
+            }
         }
     }
 
@@ -424,6 +452,7 @@ impl Shared {
             let checksum = gray::work_repeat(image, self.cfg.work_repeat, &mut gray_out);
             let done_ns = clock::now_ns();
             let h = &job.h;
+            self.dump_gray(h, image, &gray_out);
             self.log
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -564,6 +593,13 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
         bad_items: Mutex::new(Throttled::new("pn items")),
         stop: Stop::default(),
         hello_sent: AtomicBool::new(false),
+        gray_dump: Mutex::new(match &cfg.gray_dump_path {
+            Some(path) => Some((
+                std::fs::File::create(path).map_err(|e| format!("gray_dump_path {path}: {e}"))?,
+                0,
+            )),
+            None => None,
+        }),
         cfg,
     });
     let workers: Vec<_> = (0..shared.threads())
