@@ -70,8 +70,8 @@ def test_a_pn_computes_the_reference_grayscale(
                 "balance": True, "connect": []})  # fmt: skip
     _serve(slices_node, processes, tmp_path, "pn-0", {"role": "pn", "pn": 0, "slices": 4,
            "threads": 1, "work_repeat": 1, "queue_max": 1000,
-           "log_path": str(tmp_path / "pn-0.log"), "heartbeat_ms": 50, "prefix": prefix, "connect": [lb],
-           "gray_dump_path": str(dump)})  # fmt: skip
+           "log_path": str(tmp_path / "pn-0.log"), "heartbeat_ms": 50, "prefix": prefix,
+           "connect": [lb], "gray_dump_path": str(dump)})  # fmt: skip
     done = _client(slices_node, tmp_path, prefix, [lb], image_bytes=30 * 20 * 3, requests=20)
     assert done["completed"] == 20
     data, n = dump.read_bytes(), 0
