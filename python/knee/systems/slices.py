@@ -139,11 +139,9 @@ def _topology(point: Point) -> list[NodePlan]:
 
 
 def _load_config(load: dict[str, Any], driver: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The client's load config: base.load_config's shape without a TCP target (it reaches
-    the PNs through Zenoh)."""
-    cfg = load_config(load, driver, target="", seed=seed)
-    del cfg["target"], cfg["connections"]
-    return cfg
+    """The client's load config: base.load_config's (its target and connections unused: the
+    client reaches the PNs through Zenoh)."""
+    return load_config(load, driver, target="", seed=seed)
 
 
 SYSTEM = System(

@@ -17,7 +17,7 @@ use super::codec::{self, ItemHeader, Reply};
 use super::gray;
 use super::session::{self, Keys, Mode, Opened};
 use crate::clock;
-use crate::load::config::ScheduleConfig;
+use crate::load::config::{LoadConfig, ScheduleConfig};
 use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::{Sample, Status};
 use crate::load::schedule::Schedule;
@@ -31,15 +31,6 @@ const MAX_RETRIES: u32 = 100;
 /// Longest wait for a reply before the loop looks at its schedule and timeouts again.
 const MAX_WAIT: Duration = Duration::from_millis(2);
 
-fn default_timeout_ms() -> f64 {
-    5000.0
-}
-fn default_late_ms() -> f64 {
-    1.0
-}
-fn default_max_outstanding() -> usize {
-    100_000
-}
 /// 52 x 52 RGB pixels: the report's images were about 7-9 KB.
 fn default_image_bytes() -> usize {
     52 * 52 * 3
@@ -54,30 +45,11 @@ fn default_listen() -> String {
     crate::config_defaults::listen()
 }
 
-#[derive(Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+/// The load generator's config (`load::config::LoadConfig`, `target` and `connections`
+/// unused: the client reaches the PNs through Zenoh), with slices' own driver.
+#[derive(Debug, Clone)]
 pub struct ClientConfig {
-    pub schedule: ScheduleConfig,
-    #[serde(default)]
-    pub duration_s: Option<f64>,
-    #[serde(default)]
-    pub requests: Option<u64>,
-    /// Re-publish an item not acknowledged within this.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: f64,
-    #[serde(default = "default_late_ms")]
-    pub late_ms: f64,
-    #[serde(default = "default_max_outstanding")]
-    pub max_outstanding: usize,
-    #[serde(default)]
-    pub seed: u64,
-    #[serde(default)]
-    pub warmup_s: f64,
-    pub samples_path: String,
-    pub histogram_path: String,
-    /// Accepted for the runner's generic load config; slices has no single target.
-    #[serde(default, rename = "target")]
-    pub _target: Option<String>,
+    pub load: LoadConfig,
     pub driver: DriverConfig,
 }
 
@@ -100,6 +72,16 @@ pub struct DriverConfig {
 }
 
 impl ClientConfig {
+    fn parse(config: &serde_json::Value) -> Result<Self, String> {
+        let load: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| e.to_string())?;
+        load.check()?;
+        let driver: DriverConfig =
+            serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
+        let cfg = ClientConfig { load, driver };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
     fn check(&self) -> Result<(), String> {
         let d = &self.driver;
         super::check_slices(d.slices)?;
@@ -107,20 +89,11 @@ impl ClientConfig {
         if d.retries > MAX_RETRIES {
             return Err(format!("retries must be <= {MAX_RETRIES}"));
         }
-        if !(1..=MAX_OUTSTANDING).contains(&self.max_outstanding) {
+        if !(1..=MAX_OUTSTANDING).contains(&self.load.max_outstanding) {
             return Err(format!("max_outstanding must be 1..={MAX_OUTSTANDING}"));
         }
-        if !(self.timeout_ms > 0.0 && self.timeout_ms.is_finite()) {
-            return Err("timeout_ms must be > 0".into());
-        }
-        if matches!(self.schedule, ScheduleConfig::Closed { .. }) {
+        if matches!(self.load.schedule, ScheduleConfig::Closed { .. }) {
             return Err("slices' client is open loop: poisson, constant or steps".into());
-        }
-        if self.duration_s.is_none()
-            && self.requests.is_none()
-            && !matches!(self.schedule, ScheduleConfig::Steps { .. })
-        {
-            return Err("give duration_s or requests: a load must stop by itself".into());
         }
         Ok(())
     }
@@ -175,9 +148,7 @@ pub struct SlicesClient {
 }
 
 pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
-    let cfg: ClientConfig =
-        serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
-    cfg.check().map_err(|e| format!("load config: {e}"))?;
+    let cfg = ClientConfig::parse(config).map_err(|e| format!("load config: {e}"))?;
     let keys = Keys::new(&cfg.driver.prefix)?;
     let opened = session::open(Mode::Peer, &cfg.driver.listen, &cfg.driver.connect)?;
     Ok(Box::new(SlicesClient {
@@ -194,22 +165,25 @@ impl Role for SlicesClient {
 
     fn plan(&self) -> Plan<SlicesFields> {
         let cfg = &self.cfg;
-        let schedule = Schedule::new(&cfg.schedule);
+        let schedule = Schedule::new(&cfg.load.schedule);
         let bounds = Bounds {
-            duration_s: cfg.duration_s.or(schedule.as_ref().and_then(Schedule::length_s)),
+            duration_s: cfg
+                .load
+                .duration_s
+                .or(schedule.as_ref().and_then(Schedule::length_s)),
             deadline_ns: None,
-            requests: cfg.requests,
-            max_in_flight: Some(cfg.max_outstanding),
+            requests: cfg.load.requests,
+            max_in_flight: Some(cfg.load.max_outstanding),
         };
         let live = self.live.clone();
         Plan {
             schedule,
             progress: Some(Box::new(move |_, _| live.fields())),
             ..Plan::new(
-                &cfg.samples_path,
-                &cfg.histogram_path,
-                cfg.warmup_s,
-                Some(cfg.late_ms),
+                &cfg.load.samples_path,
+                &cfg.load.histogram_path,
+                cfg.load.warmup_s,
+                Some(cfg.load.late_ms),
                 bounds,
             )
         }
@@ -220,7 +194,7 @@ impl Role for SlicesClient {
         let session = opened.session;
         // Replies in flight are bounded by the items outstanding (and their re-publishes);
         // a full channel blocks zenoh's receive thread: back-pressure, never a loss.
-        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(self.cfg.max_outstanding.min(65_536));
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(self.cfg.load.max_outstanding.min(65_536));
         let sub = session
             .declare_subscriber(self.keys.replies(self.cfg.driver.sender))
             .callback(move |s| {
@@ -272,7 +246,7 @@ impl<'a> Engine<'a> {
     ) -> Result<Self, String> {
         let d = &cfg.driver;
         let shape = codec::image_shape(d.image_bytes)?;
-        let mut rng = Rng::new(cfg.seed ^ 0x51_1CE5);
+        let mut rng = Rng::new(cfg.load.seed ^ 0x51_1CE5);
         let images: Vec<Vec<u8>> = (0..IMAGES)
             .map(|_| (0..d.image_bytes).map(|_| rng.next_u64() as u8).collect())
             .collect();
@@ -291,7 +265,7 @@ impl<'a> Engine<'a> {
             deadlines: VecDeque::new(),
             epochs: vec![0; d.slices as usize],
             next_id: 0,
-            timeout_ns: (cfg.timeout_ms * 1e6) as u64,
+            timeout_ns: (cfg.load.timeout_ms * 1e6) as u64,
         })
     }
 
@@ -322,10 +296,10 @@ impl<'a> Engine<'a> {
 
     fn run(&mut self, replies: &mpsc::Receiver<Vec<u8>>) {
         let ctx = self.ctx;
-        let Some(mut schedule) = Schedule::new(&self.cfg.schedule) else {
+        let Some(mut schedule) = Schedule::new(&self.cfg.load.schedule) else {
             return;
         };
-        let mut rng = Rng::new(self.cfg.seed ^ 0x5EED_5C4E_D01E);
+        let mut rng = Rng::new(self.cfg.load.seed ^ 0x5EED_5C4E_D01E);
         let mut due = next_due(ctx, &mut schedule, &mut rng, 0);
         loop {
             let now = clock::now_ns();
@@ -362,7 +336,7 @@ impl<'a> Engine<'a> {
     fn send_new(&mut self, intended_ns: u64) {
         let id = self.next_id;
         self.next_id += 1;
-        if self.in_flight.len() >= self.cfg.max_outstanding {
+        if self.in_flight.len() >= self.cfg.load.max_outstanding {
             self.ctx.recorder.record(&Sample {
                 request_id: id,
                 intended_ns,
