@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_helpers import check_in_browser, check_pngs, figure_ids, only_dir, run_knee
 
@@ -215,3 +216,57 @@ def test_a_killed_pn_loses_nothing(slices_node: str, router: bool, tmp_path: Pat
     assert verdict.lost == 0 and verdict.repeated == 0
     served = {row["pn"] for row in verdict.by_pn_epoch}
     assert served == {0, 1, 2}  # the joiner took slices; the killed PN had served some
+
+
+JUNK_SPEC = """
+[experiment]
+name = "slices-junk"
+system = "slices"
+
+[server]
+slices = 4
+pns = 2
+pns_at_start = 2
+work_repeat = 5
+
+[driver]
+image_bytes = 3072
+junk_every = 4
+
+[load]
+schedule = "constant"
+rate_per_s = 120
+duration_s = 2.5
+timeout_ms = 2000
+warmup_s = 0
+"""
+
+
+def test_bad_input_on_the_topics_is_counted_and_dropped(slices_node: str, tmp_path: Path) -> None:
+    """Every 4th item, a malformed message (random bytes and a truncated item on the items
+    topic, an item whose slice is not id mod S, an unknown control message to the LB,
+    random bytes to a PN and as a handoff): the PNs and the LB count and drop each, never
+    crash, and every real item is still processed exactly once."""
+    spec = tmp_path / "junk.toml"
+    spec.write_text(JUNK_SPEC)
+    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = only_dir(tmp_path / "runs")
+    run = knee.open_run(run_dir)
+    (point,) = run.sample_points()
+    verdict = analysis.exactly_once(run, point)
+    assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
+
+    def last(node: str, kind: str) -> dict[str, Any]:
+        lines = (run_dir / "nodes" / f"{node}.p000.events.jsonl").read_text().splitlines()
+        return [e for e in map(json.loads, lines) if e.get("event") == kind][-1]
+
+    junk = last("client", "done")["junk_sent"]
+    assert junk >= 50
+    bad_items = sum(last(f"pn-{i}", "stats")["dropped_bad"] for i in range(2))
+    assert bad_items >= junk // 6 * 3 * 2  # three of six kinds are items, seen by both PNs
+    assert last("pn-0", "stats")["bad_control"] >= junk // 6 * 2  # garbage and a bad handoff
+    assert last("lb", "stats")["bad_control"] >= junk // 6
+    events = pd.read_parquet(run_dir / "events.parquet")
+    stops = events[events["kind"] == "node_stop"]
+    assert (stops["detail"] == "exit code 0").all(), stops  # no node crashed

@@ -126,6 +126,7 @@ def _topology(point: Point) -> list[NodePlan]:
         "image_bytes": driver["image_bytes"],
         "retries": driver["retries"],
         "sender": driver["sender"],
+        "junk_every": driver["junk_every"],
     }
     plans.append(
         NodePlan(
@@ -205,6 +206,13 @@ SYSTEM = System(
             max=1000,
         ),
         "sender": Param("int", 1, "the client's sender id", min=0, max=(1 << 32) - 1),
+        "junk_every": Param(
+            "int",
+            0,
+            "fault injection: after every Nth item a malformed message on an item or control "
+            "topic, which the PNs and the LB must count and drop (0: none)",
+            min=0,
+        ),
     },
     rules=(_slices_rule,),
     topology=_topology,

@@ -69,6 +69,10 @@ pub struct DriverConfig {
     pub retries: u32,
     #[serde(default = "default_sender")]
     pub sender: u32,
+    /// Fault injection (0: none): after every Nth item, one malformed message on a topic
+    /// the PNs or the LB read (`Junk`), which they must count and drop, never crash on.
+    #[serde(default)]
+    pub junk_every: u64,
 }
 
 impl ClientConfig {
@@ -114,6 +118,8 @@ pub struct SlicesFields {
     pub bad_replies: u64,
     /// Replies whose grayscale checksum is not the image's.
     pub bad_checksums: u64,
+    /// Malformed messages published on purpose (`driver.junk_every`).
+    pub junk_sent: u64,
 }
 
 #[derive(Default)]
@@ -124,6 +130,7 @@ struct Live {
     after_timeout: AtomicU64,
     bad: AtomicU64,
     bad_checksums: AtomicU64,
+    junk_sent: AtomicU64,
 }
 
 impl Live {
@@ -136,6 +143,7 @@ impl Live {
             replies_after_timeout: g(&self.after_timeout),
             bad_replies: g(&self.bad),
             bad_checksums: g(&self.bad_checksums),
+            junk_sent: g(&self.junk_sent),
         }
     }
 }
@@ -223,6 +231,9 @@ struct Engine<'a> {
     session: &'a zenoh::Session,
     live: &'a Live,
     item_keys: Vec<String>,
+    /// Where junk goes besides the items (`driver.junk_every`): the LB, PN 0, a handoff.
+    ctl_keys: [String; 3],
+    junk_rng: Rng,
     images: Vec<Vec<u8>>,
     checksums: Vec<u64>,
     shape: (u16, u16),
@@ -258,6 +269,8 @@ impl<'a> Engine<'a> {
             session,
             live,
             item_keys: (0..d.slices).map(|s| keys.item(s)).collect(),
+            ctl_keys: [keys.lb(), keys.pn(0), keys.handoff(0)],
+            junk_rng: Rng::new(cfg.load.seed ^ 0x0BAD_F00D),
             images,
             checksums,
             shape,
@@ -333,9 +346,56 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// One malformed message (`driver.junk_every`), the kinds in turn: random bytes as an
+    /// item, an item whose slice is not id mod S, a truncated item, random bytes and an
+    /// unknown control message to the LB, to PN 0 and as a handoff to PN 0.
+    fn publish_junk(&mut self, n: u64) {
+        let d = &self.cfg.driver;
+        let mut noise = vec![0u8; 1 + (self.junk_rng.next_u64() % 512) as usize];
+        noise.iter_mut().for_each(|b| *b = self.junk_rng.next_u64() as u8);
+        let mut item = Vec::new();
+        let h = ItemHeader {
+            slice: 0,
+            sender: d.sender,
+            id: u64::MAX - n, // never an id the client publishes for real
+            attempt: 1,
+            width: self.shape.0,
+            height: self.shape.1,
+            timestamp_ns: clock::now_ns(),
+        };
+        let (key, bytes) = match n % 6 {
+            0 => (self.item_keys[0].clone(), noise),
+            1 => {
+                // id mod S + 1: another slice, or S itself (out of range): wrong either way.
+                let slice = (h.id % d.slices as u64) as u32 + 1;
+                ItemHeader { slice, ..h }.encode(&self.images[0], &mut item);
+                (self.item_keys[slice.min(d.slices - 1) as usize].clone(), item)
+            }
+            2 => {
+                h.encode(&self.images[0], &mut item);
+                item.truncate(codec::ITEM_HEADER_BYTES + 1);
+                (self.item_keys[0].clone(), item)
+            }
+            3 => (
+                self.ctl_keys[0].clone(),
+                br#"{"kind":"no-such-kind","pn":0}"#.to_vec(),
+            ),
+            4 => (self.ctl_keys[1].clone(), noise),
+            _ => (self.ctl_keys[2].clone(), noise),
+        };
+        if let Err(e) = session::put(self.session, &key, bytes) {
+            crate::stdio::log(&e);
+        }
+        self.live.junk_sent.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn send_new(&mut self, intended_ns: u64) {
         let id = self.next_id;
         self.next_id += 1;
+        let every = self.cfg.driver.junk_every;
+        if every > 0 && id % every == every - 1 {
+            self.publish_junk(id / every);
+        }
         if self.in_flight.len() >= self.cfg.load.max_outstanding {
             self.ctx.recorder.record(&Sample {
                 request_id: id,
