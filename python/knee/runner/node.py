@@ -13,6 +13,7 @@ import sysconfig
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ class Node:
         config_path: Path,
         log_path: Path,
         host: Host | None = None,
-        wrap: Any = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
         events_path: Path | None = None,
     ) -> None:
         self.name = name
