@@ -157,7 +157,8 @@ def test_smoke_run_is_exactly_once_with_a_report(
         check_pngs(html_path)
 
 
-# A small run of its own: two PNs from the start, a third joining at 1.5 s, pn-1 killed at
+# A small run of its own: pn-0 from the start, pn-1 joining at 0.5 s (so it surely owns
+# slices when it dies) and pn-2 at 1.5 s, pn-1 killed at
 # 4 s (its slices go to the others after failure_timeout_ms), 7 s in all.
 KILL_SPEC = """
 [experiment]
@@ -167,7 +168,7 @@ system = "slices"
 [server]
 slices = 10
 pns = 3
-pns_at_start = 2
+pns_at_start = 1
 work_repeat = 20
 heartbeat_ms = 50
 failure_timeout_ms = 300
@@ -183,6 +184,11 @@ rate_per_s = 60
 duration_s = 7
 timeout_ms = 1000
 warmup_s = 0
+
+[[events]]
+at_s = 0.5
+action = "start"
+node = "pn-1"
 
 [[events]]
 at_s = 1.5

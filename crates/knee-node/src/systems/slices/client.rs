@@ -77,7 +77,12 @@ pub struct DriverConfig {
 
 impl ClientConfig {
     fn parse(config: &serde_json::Value) -> Result<Self, String> {
-        let load: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| e.to_string())?;
+        let mut config = config.clone();
+        // The generic load config names a TCP target; slices reaches its PNs through Zenoh.
+        if let Some(table) = config.as_object_mut() {
+            table.entry("target").or_insert_with(|| "".into());
+        }
+        let load: LoadConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
         load.check()?;
         let driver: DriverConfig =
             serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
