@@ -55,6 +55,19 @@ def _tree_binary() -> None:
 _tree_binary()
 
 
+#: Set by scripts/test when it runs as root, after installing ip, tc, nft and OpenSSH: then
+#: a host test that cannot run is a failure, not a skip (nothing is silently left out).
+REQUIRE_HOSTS = os.environ.get("KNEE_TEST_REQUIRE_HOSTS") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Skips a test that needs what this machine lacks (root, a kernel feature, sshd), or
+    fails it where scripts/test promised it all (KNEE_TEST_REQUIRE_HOSTS=1)."""
+    if REQUIRE_HOSTS:
+        pytest.fail(f"required by scripts/test, but: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def knee_node() -> str:
     """Path of the knee-node binary the tests run."""

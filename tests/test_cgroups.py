@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Processes
+from conftest import Processes, unavailable
 
 from knee.hosts import cgroups, cleanup
 from knee.hosts.base import Limits, Unsupported
@@ -31,11 +31,11 @@ REPORT = "import json, os; print(json.dumps([os.getpid(), sorted(os.sched_getaff
 
 def _need(*limits: Limits) -> None:
     if os.geteuid() != 0:
-        pytest.skip("cgroup limits need root")
+        unavailable("cgroup limits need root")
     try:
         cgroups.check_limits(limits)
     except Unsupported as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_v2_accounting_where_a_cgroup2_is_mounted(processes: Processes) -> None:
     """The v2 paths (mkdir, join, cpu.stat, rmdir) on this machine's cgroup2 mount, even
     where v1 holds the controllers (hybrid): accounting needs no controller in v2."""
     if os.geteuid() != 0:
-        pytest.skip("cgroups need root")
+        unavailable("cgroups need root")
     found = cgroups.hierarchies()
     v2 = next((h for h in found.values() if h.version == 2), None)
     if v2 is None:

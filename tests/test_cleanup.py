@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Processes
+from conftest import Processes, unavailable
 
 from knee.hosts import cgroups, cleanup, netns
 from knee.hosts.base import Limits, Unsupported
@@ -61,7 +61,7 @@ def test_cleanup_removes_what_a_killed_run_made_and_nothing_else(
         netns.check_features(True, False, False)
         cgroups.check_limits([Limits(cpu_cores=0.5)])
     except Unsupported as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
     monkeypatch.setenv("KNEE_RECORDS_DIR", str(tmp_path / "records"))
     # Decoys: a namespace and a cgroup named like a run's but in no record, and a live
     # run's (this process's) namespace.

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
-import pytest
+from conftest import unavailable
 from test_runner import only_run_dir, run_knee, write_spec
 
 QUOTA_SPEC = """
@@ -55,7 +55,7 @@ def _cgroups_usable() -> str | None:
 def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> None:
     reason = _cgroups_usable()
     if reason:
-        pytest.skip(reason)
+        unavailable(reason)
     out = tmp_path / "runs"
     proc = run_knee("run", str(write_spec(tmp_path, QUOTA_SPEC)), "--out", str(out))
     assert proc.returncode == 0, proc.stderr

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import READY_TIMEOUT_S, JsonLines, Processes
+from conftest import READY_TIMEOUT_S, JsonLines, Processes, unavailable
 from scipy.stats import binom
 
 from knee.hosts import cgroups, cleanup, netns
@@ -30,7 +30,7 @@ def _need(rate: bool = False, loss: bool = False, delay: bool = False) -> None:
     try:
         netns.check_features(rate, loss, delay)
     except Unsupported as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 MakeHost = Callable[..., netns.NetnsHost]

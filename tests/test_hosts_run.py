@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import unavailable
 from test_runner import knee_cmd, only_run_dir, run_knee, write_spec
 
 from knee.hosts import Unsupported, netns
@@ -55,11 +56,11 @@ timeout_ms = 20000
 
 def _need(rate: bool = True) -> None:
     if os.geteuid() != 0:
-        pytest.skip("emulated hosts need root")
+        unavailable("emulated hosts need root")
     try:
         netns.check_features(need_rate=rate, need_loss=False, need_delay=False)
     except Unsupported as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 def _namespaces() -> set[str]:
@@ -106,7 +107,7 @@ def test_the_link_time_is_network_time(tmp_path: Path) -> None:
 
 def test_a_missing_kernel_feature_refuses_the_spec_with_exit_2(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("emulated hosts need root")
+        unavailable("emulated hosts need root")
     try:
         netns.check_features(need_rate=False, need_loss=False, need_delay=True)
     except Unsupported as e:

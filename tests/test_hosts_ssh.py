@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import READY_TIMEOUT_S, REPO, Event, JsonLines, Processes
+from conftest import READY_TIMEOUT_S, REPO, Event, JsonLines, Processes, unavailable
 
 from knee.hosts.base import HostError, Limits, Unsupported
 from knee.hosts.ssh import ELF_MACHINES, SshHost, clock_offset, elf_machine
@@ -45,10 +45,10 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             timeout=SSHD_START_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"scripts/sshd start: {e}")
+        unavailable(f"scripts/sshd start: {e}")
     if res.returncode != 0:
         lines = res.stderr.strip().splitlines() or ["no message"]
-        pytest.skip(f"no sshd (scripts/sshd start failed: {lines[-1]})")
+        unavailable(f"no sshd (scripts/sshd start failed: {lines[-1]})")
     yield json.loads(res.stdout)
     subprocess.run([str(REPO / "scripts" / "sshd"), "stop", str(folder)], timeout=60)
 

@@ -152,11 +152,6 @@ class RunHosts:
             out["memory_bytes"] = min(memory)
         return out
 
-    def usage_s(self, node: str, host_name: str) -> float | None:
-        """CPU seconds of the node's own cgroup, when it has one."""
-        group = self._node_cgroups.get(f"{host_name}/{node}")
-        return None if group is None else group.cpu_usage_s()
-
     def interface_rows(self) -> dict[str, dict[str, int]]:
         """bytes_rx and bytes_tx of each host that has an interface of its own."""
         out = {}

@@ -42,14 +42,6 @@ class Limits:
     def empty(self) -> bool:
         return self.cpu_cores is None and self.cpuset is None and self.memory_bytes is None
 
-    def over(self, base: Limits) -> Limits:
-        """These limits, with base's where these give none."""
-        return Limits(
-            self.cpu_cores if self.cpu_cores is not None else base.cpu_cores,
-            self.cpuset if self.cpuset is not None else base.cpuset,
-            self.memory_bytes if self.memory_bytes is not None else base.memory_bytes,
-        )
-
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
@@ -68,6 +60,9 @@ class Host(ABC):
     on every way out (end, failure, Ctrl-C)."""
 
     kind: str = ""
+    #: A node on it is a process of another machine: it reads no file of this one (its
+    #: config goes inline), and its CPU and memory come from its own `usage` lines.
+    remote: bool = False
     #: This host's CLOCK_MONOTONIC minus the runner's, in ns (None: the same clock). A
     #: remote recorder's sample times are put on the run's time axis with it.
     clock_offset_ns: int | None = None

@@ -105,6 +105,7 @@ class SshHost(Host):
     """A machine reached over SSH; nodes run there as the ssh user, without limits."""
 
     kind = "ssh"
+    remote = True
 
     def __init__(
         self,

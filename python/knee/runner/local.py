@@ -447,7 +447,7 @@ def _sample(state: RunState, point: int) -> None:
         counters = node.latest.get("stats") or node.latest.get("progress") or {}
         row: dict[str, Any] = {"t_s": t_s, "point": point, "node": name, "role": node.role}
         row.update(usage)
-        if node.host.kind == "ssh":  # the local process is the node's ssh client
+        if node.host.remote:  # the local process is the node's ssh client
             row["ssh_cpu_percent"] = row["cpu_percent"]
             row.update(_remote_usage(state, name, node.latest.get("usage")))
         limits = state.hosts.limits_of(name, node.host.name)

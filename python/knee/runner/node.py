@@ -88,9 +88,9 @@ class Node:
         # Every stdout line as the node printed it (a system's own events: handoffs, ...).
         self._events_log = open(events_path, "ab") if events_path else None  # noqa: SIM115
         binary = self.host.binary(node_binary())
-        # A host that shares this machine's files reads the config file; a remote one gets
-        # it inline (configs are a few kB; the kernel allows 128 kB per argument).
-        config_arg = f"@{config_path}" if self.host.kind != "ssh" else json.dumps(config)
+        # A node on this machine reads the config file; a remote one gets it inline (configs
+        # are a few kB; the kernel allows 128 kB per argument).
+        config_arg = json.dumps(config) if self.host.remote else f"@{config_path}"
         cmd = self.host.command([binary, role, system, "--name", name, "--config", config_arg])
         if wrap is not None:
             cmd = wrap(cmd)
