@@ -75,6 +75,21 @@ def test_a_quota_of_a_quarter_core(run_cgroups: cgroups.RunCgroups, processes: P
     assert 0.15 <= share <= 0.35, share
     Processes.stop(proc)
     assert cgroup.describe()["quota_cores"] == 0.25
+    # A short period (10 ms), so the quota stalls the node for 7.5 ms at most, not 75 ms.
+    cpu_dir = cgroup.paths["cpu"]
+    if cgroup.versions["cpu"] == 1:
+        quota = (cpu_dir / "cpu.cfs_quota_us").read_text().strip()
+        period = (cpu_dir / "cpu.cfs_period_us").read_text().strip()
+    else:
+        quota, period = (cpu_dir / "cpu.max").read_text().split()
+    assert (int(quota), int(period)) == (2_500, 10_000)
+
+
+def test_the_quota_period_keeps_the_kernels_minimum() -> None:
+    assert cgroups.cfs_period_us(0.25) == 10_000
+    assert cgroups.cfs_period_us(4.0) == 10_000
+    assert cgroups.cfs_period_us(0.05) == 20_000
+    assert cgroups.cfs_period_us(cgroups.MIN_CPU_CORES) == 100_000
 
 
 def test_cpuset_and_memory_of_a_host_hold_for_its_node(

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import unavailable
 from report_helpers import check_in_browser, check_pngs, figure_ids, only_dir, run_knee
+from test_hosts_limits import _cgroups_usable
 
 import knee
 from knee.analysis import slices as analysis
@@ -276,3 +278,112 @@ def test_bad_input_on_the_topics_is_counted_and_dropped(slices_node: str, tmp_pa
     events = pd.read_parquet(run_dir / "events.parquet")
     stops = events[events["kind"] == "node_stop"]
     assert (stops["detail"] == "exit code 0").all(), stops  # no node crashed
+
+
+OVERLOAD_SPEC = """
+[experiment]
+name = "slices-overload"
+system = "slices"
+
+[server]
+slices = 4
+pns = 1
+pns_at_start = 1
+work_repeat = 400
+failure_timeout_ms = 2000  # overload, not crash detection, is tested here
+
+[driver]
+image_bytes = 8112
+retries = 0
+
+[load]
+schedule = "constant"
+rate_per_s = 300
+duration_s = 3
+timeout_ms = 300
+warmup_s = 0
+
+[limits."pn-*"]
+cpu_cores = 0.25
+"""
+
+
+def test_past_capacity_items_are_late_or_held_not_lost(slices_node: str, tmp_path: Path) -> None:
+    """One PN at a quarter core (one worker, sized from its quota), offered about twice what
+    it serves, the client giving up after 300 ms: items outwait the client. Those processed
+    later are late, those still queued at the stop are logged as held; none is lost."""
+    if (why := _cgroups_usable()) is not None:
+        unavailable(why)
+    spec = tmp_path / "overload.toml"
+    spec.write_text(OVERLOAD_SPEC)
+    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = only_dir(tmp_path / "runs")
+    run = knee.open_run(run_dir)
+    (point,) = run.sample_points()
+    verdict = analysis.exactly_once(run, point)
+    assert verdict.held > 0 and verdict.late + verdict.held > verdict.replied // 4, verdict
+    assert verdict.lost == 0 and verdict.repeated == 0 and verdict.passed, verdict
+    lines = (run_dir / "nodes" / "pn-0.p000.events.jsonl").read_text().splitlines()
+    stats = [e for e in map(json.loads, lines) if e.get("event") == "stats"]
+    assert stats[-1]["threads"] == 1  # a quarter core: one worker
+    assert 0 < verdict.held <= stats[-1]["queue_len"]  # queued at its stop, and logged
+
+
+MID_HANDOFF_SPEC = """
+[experiment]
+name = "slices-kill-mid-handoff"
+system = "slices"
+
+[server]
+slices = 10
+pns = 2
+pns_at_start = 1
+work_repeat = 20
+heartbeat_ms = 50
+failure_timeout_ms = 300
+# A giver waits 2 s between stopping the slices it gives and sending its handoff.
+give_delay_ms = 2000
+
+[driver]
+image_bytes = 3072
+retries = 5
+
+[load]
+schedule = "constant"
+rate_per_s = 60
+duration_s = 6
+timeout_ms = 1000
+warmup_s = 0
+
+[[events]]
+at_s = 1.0
+action = "start"
+node = "pn-1"
+
+[[events]]
+at_s = 2.0
+action = "kill"
+node = "pn-0"
+"""
+
+
+def test_a_pn_killed_mid_handoff_loses_nothing(slices_node: str, tmp_path: Path) -> None:
+    """pn-1 joins at 1 s and pn-0 stops the slices it gives it; pn-0 is killed at 2 s,
+    inside its 2 s handoff delay (`give_delay_ms`), before its handoff went out. The LB
+    finds it dead and lets pn-1 keep those slices as a crash takeover, with no watermark:
+    nothing is lost, nothing repeated but what pn-0 may have processed unacknowledged."""
+    spec = tmp_path / "mid.toml"
+    spec.write_text(MID_HANDOFF_SPEC)
+    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = only_dir(tmp_path / "runs")
+    run = knee.open_run(run_dir)
+    (point,) = run.sample_points()
+    verdict = analysis.exactly_once(run, point)
+    assert verdict.killed == [0]
+    assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
+    moves = analysis.node_events(run, point, "lb", "handoff")
+    # The join's moves never completed as joins: each ended as a crash takeover by pn-1.
+    assert moves and all((m["from"], m["to"], m["reason"]) == (0, 1, "crash") for m in moves)
+    assert {row["pn"] for row in verdict.by_pn_epoch} == {0, 1}  # both served

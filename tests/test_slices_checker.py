@@ -11,6 +11,8 @@ import pandas as pd
 
 from knee.analysis.slices import (
     LOG_DTYPE,
+    LOG_HELD,
+    LOG_PROCESSED,
     check_exactly_once,
     handoffs_from_log,
     log_frame,
@@ -43,17 +45,23 @@ def _samples(
     )
 
 
-def _write_log(path: Path, rows: list[tuple[int, int, int, int]]) -> Path:
-    """rows: (pn, id, epoch, done_ns); a partial record at the end, as a kill leaves."""
+def _write_log(
+    path: Path, rows: list[tuple[int, int, int, int]], kinds: dict[int, int] | None = None
+) -> Path:
+    """rows: (pn, id, epoch, done_ns), processed unless `kinds` says otherwise (by row); a
+    partial record at the end, as a kill leaves."""
     rec = np.zeros(len(rows), dtype=LOG_DTYPE)
     for k, (pn, item, epoch, done) in enumerate(rows):
-        rec[k] = (pn, item % SLICES, SENDER, 0, item, epoch, done)
+        kind = (kinds or {}).get(k, LOG_PROCESSED)
+        rec[k] = (pn, item % SLICES, SENDER, kind, item, epoch, done)
     path.write_bytes(rec.tobytes() + b"\x01\x02\x03")
     return path
 
 
-def _log(tmp_path: Path, rows: list[tuple[int, int, int, int]]) -> pd.DataFrame:
-    return log_frame(read_pn_log(_write_log(tmp_path / "pn.log", rows)))
+def _log(
+    tmp_path: Path, rows: list[tuple[int, int, int, int]], kinds: dict[int, int] | None = None
+) -> pd.DataFrame:
+    return log_frame(read_pn_log(_write_log(tmp_path / "pn.log", rows, kinds)))
 
 
 def test_every_item_once_passes(tmp_path: Path) -> None:
@@ -83,6 +91,19 @@ def test_a_lost_item_fails(tmp_path: Path) -> None:
     )
     assert not verdict.passed
     assert verdict.lost == 1
+
+
+def test_given_up_but_processed_late_or_held_at_the_end_is_not_lost(tmp_path: Path) -> None:
+    """Past capacity an item can outwait every publication: processed after the client gave
+    up (late), or still queued when the PNs stopped (held). Neither is a loss."""
+    rows = [(0, i, 1, i * 10) for i in range(8)] + [(0, 8, 1, 90)]
+    replied = {i: 0 for i in range(6)}  # 6 and 7 processed too late; 8 held; 9 lost
+    verdict = check_exactly_once(
+        _samples(10, replied), _log(tmp_path, rows, {8: LOG_HELD}), killed=set(), retries=RETRIES
+    )
+    assert (verdict.late, verdict.held, verdict.lost) == (2, 1, 1)
+    assert verdict.processed == 8 and verdict.repeated == 0
+    assert not verdict.passed  # item 9 is lost: nothing ever held or processed it
 
 
 def test_unanswered_with_retries_left_is_unfinished_not_lost(tmp_path: Path) -> None:

@@ -74,8 +74,8 @@ SLICES_ITEM_HEADER_BYTES = 36
 #: ServerTopic header: magic, version, kind, sender u32, pn u32, id u64, slice u32, pad u32,
 #: epoch u64, timestamp_ns u64, queue_ns u64, service_ns u64, gray_checksum u64; then "OK".
 SLICES_REPLY_HEADER_BYTES = 68
-#: A PN's log of processed items: pn u32, slice u32, sender u32, pad u32, id u64,
-#: epoch u64, done_ns u64 (little-endian).
+#: A PN's log of processed items: pn u32, slice u32, sender u32, kind u32 (0 processed,
+#: 1 held in its queue when it stopped), id u64, epoch u64, done_ns u64 (little-endian).
 SLICES_PN_LOG_RECORD_BYTES = 40
 #: Largest server.slices and driver.image_bytes the nodes accept, and a control message's
 #: largest size (a handoff's owed ids).

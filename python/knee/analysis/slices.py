@@ -31,13 +31,17 @@ LOG_DTYPE = np.dtype(
         ("pn", "<u4"),
         ("slice", "<u4"),
         ("sender", "<u4"),
-        ("pad", "<u4"),
+        ("kind", "<u4"),  # LOG_PROCESSED or LOG_HELD
         ("id", "<u8"),
         ("epoch", "<u8"),
         ("done_ns", "<u8"),
     ]
 )
 assert LOG_DTYPE.itemsize == LOG_RECORD_BYTES, "must match the PN's log record"
+#: A log record's kind: the item was processed (and its reply published) ...
+LOG_PROCESSED = 0
+#: ... or it was still in the PN's queue when the PN stopped (`done_ns`: the stop).
+LOG_HELD = 1
 
 #: Seconds either side of a balancing that Table 2 calls "before" and "after".
 TABLE2_WINDOW_S = 1.0
@@ -88,6 +92,7 @@ def log_frame(records: np.ndarray, run_start_ns: int = 0) -> pd.DataFrame:
             "pn": records["pn"].astype(np.int64),
             "slice": records["slice"].astype(np.int64),
             "sender": records["sender"].astype(np.int64),
+            "kind": records["kind"].astype(np.int64),
             "id": records["id"].astype(np.int64),
             "epoch": records["epoch"].astype(np.int64),
             "done_ns": records["done_ns"].astype(np.int64) - run_start_ns,
@@ -144,7 +149,9 @@ class ExactlyOnce:
 
     items: int  # published (the client's samples, dropped ones aside)
     replied: int
-    lost: int  # the client gave up: every publication unanswered
+    lost: int  # the client gave up, and no PN processed or held the item
+    late: int  # the client gave up, and a PN processed the item after all (too late)
+    held: int  # the client gave up, and the item was in a PN's queue when the run ended
     unfinished: int  # unanswered when the run ended, with publications left
     not_sent: int  # dropped by the client itself (max_outstanding)
     processed: int  # log records
@@ -169,9 +176,12 @@ def check_exactly_once(
     samples: pd.DataFrame, log: pd.DataFrame, *, killed: set[int], retries: int
 ) -> ExactlyOnce:
     """Judges one point. `samples`: client, request_id, status, flags (publications),
-    service (the PN that replied); `log`: pn, sender, id, epoch.
+    service (the PN that replied); `log`: pn, sender, kind, id, epoch.
 
-    An item is lost when the client gave up on it (retries + 1 publications, no reply).
+    An item is lost when the client gave up on it (retries + 1 publications, no reply) and
+    no PN processed it or held it in its queue when the run ended. Past capacity, the
+    queues grow and an item can outwait every publication: processed later it is `late`,
+    still queued at the end it is `held`; neither is a loss, and both are counted.
     An item processed n > 1 times repeats unless every processing but one was by a killed
     PN that is not the one whose reply the client got: a PN killed after processing and
     before its reply left (or before its log reached the taker) can cause exactly that,
@@ -188,6 +198,9 @@ def check_exactly_once(
     )
     replier = replier[~replier.index.duplicated()]
 
+    kind = log["kind"].to_numpy()
+    held_log = log.loc[kind == LOG_HELD]
+    log = log.loc[kind == LOG_PROCESSED]
     logged = pd.MultiIndex.from_frame(log[["sender", "id"]])
     known = logged.isin(published)
     rec = log.loc[known].copy()
@@ -209,10 +222,17 @@ def check_exactly_once(
         if len(rec)
         else pd.DataFrame(columns=["pn", "epoch", "items"])
     )
+    abandoned = ~ok & gave_up
+    was_processed = published.isin(logged)
+    was_held = published.isin(pd.MultiIndex.from_frame(held_log[["sender", "id"]]))
+    late = abandoned & was_processed
+    held = abandoned & ~was_processed & was_held
     return ExactlyOnce(
         items=len(items),
         replied=int(ok.sum()),
-        lost=int((~ok & gave_up).sum()),
+        lost=int((abandoned & ~was_processed & ~was_held).sum()),
+        late=int(late.sum()),
+        held=int(held.sum()),
         unfinished=int((~ok & ~gave_up).sum()),
         not_sent=int((~sent).sum()),
         processed=len(log),
@@ -331,6 +351,7 @@ def handoffs(run: Run, point: int) -> tuple[pd.DataFrame, str]:
             "lb",
         )
     log = point_log(run, point)
+    log = log.loc[log["kind"] == LOG_PROCESSED].copy()
     log["done_ns"] -= zero_ns
     return handoffs_from_log(log), "logs"
 

@@ -15,6 +15,7 @@ of the node is in them from its first instruction, and its pid is the node's.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -28,10 +29,23 @@ from knee.hosts.base import HostError, Limits, Unsupported
 from knee.hosts.spec import parse_cpuset
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
-#: The scheduler period a CPU quota is a share of (the kernel's default).
-CFS_PERIOD_US = 100_000
+#: The scheduler periods a CPU quota is a share of. A group that used its quota is stopped
+#: for the rest of the period: at the kernel's default 100 ms a quarter-core node can stall
+#: for 75 ms, a delay that would show up as queueing or network time. The period is the
+#: shortest from 10 ms (stalls of at most 7.5 ms at a quarter core) whose quota keeps the
+#: kernel's 1 ms minimum, up to the default.
+MIN_CFS_PERIOD_US = 10_000
+MAX_CFS_PERIOD_US = 100_000
 #: The kernel refuses a quota under 1 ms per period.
-MIN_CPU_CORES = 1_000 / CFS_PERIOD_US
+MIN_QUOTA_US = 1_000
+MIN_CPU_CORES = MIN_QUOTA_US / MAX_CFS_PERIOD_US
+
+
+def cfs_period_us(cpu_cores: float) -> int:
+    """The period for a quota of `cpu_cores` (see MIN_CFS_PERIOD_US)."""
+    return int(min(MAX_CFS_PERIOD_US, max(MIN_CFS_PERIOD_US, math.ceil(MIN_QUOTA_US / cpu_cores))))
+
+
 PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 #: Joins the cgroup.procs files given before "--", then execs what follows: the shell's
 #: pid ($$) is the one that joins and the one the command keeps.
@@ -296,12 +310,13 @@ class Cgroup:
         if lim.cpuset is not None:
             self._set("cpuset", "cpuset.cpus", lim.cpuset)
         if lim.cpu_cores is not None:
-            quota = max(1_000, round(lim.cpu_cores * CFS_PERIOD_US))
+            period = cfs_period_us(lim.cpu_cores)
+            quota = max(MIN_QUOTA_US, round(lim.cpu_cores * period))
             if self.versions["cpu"] == 1:
-                self._set("cpu", "cpu.cfs_period_us", str(CFS_PERIOD_US))
+                self._set("cpu", "cpu.cfs_period_us", str(period))
                 self._set("cpu", "cpu.cfs_quota_us", str(quota))
             else:
-                self._set("cpu", "cpu.max", f"{quota} {CFS_PERIOD_US}")
+                self._set("cpu", "cpu.max", f"{quota} {period}")
         if lim.memory_bytes is not None:
             name = "memory.limit_in_bytes" if self.versions["memory"] == 1 else "memory.max"
             self._set("memory", name, str(lim.memory_bytes))

@@ -97,6 +97,7 @@ def _topology(point: Point) -> list[NodePlan]:
             "threads": server["threads"],
             "work_repeat": server["work_repeat"],
             "queue_max": server["queue_max"],
+            "give_delay_ms": server["give_delay_ms"],
             # Every peer reaches the others through the anchor (gossip does the rest).
             "connect": [] if f"pn-{i}" == anchor else [f"{{addr:{anchor}}}"],
             **common,
@@ -177,6 +178,14 @@ SYSTEM = System(
             max=1_000_000,
         ),
         "heartbeat_ms": Param("int", 100, "PN -> LB load report period", min=1, max=60_000),
+        "give_delay_ms": Param(
+            "int",
+            0,
+            "fault injection: a giver waits this long between stopping a slice and sending "
+            "its handoff, so a kill can land mid-handoff (0: none)",
+            min=0,
+            max=60_000,
+        ),
         "failure_timeout_ms": Param(
             "int", 500, "a PN silent this long is declared crashed", min=1, max=600_000
         ),

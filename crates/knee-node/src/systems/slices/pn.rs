@@ -22,7 +22,7 @@ use zenoh::{Session, Wait};
 use super::codec::{self, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took, ITEM_HEADER_BYTES};
 use super::gray;
 use super::ledger::{gap_items, Ledger, Ring, RingItem, Seen, Verdict};
-use super::pnlog::{PnLog, Record};
+use super::pnlog::{self, PnLog, Record};
 use super::session::{self, Keys, Mode};
 use super::Throttled;
 use crate::events::{self, Stats};
@@ -94,12 +94,19 @@ pub struct PnConfig {
     /// long without any: a taker must already hear the clients to fill its ring.
     #[serde(default = "default_hello_after_ms")]
     pub hello_after_ms: u64,
+    /// Fault injection (0: none): a giver waits this long between stopping a slice and
+    /// sending its handoff, so that a kill can land in the middle of a handoff.
+    #[serde(default)]
+    pub give_delay_ms: u64,
     /// Tests only: the first GRAY_DUMP_MAX items processed, each as u16 width, u16 height,
     /// the RGB bytes and the gray bytes, so a reference outside knee-node can check them.
     #[serde(default)]
     pub gray_dump_path: Option<String>,
 }
 
+/// The longest injected handoff delay: a minute covers any test, and bounds the control
+/// thread's stall.
+pub const MAX_GIVE_DELAY_MS: u64 = 60_000;
 /// Items a gray dump holds at most: enough to check the arithmetic, bounded on disk.
 const GRAY_DUMP_MAX: u32 = 64;
 
@@ -111,6 +118,9 @@ impl PnConfig {
         }
         if !(1..=MAX_QUEUE).contains(&self.queue_max) {
             return Err(format!("queue_max must be 1..={MAX_QUEUE}"));
+        }
+        if self.give_delay_ms > MAX_GIVE_DELAY_MS {
+            return Err(format!("give_delay_ms must be 0..={MAX_GIVE_DELAY_MS}"));
         }
         if self.work_repeat == 0 || self.heartbeat_ms == 0 {
             return Err("work_repeat and heartbeat_ms must be >= 1".into());
@@ -136,6 +146,7 @@ struct State {
     ring: Ring,
     queue: VecDeque<Job>,
     busy: usize,
+    /// The PN is stopping: workers end after the item in hand, control messages are ignored.
     stop_workers: bool,
     /// Set once this PN asked to leave: what it gives away then, it does not drain.
     leaving: bool,
@@ -273,9 +284,14 @@ impl Shared {
     }
 
     fn on_control(&self, msg: ToPn) {
+        let mut st = self.lock();
+        // Stopping: a late revoke or give must not take away what is about to be logged as
+        // held (the LB calls a stopped PN crashed and moves its slices on by itself).
+        if st.stop_workers {
+            return;
+        }
         match msg {
             ToPn::Assign { slices, crash } => {
-                let mut st = self.lock();
                 let newly: Vec<(u32, u64)> = slices
                     .into_iter()
                     .filter(|&(s, e)| st.ledger.assign(s, e, crash))
@@ -285,7 +301,6 @@ impl Shared {
                 self.took(took);
             }
             ToPn::Give { to, slices } => {
-                let mut st = self.lock();
                 let mut given: Vec<HandoffSlice> = slices
                     .into_iter()
                     .filter_map(|(s, e)| st.ledger.give(s, e))
@@ -298,6 +313,9 @@ impl Shared {
                     return;
                 }
                 self.c.gave.fetch_add(given.len() as u64, Ordering::Relaxed);
+                if self.cfg.give_delay_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(self.cfg.give_delay_ms));
+                }
                 let h = Handoff {
                     from: self.cfg.pn,
                     slices: given,
@@ -305,7 +323,6 @@ impl Shared {
                 self.send(&self.keys.handoff(to), codec::encode_control(&h));
             }
             ToPn::Revoke { slices } => {
-                let mut st = self.lock();
                 let gone: HashSet<u32> = slices
                     .into_iter()
                     .filter(|&(s, e)| st.ledger.revoke(s, e))
@@ -437,12 +454,14 @@ impl Shared {
             let job = {
                 let mut st = self.lock();
                 loop {
+                    // At the stop, what is still queued stays there and is logged as held:
+                    // past capacity, draining it could take minutes.
+                    if st.stop_workers {
+                        return;
+                    }
                     if let Some(j) = st.queue.pop_front() {
                         st.busy += 1;
                         break j;
-                    }
-                    if st.stop_workers {
-                        return;
                     }
                     st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
                 }
@@ -460,6 +479,7 @@ impl Shared {
                     pn: self.cfg.pn,
                     slice: h.slice,
                     sender: h.sender,
+                    kind: pnlog::PROCESSED,
                     id: h.id,
                     epoch: job.epoch,
                     done_ns,
@@ -620,7 +640,6 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
     let subs = subscribe(&shared, ctl_tx)?;
     let life = Lifecycle::ready_at(opened.endpoint, shared.stop.clone());
     let end = main_loop(&shared, life);
-    drop(subs);
     {
         let mut st = shared.lock();
         st.stop_workers = true;
@@ -629,15 +648,37 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
     for w in workers {
         let _ = w.join();
     }
+    log_held(&shared);
+    drop(subs);
     let _ = control.join();
-    shared
-        .log
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .flush(clock::now_ns());
     events::emit(&shared.stats(true));
     let _ = shared.session.close().wait();
     end
+}
+
+/// Logs the items still queued at the stop as held (the workers have ended), and flushes.
+fn log_held(shared: &Shared) {
+    let now = clock::now_ns();
+    let st = shared.lock();
+    let mut log = shared.log.lock().unwrap_or_else(|p| p.into_inner());
+    for j in &st.queue {
+        log.append(&Record {
+            pn: shared.cfg.pn,
+            slice: j.h.slice,
+            sender: j.h.sender,
+            kind: pnlog::HELD,
+            id: j.h.id,
+            epoch: j.epoch,
+            done_ns: now,
+        });
+    }
+    log.flush(now);
+    if !st.queue.is_empty() {
+        stdio::log(&format!(
+            "stopped with {} items queued: logged as held",
+            st.queue.len()
+        ));
+    }
 }
 
 type Subscriber = zenoh::pubsub::Subscriber<()>;
@@ -778,32 +819,9 @@ fn leave(shared: &Shared) {
     stdio::log("leaving with slices still owned or items in hand: the wait is over");
 }
 
-/// The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota.
+/// The cores this process may run on: std reads its CPU affinity and its cgroup's CPU
+/// quota (v1 `cpu.cfs_quota_us` or v2 `cpu.max`, rounded down, at least 1), so a PN capped
+/// at a quarter core runs one worker (tests/test_slices.py checks it).
 pub fn available_cores() -> usize {
-    let affinity = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
-        .ok()
-        .and_then(|s| cgroup_cores(&s));
-    quota.map_or(affinity, |q| q.min(affinity)).max(1)
-}
-
-/// `cpu.max` ("max 100000" or "50000 100000") as whole cores, rounded up.
-fn cgroup_cores(cpu_max: &str) -> Option<usize> {
-    let mut parts = cpu_max.split_whitespace();
-    let quota: f64 = parts.next()?.parse().ok()?;
-    let period: f64 = parts.next()?.parse().ok()?;
-    (period > 0.0).then(|| (quota / period).ceil().max(1.0) as usize)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cgroup_quota_rounds_up_to_whole_cores() {
-        assert_eq!(cgroup_cores("50000 100000"), Some(1));
-        assert_eq!(cgroup_cores("150000 100000\n"), Some(2));
-        assert_eq!(cgroup_cores("max 100000"), None);
-        assert!(available_cores() >= 1);
-    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -1,7 +1,10 @@
 //! A PN's log of processed items, the exactly-once checker's input: fixed 40-byte
-//! little-endian records `pn u32, slice u32, sender u32, pad u32, id u64, epoch u64,
+//! little-endian records `pn u32, slice u32, sender u32, kind u32, id u64, epoch u64,
 //! done_ns u64`, buffered and flushed at least every 100 ms (a killed PN loses at most its
 //! last flush; the checker treats such items as ones the dead PN may have processed).
+//! `kind` is [`PROCESSED`], or [`HELD`] for an item the PN had accepted and not yet
+//! processed when it stopped: past capacity its queue outlives the run, and those items
+//! are the run's end, not a loss.
 
 use std::fs::File;
 use std::io::Write;
@@ -9,6 +12,10 @@ use std::io::Write;
 use crate::clock;
 
 pub const RECORD_BYTES: usize = 40;
+/// `kind`: the item was processed and its reply published.
+pub const PROCESSED: u32 = 0;
+/// `kind`: the item was in the PN's queue when it stopped (`done_ns`: the stop).
+pub const HELD: u32 = 1;
 const FLUSH_EVERY_NS: u64 = 100_000_000;
 /// Flushed sooner when this much is buffered (about 1,600 records).
 const FLUSH_AT_BYTES: usize = 64 << 10;
@@ -17,6 +24,7 @@ pub struct Record {
     pub pn: u32,
     pub slice: u32,
     pub sender: u32,
+    pub kind: u32,
     pub id: u64,
     pub epoch: u64,
     pub done_ns: u64,
@@ -24,7 +32,7 @@ pub struct Record {
 
 impl Record {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for v in [self.pn, self.slice, self.sender, 0] {
+        for v in [self.pn, self.slice, self.sender, self.kind] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for v in [self.id, self.epoch, self.done_ns] {
@@ -84,6 +92,7 @@ mod tests {
             pn: 1,
             slice: 2,
             sender: 3,
+            kind: HELD,
             id: 4,
             epoch: 5,
             done_ns: 6,
@@ -91,6 +100,7 @@ mod tests {
         .encode(&mut out);
         assert_eq!(out.len(), RECORD_BYTES);
         assert_eq!(out[8], 3);
+        assert_eq!(out[12], 1);
         assert_eq!(u64::from_le_bytes(out[16..24].try_into().unwrap()), 4);
         assert_eq!(out[32], 6);
     }
