@@ -22,6 +22,9 @@ use crate::{clock, stdio};
 const INBOX: usize = 4096;
 /// Longest wait for a message before the table checks for silent PNs.
 const TICK: Duration = Duration::from_millis(10);
+/// A loop that took longer than this means the LB itself was not running (its tick is
+/// 10 ms): the time beyond is not counted against the PNs' silence.
+const PAUSE_NS: u64 = 100_000_000;
 
 fn default_heartbeat_ms() -> u64 {
     100
@@ -92,6 +95,8 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
     };
     let mut life = Lifecycle::ready_at(opened.endpoint, Stop::default());
     let mut table = Table::new(cfg.slices);
+    // Two heartbeats: PNs stopped together (a run's end) all say `leave` within it.
+    table.leave_settle_ns = 2 * cfg.heartbeat_ms * 1_000_000;
     let mut bad = Throttled::new("lb");
     let failure_ns = cfg.failure_timeout_ms * 1_000_000;
     let line = |table: &Table, bad: &Throttled, last| Stats {
@@ -107,6 +112,7 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
         },
         ..Stats::default()
     };
+    let mut last_loop_ns = clock::now_ns();
     loop {
         let now = clock::now_ns();
         if let Some(end) = life.tick(now, || line(&table, &bad, false)) {
@@ -114,19 +120,27 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
             let _ = session.close().wait();
             return end;
         }
-        let out = match rx.recv_timeout(TICK) {
-            Ok(bytes) => match codec::decode_control::<ToLb>(&bytes) {
-                Ok(msg) => table.on_message(msg, clock::now_ns()),
-                Err(why) => {
-                    bad.note(&why);
-                    Vec::new()
-                }
-            },
-            Err(_) => Vec::new(),
-        };
-        let mut all = out;
+        // Every message already waiting is heard before the silence check: a heartbeat
+        // queued behind another must not leave its PN looking silent.
+        let mut all = Vec::new();
+        let mut next = rx.recv_timeout(TICK).ok();
+        let mut heard = 0;
+        while let Some(bytes) = next {
+            match codec::decode_control::<ToLb>(&bytes) {
+                Ok(msg) => all.extend(table.on_message(msg, clock::now_ns())),
+                Err(why) => bad.note(&why),
+            }
+            heard += 1;
+            next = if heard < INBOX { rx.try_recv().ok() } else { None };
+        }
+        let now = clock::now_ns();
+        let gap_ns = now.saturating_sub(last_loop_ns);
+        last_loop_ns = now;
+        if gap_ns > PAUSE_NS {
+            table.paused(gap_ns);
+        }
         if cfg.balance {
-            all.extend(table.on_tick(clock::now_ns(), failure_ns));
+            all.extend(table.on_tick(now, failure_ns));
         }
         for o in all {
             match o {

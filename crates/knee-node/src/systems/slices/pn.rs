@@ -283,6 +283,14 @@ impl Shared {
         self.send(&self.keys.lb(), codec::encode_control(msg));
     }
 
+    /// A heartbeat: the next one replaces it, so it is dropped rather than waited on.
+    fn beat(&self, processed_per_s: f64) {
+        let msg = codec::encode_control(&heartbeat(self, processed_per_s));
+        if let Err(e) = session::put_droppable(&self.session, &self.keys.lb(), msg) {
+            stdio::log(&e);
+        }
+    }
+
     fn on_control(&self, msg: ToPn) {
         let mut st = self.lock();
         // Stopping: a late revoke or give must not take away what is about to be logged as
@@ -773,7 +781,7 @@ fn main_loop(shared: &Shared, mut life: Lifecycle) -> Result<(), String> {
             let dt_s = (now - last_processed.1).max(1) as f64 / 1e9;
             let rate = (processed - last_processed.0) as f64 / dt_s;
             last_processed = (processed, now);
-            shared.to_lb(&heartbeat(shared, rate));
+            shared.beat(rate);
         }
         shared.lock().ring.expire(now);
         shared
@@ -812,7 +820,7 @@ fn leave(shared: &Shared) {
         let now = clock::now_ns();
         if now >= next_beat_ns {
             next_beat_ns = now + shared.cfg.heartbeat_ms * 1_000_000;
-            shared.to_lb(&heartbeat(shared, 0.0));
+            shared.beat(0.0);
         }
         std::thread::sleep(MAIN_TICK);
     }

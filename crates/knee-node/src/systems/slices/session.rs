@@ -99,6 +99,18 @@ pub fn put(session: &Session, key: &str, bytes: Vec<u8>) -> Result<(), String> {
         .map_err(|e| format!("publishing on {key}: {e}"))
 }
 
+/// Publishes a message that a later one replaces (a heartbeat): dropped rather than blocking
+/// on a congested link, so a PN's main loop never waits on a slow receiver (zenoh sends to
+/// each subscriber in turn, so one stalled peer would hold up the sender).
+pub fn put_droppable(session: &Session, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    session
+        .put(key, bytes)
+        .congestion_control(CongestionControl::Drop)
+        .express(true)
+        .wait()
+        .map_err(|e| format!("publishing on {key}: {e}"))
+}
+
 /// Every slices key lives under the run's prefix.
 pub struct Keys {
     pub prefix: String,

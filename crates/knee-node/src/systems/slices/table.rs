@@ -54,7 +54,14 @@ struct Entry {
 struct Pn {
     last_seen_ns: u64,
     queue_len: u64,
-    leaving: bool,
+    /// When it asked to leave (None: it stays).
+    leave_ns: Option<u64>,
+}
+
+impl Pn {
+    fn leaving(&self) -> bool {
+        self.leave_ns.is_some()
+    }
 }
 
 /// What the LB does after a message or a tick.
@@ -69,6 +76,10 @@ pub struct Table {
     slices: Vec<Entry>,
     pns: BTreeMap<u32, Pn>,
     pub moves: u64,
+    /// A leaving PN's slices move this long after its `leave`, once every PN that leaves
+    /// at about the same time has said so: at a run's end every PN leaves at once, and
+    /// slices handed to a PN that leaves next would take its giver's queue with them.
+    pub leave_settle_ns: u64,
 }
 
 impl Table {
@@ -77,6 +88,7 @@ impl Table {
             slices: vec![Entry::default(); slices as usize],
             pns: BTreeMap::new(),
             moves: 0,
+            leave_settle_ns: 0,
         }
     }
 
@@ -117,7 +129,7 @@ impl Table {
     fn emptiest(&self, counts: &BTreeMap<u32, usize>, except: Option<u32>) -> Option<u32> {
         self.pns
             .iter()
-            .filter(|(&p, s)| !s.leaving && Some(p) != except)
+            .filter(|(&p, s)| !s.leaving() && Some(p) != except)
             .min_by_key(|(&p, s)| (counts.get(&p).copied().unwrap_or(0), s.queue_len, p))
             .map(|(&p, _)| p)
     }
@@ -127,11 +139,11 @@ impl Table {
             ToLb::Hello { pn } => self.heard(pn, now_ns, None),
             ToLb::Heartbeat { pn, queue_len, .. } => self.heard(pn, now_ns, Some(queue_len)),
             ToLb::Leave { pn } => {
-                let mut out = self.heard(pn, now_ns, None);
+                // Its slices move on a tick once `leave_settle_ns` has passed.
+                let out = self.heard(pn, now_ns, None);
                 if let Some(p) = self.pns.get_mut(&pn) {
-                    p.leaving = true;
+                    p.leave_ns.get_or_insert(now_ns);
                 }
-                out.extend(self.move_off(pn, Reason::Leave, now_ns));
                 out
             }
             ToLb::Took { pn, slices, t_ns } => {
@@ -158,10 +170,6 @@ impl Table {
                             }));
                         }
                     }
-                }
-                // A leaving PN that was still taking slices passes them on.
-                if self.pns.get(&pn).is_some_and(|p| p.leaving) {
-                    out.extend(self.move_off(pn, Reason::Leave, now_ns));
                 }
                 out
             }
@@ -219,7 +227,7 @@ impl Table {
     /// A newcomer's fair share, floor(S / N), taken one slice at a time from the PN with
     /// the most slices (then the longest queue); slices already moving stay put.
     fn join(&mut self, pn: u32, now_ns: u64) -> Vec<Out> {
-        let live = self.pns.values().filter(|p| !p.leaving).count().max(1);
+        let live = self.pns.values().filter(|p| !p.leaving()).count().max(1);
         let share = self.slices.len() / live;
         let mut gives: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
         let mut counts = self.counts();
@@ -287,6 +295,15 @@ impl Table {
             .collect()
     }
 
+    /// The LB itself did not run for `paused_ns` (descheduled, or blocked on a congested
+    /// link): silence it could not have heard is not a PN's, so every PN's clock of silence
+    /// moves on by the pause.
+    pub fn paused(&mut self, paused_ns: u64) {
+        for p in self.pns.values_mut() {
+            p.last_seen_ns = p.last_seen_ns.saturating_add(paused_ns);
+        }
+    }
+
     /// PNs silent for `failure_timeout_ns` are dead: their slices (owned, or being given to
     /// them, or being given by them) go to the others at new epochs, with no watermark.
     pub fn on_tick(&mut self, now_ns: u64, failure_timeout_ns: u64) -> Vec<Out> {
@@ -344,6 +361,18 @@ impl Table {
                     .into_iter()
                     .map(|(to, slices)| Out::Send(to, ToPn::Assign { slices, crash: true })),
             );
+        }
+        // Leaving PNs whose settle time is over give their settled slices (also those they
+        // were still taking when they asked to leave) to PNs that stay.
+        let settle_ns = self.leave_settle_ns;
+        let due: Vec<u32> = self
+            .pns
+            .iter()
+            .filter(|(_, p)| p.leave_ns.is_some_and(|t| now_ns >= t.saturating_add(settle_ns)))
+            .map(|(&pn, _)| pn)
+            .collect();
+        for pn in due {
+            out.extend(self.move_off(pn, Reason::Leave, now_ns));
         }
         out
     }
@@ -433,8 +462,9 @@ mod tests {
         t.on_message(took(0, &all), 0);
         t.on_message(ToLb::Hello { pn: 1 }, 0);
         t.on_message(ToLb::Hello { pn: 2 }, 0);
-        let out = sends(&t.on_message(ToLb::Leave { pn: 0 }, 5));
-        assert!(out.iter().all(|(p, m)| *p == 0 && matches!(m, ToPn::Give { .. })));
+        assert!(t.on_message(ToLb::Leave { pn: 0 }, 5).is_empty()); // moves on a tick
+        let out = sends(&t.on_tick(5, 100));
+        assert!(!out.is_empty() && out.iter().all(|(p, m)| *p == 0 && matches!(m, ToPn::Give { .. })));
         assert_eq!(t.counts().get(&0).copied().unwrap_or(0), 0);
         // PN 1 goes silent: its slices (some still moving to it) go to PN 2 at new epochs.
         t.on_message(
@@ -464,6 +494,53 @@ mod tests {
             .any(|(p, m)| *p == 2 && matches!(m, ToPn::Assign { crash: true, .. })));
         assert_eq!(t.counts().get(&1).copied().unwrap_or(0), 0);
         assert!(t.view().iter().all(|&(o, e)| o.is_some() && e >= 2));
+    }
+
+    #[test]
+    fn pns_leaving_together_keep_their_slices() {
+        let mut t = Table::new(4);
+        t.leave_settle_ns = 50;
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        let all: Vec<SliceEpoch> = (0..4).map(|s| (s, 1)).collect();
+        t.on_message(took(0, &all), 0);
+        t.on_message(ToLb::Hello { pn: 1 }, 0);
+        let gives = t.on_tick(0, 1_000);
+        assert!(gives.is_empty()); // the join's gives came with the hello
+                                   // Both leave 10 ns apart (a run's end): no slice goes to a PN about to leave.
+        t.on_message(ToLb::Leave { pn: 0 }, 100);
+        t.on_message(ToLb::Leave { pn: 1 }, 110);
+        assert!(t.on_tick(120, 1_000).is_empty()); // settling
+        assert!(t.on_tick(200, 1_000).is_empty()); // nobody stays: nothing moves
+                                                   // A PN that stays is given the slices of one that leaves alone, after the settle.
+        let mut t = Table::new(2);
+        t.leave_settle_ns = 50;
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        t.on_message(took(0, &[(0, 1), (1, 1)]), 0);
+        t.on_message(ToLb::Hello { pn: 1 }, 0);
+        t.on_message(took(1, &[(1, 2)]), 0);
+        t.on_message(ToLb::Leave { pn: 0 }, 100);
+        assert!(t.on_tick(120, 1_000).is_empty());
+        let out = sends(&t.on_tick(150, 1_000));
+        assert_eq!(
+            out,
+            vec![(
+                0,
+                ToPn::Give {
+                    to: 1,
+                    slices: vec![(0, 2)]
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn silence_while_the_lb_was_paused_is_not_a_crash() {
+        let mut t = Table::new(4);
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        // Silent for 150 ns against a timeout of 100, but the LB itself was paused for 80.
+        t.paused(80);
+        assert!(t.on_tick(150, 100).is_empty());
+        assert!(!t.on_tick(190, 100).is_empty()); // 190 - 80 > 100: now it is silence
     }
 
     #[test]
