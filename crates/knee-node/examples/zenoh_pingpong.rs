@@ -99,7 +99,8 @@ impl Opts {
         if o.bytes < ID_BYTES || o.reply_bytes < ID_BYTES {
             return Err(format!("--bytes and --reply-bytes must be >= {ID_BYTES}"));
         }
-        if !(o.rate_per_s > 0.0 && o.rate_per_s.is_finite()) || !(1..=MAX_COUNT).contains(&o.count) {
+        let rate_ok = o.rate_per_s > 0.0 && o.rate_per_s.is_finite();
+        if !rate_ok || !(1..=MAX_COUNT).contains(&o.count) {
             return Err(format!("--rate-per-s must be > 0 and --count 1..={MAX_COUNT}"));
         }
         Ok(o)
