@@ -292,12 +292,13 @@ def new_prefix() -> str:
     return f"knee/bench/slices/{uuid.uuid4().hex}"
 
 
-def finish_client(client: Node, stop: bool) -> dict[str, Any]:
-    """The client's `done` line (after a SIGTERM if `stop`); broken on bad replies."""
+def finish_client(client: Node, stop: bool, run_s: float = 0.0) -> dict[str, Any]:
+    """The client's `done` line, after a SIGTERM if `stop`, else once its run of `run_s`
+    ends by itself; broken on bad replies."""
     if stop and client.proc.poll() is None:
         client.proc.send_signal(signal.SIGTERM)
     try:
-        client.proc.wait(timeout=STOP_GRACE_S + 5)
+        client.proc.wait(timeout=run_s + STOP_GRACE_S + 5)
     except subprocess.TimeoutExpired as e:
         raise BenchError("the slices client did not end") from e
     if client.proc.returncode != 0:
@@ -393,7 +394,7 @@ def service_ns(b: Bench, image_bytes: int, work_repeat: int) -> float:
     try:
         _, pn_addr = b.pn(prefix, 0, slices, work_repeat, [], static=list(range(slices)))
         client, samples = b.client(prefix, [pn_addr], slices, image_bytes, rate, length_s)
-        finish_client(client, stop=False)
+        finish_client(client, stop=False, run_s=length_s)
     finally:
         b.stop()
     s = read_samples(samples)
@@ -673,7 +674,7 @@ def knee_rtd_round(
     client, samples = b.client(
         prefix, addrs, 10, ITEM_IMAGE_BYTES, LOW_RATE_PER_S, length_s, sender=sender
     )
-    finish_client(client, stop=False)
+    finish_client(client, stop=False, run_s=length_s)
     b.nodes.remove(client)  # it ended by itself; the LB and PN go on to the next round
     start_ns = int(client.events("start")[0]["start_ns"])
     s = read_samples(samples)
