@@ -112,11 +112,13 @@ LOW_RATE_PER_S = 100.0
 LOADED_WORK_REPEAT = 1000
 LOADED_FRACTION = 0.8
 # Goal 2: 2 one-thread PNs, each item ~ 1,500 grayscales of 8 KB (a few ms of CPU), offered
-# this much above the measured capacity of both.
+# this much above the capacity of both from their fastest tenth of service times (so a busy
+# moment during the calibration does not leave the PNs unsaturated).
 OVERHEAD_PNS = 2
 OVERHEAD_SLICES = 10
 OVERHEAD_WORK_REPEAT = 1500
 OVERHEAD_OVERLOAD = 1.5
+OVERHEAD_SERVICE_QUANTILE = 0.1
 # Throughput is counted from here on (queues built, routes up) to the end of sending.
 OVERHEAD_WARM_S = 1.5
 # The baseline's PNs get as long before the client starts as the LB's take to say hello.
@@ -388,8 +390,9 @@ def keep_logs(b: Bench, nodes: list[Node]) -> Path:
     return kept
 
 
-def service_ns(b: Bench, image_bytes: int, work_repeat: int) -> float:
-    """Median service time of one item on one one-thread PN, at a light 50 items/s."""
+def service_ns(b: Bench, image_bytes: int, work_repeat: int, quantile: float = 0.5) -> float:
+    """A quantile of one item's service time on one one-thread PN, at a light 50 items/s
+    (the neighbours' load stretches it: a low quantile is nearer the PN's own speed)."""
     prefix, slices, rate, length_s = new_prefix(), 10, 50.0, 1.5
     try:
         _, pn_addr = b.pn(prefix, 0, slices, work_repeat, [], static=list(range(slices)))
@@ -401,7 +404,7 @@ def service_ns(b: Bench, image_bytes: int, work_repeat: int) -> float:
     s = s[s["status"] == STATUS_OK]
     if len(s) < 10:
         raise BenchError(f"calibration: only {len(s)} items answered")
-    return float(np.median(s["service_ns"]))
+    return float(np.quantile(s["service_ns"], quantile))
 
 
 def bench_balancing(b: Bench, plan: Plan) -> Section:
@@ -565,7 +568,7 @@ def overhead_round(
 
 
 def bench_overhead(b: Bench, plan: Plan) -> Section:
-    cal_ns = service_ns(b, ITEM_IMAGE_BYTES, OVERHEAD_WORK_REPEAT)
+    cal_ns = service_ns(b, ITEM_IMAGE_BYTES, OVERHEAD_WORK_REPEAT, OVERHEAD_SERVICE_QUANTILE)
     rate = OVERHEAD_OVERLOAD * OVERHEAD_PNS * 1e9 / cal_ns
     with_lb: list[float] = []
     without: list[float] = []
@@ -627,7 +630,7 @@ def bench_overhead(b: Bench, plan: Plan) -> Section:
             None,
         ),
         Row(
-            f"   saturated: 1 PN's service, work_repeat {OVERHEAD_WORK_REPEAT}",
+            f"   saturated: 1 PN's p10 service, work_repeat {OVERHEAD_WORK_REPEAT}",
             f"{cal_ns / 1e6:.2f} ms",
             "yes" if saturated else "NO: offered <= served",
             None,
