@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -223,6 +224,13 @@ def _measure_point(
     for name, raw in raws.items():
         raw.warmup_end_ns = nodes.starts_ns[name] + warmup_ns
     results.write_manifest(state.run_dir, state.raws)
+    # Every node still running is asked to stop at once, then each is waited for: servers
+    # that react to their peers' leaving (slices' PNs hand their slices to PNs that stay)
+    # see them all go together, as at a shutdown, and a point's teardown takes one grace
+    # period, not one per node.
+    for plan in plans:
+        if (node := state.nodes.get(plan.name)) is not None and node.alive():
+            node.signal(signal.SIGTERM)
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
     _fetch(state, nodes, raws)

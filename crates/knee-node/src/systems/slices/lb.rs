@@ -68,6 +68,8 @@ struct LbStats {
     table: Vec<(Option<u32>, u64)>,
     pns: Vec<u32>,
     moves: u64,
+    /// Gives sent again because their taker had not said `took` (a lost handoff).
+    gives_again: u64,
     bad_control: u64,
     #[serde(rename = "final")]
     last: bool,
@@ -107,6 +109,7 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
             table: table.view(),
             pns: table.pns(),
             moves: table.moves,
+            gives_again: table.gives_again,
             bad_control: bad.count,
             last,
         },

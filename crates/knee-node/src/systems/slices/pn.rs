@@ -152,6 +152,9 @@ struct State {
     leaving: bool,
     /// Items some PN acknowledged (heard on `P/replies/*`).
     acked: Seen,
+    /// The last handoff this PN sent for each slice it gave (one per slice: bounded by
+    /// the slice count), sent again if the LB gives the slice again at the same epoch.
+    handed: HashMap<u32, HandoffSlice>,
 }
 
 impl State {
@@ -177,6 +180,7 @@ struct Counters {
     dropped_full: AtomicU64,
     already: AtomicU64,
     gave: AtomicU64,
+    gave_again: AtomicU64,
     took: AtomicU64,
     gaps: AtomicU64,
     fenced: AtomicU64,
@@ -309,18 +313,30 @@ impl Shared {
                 self.took(took);
             }
             ToPn::Give { to, slices } => {
-                let mut given: Vec<HandoffSlice> = slices
-                    .into_iter()
-                    .filter_map(|(s, e)| st.ledger.give(s, e))
-                    .collect();
+                let mut given = Vec::new();
+                let mut again = Vec::new();
+                for (s, e) in slices {
+                    match st.ledger.give(s, e) {
+                        Some(h) => given.push(h),
+                        // The LB gives again when the taker never said it took the slice:
+                        // the handoff is sent again, as it was (it may not have reached a
+                        // taker this PN was not yet connected to).
+                        None => again.extend(st.handed.get(&s).filter(|h| h.epoch == e).cloned()),
+                    }
+                }
                 if st.leaving {
                     self.release(&mut st, &mut given);
                 }
+                for h in &given {
+                    st.handed.insert(h.slice, h.clone());
+                }
                 drop(st);
+                self.c.gave.fetch_add(given.len() as u64, Ordering::Relaxed);
+                self.c.gave_again.fetch_add(again.len() as u64, Ordering::Relaxed);
+                given.extend(again);
                 if given.is_empty() {
                     return;
                 }
-                self.c.gave.fetch_add(given.len() as u64, Ordering::Relaxed);
                 if self.cfg.give_delay_ms > 0 {
                     std::thread::sleep(Duration::from_millis(self.cfg.give_delay_ms));
                 }
@@ -367,14 +383,24 @@ impl Shared {
         let mut st = self.lock();
         let mut taken = Vec::new();
         let mut watermarks = HashMap::new();
+        let mut already = Vec::new();
         for hs in &h.slices {
             if st.ledger.take(hs) {
                 taken.push((hs.slice, hs.epoch));
                 watermarks.insert(hs.slice, hs.watermark.clone());
+            } else if st.ledger.owned(hs.slice) && st.ledger.epoch(hs.slice) == hs.epoch {
+                // A handoff sent again: taken before, so only the LB is told again.
+                already.push(Took {
+                    slice: hs.slice,
+                    epoch: hs.epoch,
+                    giver_last_id: None,
+                    taker_first_id: None,
+                });
             }
         }
-        let took = self.replay(&mut st, &taken, &watermarks);
+        let mut took = self.replay(&mut st, &taken, &watermarks);
         drop(st);
+        took.extend(already);
         self.took(took);
     }
 
@@ -537,6 +563,7 @@ impl Shared {
                 dropped_full: get(&c.dropped_full),
                 already: get(&c.already),
                 handoffs_gave: get(&c.gave),
+                handoffs_sent_again: get(&c.gave_again),
                 handoffs_took: get(&c.took),
                 gap_items: get(&c.gaps),
                 fenced: get(&c.fenced),
@@ -572,6 +599,8 @@ struct PnStats {
     /// Items ignored because they were already accepted (here or by an earlier owner).
     already: u64,
     handoffs_gave: u64,
+    /// Handoffs sent again because the LB gave their slice again (its taker never said).
+    handoffs_sent_again: u64,
     handoffs_took: u64,
     /// Items a taker's ring missed after a watermark (the client's re-publish brings them).
     gap_items: u64,
@@ -614,6 +643,7 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
             stop_workers: false,
             leaving: false,
             acked: Seen::with_max(MAX_ACKED),
+            handed: HashMap::new(),
         }),
         work: Condvar::new(),
         log: Mutex::new(log),

@@ -40,7 +40,14 @@ struct Move {
     from: Option<u32>,
     reason: Reason,
     t_ns_start: u64,
+    /// When the give was last sent (it is sent again after `GIVE_AGAIN_NS`).
+    sent_ns: u64,
 }
+
+/// A give whose taker has not said `took` after this long is sent again: the giver's
+/// handoff can be lost when it goes out before the giver is connected to a new taker
+/// (peers learn of each other by gossip). Handoffs take milliseconds, so this is rare.
+const GIVE_AGAIN_NS: u64 = 250_000_000;
 
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -76,6 +83,8 @@ pub struct Table {
     slices: Vec<Entry>,
     pns: BTreeMap<u32, Pn>,
     pub moves: u64,
+    /// Gives sent again (`give_again`).
+    pub gives_again: u64,
     /// A leaving PN's slices move this long after its `leave`, once every PN that leaves
     /// at about the same time has said so: at a run's end every PN leaves at once, and
     /// slices handed to a PN that leaves next would take its giver's queue with them.
@@ -88,6 +97,7 @@ impl Table {
             slices: vec![Entry::default(); slices as usize],
             pns: BTreeMap::new(),
             moves: 0,
+            gives_again: 0,
             leave_settle_ns: 0,
         }
     }
@@ -212,6 +222,7 @@ impl Table {
                 from: None,
                 reason: if crash { Reason::Crash } else { Reason::Assign },
                 t_ns_start: now_ns,
+                sent_ns: now_ns,
             });
             by_pn.entry(to).or_default().push((s as u32, e.epoch));
         }
@@ -271,6 +282,7 @@ impl Table {
             from: Some(from),
             reason,
             t_ns_start: now_ns,
+            sent_ns: now_ns,
         });
         (s as u32, e.epoch)
     }
@@ -292,6 +304,29 @@ impl Table {
         gives
             .into_iter()
             .map(|(to, slices)| Out::Send(pn, ToPn::Give { to, slices }))
+            .collect()
+    }
+
+    /// Gives (join and leave moves) whose taker has not said `took` within
+    /// `GIVE_AGAIN_NS`, sent again to their givers.
+    fn give_again(&mut self, now_ns: u64) -> Vec<Out> {
+        let mut again: BTreeMap<(u32, u32), Vec<SliceEpoch>> = BTreeMap::new();
+        for (s, e) in self.slices.iter_mut().enumerate() {
+            let (Some(to), Some(m)) = (e.owner, e.moving.as_mut()) else {
+                continue;
+            };
+            let Some(from) = m.from.filter(|_| m.reason != Reason::Crash) else {
+                continue;
+            };
+            if now_ns.saturating_sub(m.sent_ns) >= GIVE_AGAIN_NS {
+                m.sent_ns = now_ns;
+                again.entry((from, to)).or_default().push((s as u32, e.epoch));
+            }
+        }
+        self.gives_again += again.values().map(Vec::len).sum::<usize>() as u64;
+        again
+            .into_iter()
+            .map(|((from, to), slices)| Out::Send(from, ToPn::Give { to, slices }))
             .collect()
     }
 
@@ -347,6 +382,7 @@ impl Table {
                             from: Some(pn),
                             reason: Reason::Crash,
                             t_ns_start: now_ns,
+                            sent_ns: now_ns,
                         });
                         assigns.entry(to).or_default().push((s as u32, e.epoch));
                     }
@@ -362,6 +398,7 @@ impl Table {
                     .map(|(to, slices)| Out::Send(to, ToPn::Assign { slices, crash: true })),
             );
         }
+        out.extend(self.give_again(now_ns));
         // Leaving PNs whose settle time is over give their settled slices (also those they
         // were still taking when they asked to leave) to PNs that stay.
         let settle_ns = self.leave_settle_ns;
@@ -531,6 +568,29 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn a_give_with_no_took_is_sent_again() {
+        let mut t = Table::new(2);
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        t.on_message(took(0, &[(0, 1), (1, 1)]), 0);
+        let first = sends(&t.on_message(ToLb::Hello { pn: 1 }, 0));
+        assert_eq!(
+            first,
+            vec![(
+                0,
+                ToPn::Give {
+                    to: 1,
+                    slices: vec![(1, 2)]
+                }
+            )]
+        );
+        assert!(t.on_tick(GIVE_AGAIN_NS - 1, u64::MAX).is_empty());
+        assert_eq!(sends(&t.on_tick(GIVE_AGAIN_NS, u64::MAX)), first);
+        assert_eq!(t.gives_again, 1);
+        t.on_message(took(1, &[(1, 2)]), GIVE_AGAIN_NS + 1);
+        assert!(t.on_tick(3 * GIVE_AGAIN_NS, u64::MAX).is_empty());
     }
 
     #[test]
