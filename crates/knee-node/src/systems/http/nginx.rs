@@ -80,6 +80,8 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
         let port = free_port()?;
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(&n, port)).map_err(|e| format!("{}: {e}", conf.display()))?;
+        // What nginx says before its error log is open (a bad config) lands here.
+        let stderr = std::fs::File::create(dir.join("error.log")).map_err(|e| e.to_string())?;
         let mut child = Command::new(&n.binary)
             .arg("-p")
             .arg(dir)
@@ -87,7 +89,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
             .arg(&conf)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(stderr))
             .process_group(0)
             .spawn()
             .map_err(|e| format!("starting {}: {e} (scripts/nginx installs nginx-light)", n.binary))?;
@@ -132,8 +134,8 @@ http {{
     keepalive_timeout 75s;
     # $request_time is seconds with ms resolution ("0.003"): whole ms for Server-Timing.
     map $request_time $knee_request_ms {{
-        ~^0\.0{{0,2}}(?<ms>\d+)$ $ms;
-        ~^(?<s>\d+)\.(?<ms>\d+)$ $s$ms;
+        "~^0\.0{{0,2}}(?<ms>\d+)$" $ms;
+        "~^(?<s>\d+)\.(?<ms>\d+)$" $s$ms;
     }}
     server {{
         listen 127.0.0.1:{port};
@@ -176,7 +178,10 @@ fn wait_accepting(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
 fn supervise(mut child: Child, addr: SocketAddr, dir: &std::path::Path) -> Result<(), String> {
     let mut life = Lifecycle::ready(addr, Stop::default());
     loop {
-        if let Some(end) = life.tick(clock::now_ns(), Stats::<NoExtra>::default) {
+        if let Some(end) = life.tick(clock::now_ns(), || Stats::<NoExtra> {
+            t_ns: clock::now_ns(),
+            ..Default::default()
+        }) {
             stop(&mut child);
             return end;
         }
