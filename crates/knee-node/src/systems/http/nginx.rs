@@ -1,6 +1,6 @@
 //! `knee-node serve http` runs an nginx for one point (`experiments/http-nginx.toml`): its
 //! config, logs and pid file in the point's scratch folder, listening on a free port of
-//! 127.0.0.1, one worker by default. knee-node is its supervisor: `ready` once nginx
+//! 127.0.0.1, one worker by default, answering from its config (no files). knee-node is its supervisor: `ready` once nginx
 //! accepts connections, a node failure if nginx exits, nginx stopped with the node.
 //! `scripts/nginx` writes the same config for the tests and the bench (keep them in step).
 //!
@@ -41,7 +41,7 @@ fn default_binary() -> String {
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct NginxConfig {
-    /// Its folder (config, logs, pid, document root): the point's scratch folder.
+    /// Its folder (config, logs, pid, temp files): the point's scratch folder.
     pub dir: String,
     #[serde(default = "default_workers")]
     pub workers: u32,
@@ -71,10 +71,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
         return Err(format!("server.nginx.workers must be 1..={MAX_WORKERS}"));
     }
     let dir = std::path::Path::new(&n.dir);
-    for sub in ["www", "tmp"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(dir.join("www/index.html"), "hello from nginx\n").map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("tmp")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut last_err = String::new();
     for _ in 0..PORT_TRIES {
         let port = free_port()?;
@@ -139,14 +136,15 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{port};
-        root {dir}/www;
         add_header Server-Timing "app;dur=$knee_request_ms" always;
         location = /status/201 {{ return 201 "created\n"; }}
         location = /status/204 {{ return 204; }}
         location = /status/500 {{ return 500 "failed\n"; }}
         location = /status/503 {{ return 503 "unavailable\n"; }}
         location = /close {{ keepalive_timeout 0; return 200 "closing\n"; }}
-        location / {{ try_files $uri $uri/index.html =404; }}
+        # No files: a worker running as another user needs no access to the folder.
+        location = / {{ return 200 "hello from nginx\n"; }}
+        location / {{ return 404 "not found\n"; }}
     }}
 }}
 "#,
