@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""knee's HTTP load generator against wrk (Debian's package) on the same nginx.
+
+nginx runs one worker pinned to CPU 0 (scripts/nginx); every generator runs on CPU 1.
+Rounds alternate knee and wrk (or the minimal client), REPEATS times; medians.
+
+a. CPU ns per request of the generator at its maximum closed-loop throughput: one thread,
+   16 keep-alive connections, no pause (knee records every sample; wrk keeps a histogram).
+   knee / wrk, target <= 1.0.
+b. That maximum throughput (requests/s), knee / wrk, target >= 1.0.
+c. p50 latency at a fixed open-loop rate on one connection: knee (constant schedule,
+   latency from the intended send time) / a minimal blocking Python client in this script
+   (latency from its actual send), target <= 1.3.
+
+Exits 0 even when a target is missed (a measurement), 1 when something broke.
+
+    python3 bench/http_vs_wrk.py [--quick]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
+
+REPEATS = 3
+NGINX = BENCH_DIR.parent / "scripts" / "nginx"
+SERVER_CPU = 0
+GENERATOR_CPUS = {1}
+CONNECTIONS = 16
+CHILD_SLACK_S = 20.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    closed_s: float
+    open_rate_per_s: float
+    open_requests: int
+
+
+FULL = Plan(closed_s=10.0, open_rate_per_s=1000.0, open_requests=5000)
+QUICK = Plan(closed_s=4.0, open_rate_per_s=1000.0, open_requests=2000)
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk (apt-get)", file=sys.stderr)
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise BenchError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-300:]}")
+    found = shutil.which("wrk")
+    if not found:
+        raise BenchError("wrk is still missing after apt-get install")
+    return found
+
+
+class Nginx:
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir / "nginx"
+        proc = subprocess.run(
+            [str(NGINX), "start", str(self.dir), "1", str(SERVER_CPU)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise BenchError(f"scripts/nginx start failed: {proc.stderr.strip()[-500:]}")
+        self.url = proc.stdout.strip()
+
+    def stop(self) -> None:
+        subprocess.run([str(NGINX), "stop", str(self.dir)], timeout=60, check=False)
+
+
+def knee_load(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
+    """One `knee-node load http` run on the generator CPU: its done line and CPU ns."""
+    samples = workdir / "samples.bin"
+    samples.unlink(missing_ok=True)
+    config = {
+        "target": url,
+        "samples_path": str(samples),
+        "histogram_path": str(workdir / "histogram.csv"),
+        "driver": {"requests": [{"method": "GET", "path": "/"}]},
+        **load,
+    }
+    cmd = [str(knee), "load", "http", "--name", "gen", "--config", json.dumps(config)]
+    run = run_child(cmd, timeout_s=max_s + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
+    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
+    if not done:
+        raise BenchError("knee-node load printed no done line")
+    if done[-1]["ok"] != done[-1]["completed"]:
+        raise BenchError(f"knee-node load: not every request ok: {done[-1]}")
+    # Every sample recorded: the file holds one 96-byte record per request.
+    if samples.stat().st_size != 96 * done[-1]["completed"]:
+        raise BenchError("knee-node load did not record every sample")
+    return done[-1], run.cpu_ns
+
+
+def wrk_run(wrk: str, url: str, seconds: float) -> tuple[int, float, int]:
+    """wrk -t1 -c16: (requests, requests/s, CPU ns)."""
+    cmd = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{url}/"]
+    run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
+    total = re.search(r"(\d+) requests in", run.stdout)
+    rate = re.search(r"Requests/sec:\s*([\d.]+)", run.stdout)
+    if not total or not rate:
+        raise BenchError(f"wrk printed no totals: {run.stdout[-300:]}")
+    if "Non-2xx" in run.stdout or "Socket errors" in run.stdout:
+        raise BenchError(f"wrk saw errors: {run.stdout[-300:]}")
+    return int(total.group(1)), float(rate.group(1)), run.cpu_ns
+
+
+def minimal_client(url: str, rate_per_s: float, requests: int) -> float:
+    """A minimal blocking client: one connection, a request per 1/rate slot, latency from
+    the actual send to the response's last byte; its p50 in ns."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    request = f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    latencies = []
+    start = time.monotonic_ns()
+    buf = b""
+    for i in range(requests):
+        slot = start + int(i * 1e9 / rate_per_s)
+        # Sleep to 100 us before the slot, then spin: a sleep can end late.
+        while (now := time.monotonic_ns()) < slot:
+            if slot - now > 100_000:
+                time.sleep((slot - now - 100_000) / 1e9)
+        sent = time.monotonic_ns()
+        sock.sendall(request)
+        while b"\r\n\r\n" not in buf:
+            buf += sock.recv(65536)
+        head, _, body = buf.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+        while len(body) < length:
+            body += sock.recv(65536)
+        buf = body[length:]
+        latencies.append(time.monotonic_ns() - sent)
+    sock.close()
+    return statistics.median(latencies)
+
+
+def in_generator_cpu(fn, *args):
+    """Runs fn in this process pinned to the generator CPU (the client lives here)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, GENERATOR_CPUS)
+    try:
+        return fn(*args)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def run_all(plan: Plan) -> dict:
+    knee, wrk = find_knee_node(), ensure_wrk()
+    with tempfile.TemporaryDirectory(prefix="knee-http-bench-") as tmp:
+        workdir = Path(tmp)
+        nginx = Nginx(workdir)
+        try:
+            return rounds(plan, knee, wrk, nginx.url, workdir)
+        finally:
+            nginx.stop()
+
+
+def rounds(plan: Plan, knee: Path, wrk: str, url: str, workdir: Path) -> dict:
+    closed = {
+        "schedule": {"kind": "closed", "clients": CONNECTIONS},
+        "duration_s": plan.closed_s,
+    }
+    opened = {
+        "schedule": {"kind": "constant", "rate_per_s": plan.open_rate_per_s},
+        "connections": 1,
+        "requests": plan.open_requests,
+    }
+    k_cpu, w_cpu, k_rate, w_rate, k_p50, c_p50 = [], [], [], [], [], []
+    for i in range(REPEATS):
+        done, cpu_ns = knee_load(knee, url, workdir, closed, plan.closed_s)
+        k_cpu.append(cpu_ns / done["completed"])
+        k_rate.append(done["completed"] / done["elapsed_s"])
+        total, rate, cpu_ns = wrk_run(wrk, url, plan.closed_s)
+        w_cpu.append(cpu_ns / total)
+        w_rate.append(rate)
+        max_s = plan.open_requests / plan.open_rate_per_s
+        done, _ = knee_load(knee, url, workdir, opened, max_s)
+        k_p50.append(done["latency"]["p50_ns"])
+        c_p50.append(
+            in_generator_cpu(minimal_client, url, plan.open_rate_per_s, plan.open_requests)
+        )
+        print(
+            f"round {i + 1}: closed loop knee {k_rate[-1]:.0f}/s {k_cpu[-1]:.0f} ns/req, "
+            f"wrk {w_rate[-1]:.0f}/s {w_cpu[-1]:.0f} ns/req; p50 at "
+            f"{plan.open_rate_per_s:g}/s knee {k_p50[-1] / 1e3:.1f} us, "
+            f"client {c_p50[-1] / 1e3:.1f} us",
+            flush=True,
+        )
+    return {
+        "cpu_ns_per_request": {"knee": median(k_cpu), "wrk": median(w_cpu)},
+        "max_rate_per_s": {"knee": median(k_rate), "wrk": median(w_rate)},
+        "p50_ns": {"knee": median(k_p50), "client": median(c_p50)},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about 40 s)")
+    args = parser.parse_args()
+    try:
+        m = run_all(QUICK if args.quick else FULL)
+    except (BenchError, OSError, KeyError, ValueError) as e:
+        print(f"http_vs_wrk: broken: {e}", file=sys.stderr)
+        return 1
+    cpu = m["cpu_ns_per_request"]["knee"] / m["cpu_ns_per_request"]["wrk"]
+    rate = m["max_rate_per_s"]["knee"] / m["max_rate_per_s"]["wrk"]
+    p50 = m["p50_ns"]["knee"] / m["p50_ns"]["client"]
+    print()
+    print(f"CPU ns per request, knee / wrk:       {cpu:.2f}  (target <= 1.0)")
+    print(f"max closed-loop throughput, knee / wrk: {rate:.2f}  (target >= 1.0)")
+    print(f"p50 on one connection, knee / client:  {p50:.2f}  (target <= 1.3)")
+    print(f"(medians of {REPEATS} alternating rounds)")
+    print(json.dumps({"cpu_ratio": cpu, "throughput_ratio": rate, "p50_ratio": p50, **m}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
