@@ -189,6 +189,7 @@ def test_a_run_finds_a_one_worker_servers_capacity(tmp_path: Path) -> None:
     (entry,) = analyze(points, knee.open_run(run_dir).spec, cores)
     primary = next(m for m in entry["models"] if m["primary"])
     known = 1 / SERVICE_S
+    print(f"\nfitted capacity {primary['capacity_per_s']:.1f}/s, known {known:.0f}/s")
     assert abs(primary["capacity_per_s"] / known - 1) <= TOLERANCE, (primary, known)
     over = max(points, key=lambda p: p["target_rate_per_s"])
     assert over["stability"]["verdict"] == "unstable"

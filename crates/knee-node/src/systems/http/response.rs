@@ -290,11 +290,7 @@ impl ResponseReader {
     /// reads: from `data` when nothing is buffered, else from the buffer with `data` added.
     /// Returns the bytes of `data` it took and the element's value, or None (all of `data`
     /// buffered: more is needed).
-    fn element(
-        &mut self,
-        data: &[u8],
-        parse: fn(&[u8]) -> Result<Option<(usize, u64)>, Reason>,
-    ) -> Result<Option<(usize, u64)>, Reason> {
+    fn element(&mut self, data: &[u8], parse: ElementParser) -> Parsed {
         if self.buf.is_empty() {
             if let Some(found) = parse(data)? {
                 return Ok(Some(found));
@@ -312,6 +308,10 @@ impl ResponseReader {
         }
     }
 }
+
+/// A framing element parsed: (its bytes, its value), None when it is not whole yet.
+type Parsed = Result<Option<(usize, u64)>, Reason>;
+type ElementParser = fn(&[u8]) -> Parsed;
 
 /// What a head says about its body and its connection.
 struct Framing {
@@ -382,7 +382,7 @@ fn content_length(value: &[u8]) -> Result<u64, Reason> {
     text.parse().map_err(|_| Reason::Malformed)
 }
 
-fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, Reason> {
+fn chunk_size(buf: &[u8]) -> Parsed {
     match httparse::parse_chunk_size(buf) {
         Ok(httparse::Status::Complete(found)) => Ok(Some(found)),
         Ok(httparse::Status::Partial) => Ok(None),
@@ -391,7 +391,7 @@ fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, Reason> {
 }
 
 /// The end of the trailer section after the last chunk: an empty line, or fields then one.
-fn trailers_end(buf: &[u8]) -> Result<Option<(usize, u64)>, Reason> {
+fn trailers_end(buf: &[u8]) -> Parsed {
     if buf.starts_with(b"\r\n") {
         return Ok(Some((2, 0)));
     }
