@@ -37,6 +37,9 @@ pub struct Conn {
     pub in_flight: Option<InFlight>,
     /// Times the connection was (re)opened.
     pub opened: u64,
+    /// When its last request ended (0: none yet): a request that waited for it was not
+    /// late by the sender's fault before then.
+    pub free_ns: u64,
 }
 
 impl Conn {
@@ -47,6 +50,7 @@ impl Conn {
             reader: ResponseReader::new(limits),
             in_flight: None,
             opened: 0,
+            free_ns: 0,
         }
     }
 

@@ -328,7 +328,10 @@ impl<'a> Engine<'a> {
         }
         self.in_flight += 1;
         self.last_sent_ns = sent_ns;
-        self.ctx.count_send(intended_ns, sent_ns, bytes_out);
+        // A late send is the sender's lag: time waiting for a free connection is the
+        // server's, and shows in the latency instead.
+        let ready_ns = intended_ns.max(self.conns[slot].free_ns);
+        self.ctx.count_send(ready_ns, sent_ns, bytes_out);
     }
 
     /// A closed-loop client's request is over at `now`: it sends again after its think time.
@@ -369,6 +372,7 @@ impl<'a> Engine<'a> {
     /// Records a request that got its response (or failed on the wire).
     fn finish(&mut self, slot: usize, f: InFlight, result: Result<Response, Reason>, now: u64) {
         self.in_flight -= 1;
+        self.conns[slot].free_ns = now;
         let mut s = Sample {
             request_id: f.request_id,
             intended_ns: f.intended_ns,
@@ -420,6 +424,7 @@ impl<'a> Engine<'a> {
                 continue;
             };
             self.conns[slot].in_flight = None;
+            self.conns[slot].free_ns = now;
             self.conns[slot].close();
             self.pollfds[slot].fd = -1;
             self.in_flight -= 1;
