@@ -228,3 +228,9 @@ def test_knee_http_writes_a_run_and_a_report_that_draws(
     check_pngs(html)
     bad = run_knee("http", "https://example.invalid", "--rate", "10")
     assert bad.returncode == 2 and "https is not supported" in bad.stderr
+
+
+def test_the_failure_reasons_agree_with_knee_node(knee_node: str) -> None:
+    out = subprocess.run([knee_node, "describe"], capture_output=True, text=True, timeout=10)
+    described = json.loads(out.stdout)["systems"]["http"]["args"]
+    assert {code: name for name, code in described.items()} == HTTP_ARGS
