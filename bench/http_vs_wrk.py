@@ -9,8 +9,8 @@ a. CPU ns per request of the generator at its maximum closed-loop throughput: on
    knee / wrk, target <= 1.0.
 b. That maximum throughput (requests/s), knee / wrk, target >= 1.0.
 c. p50 latency at a fixed open-loop rate on one connection: knee (constant schedule,
-   latency from the intended send time) / a minimal blocking Python client in this script
-   (latency from its actual send), target <= 1.3.
+   latency from the intended send time) / a minimal blocking C client that this script
+   compiles (latency from its actual send), target <= 1.3.
 
 Exits 0 even when a target is missed (a measurement), 1 when something broke.
 
@@ -19,15 +19,11 @@ Exits 0 even when a target is missed (a measurement), 1 when something broke.
 
 import argparse
 import json
-import os
 import re
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,44 +124,97 @@ def wrk_run(wrk: str, url: str, seconds: float) -> tuple[int, float, int]:
     return int(total.group(1)), float(rate.group(1)), run.cpu_ns
 
 
-def minimal_client(url: str, rate_per_s: float, requests: int) -> float:
-    """A minimal blocking client: one connection, a request per 1/rate slot, latency from
-    the actual send to the response's last byte; its p50 in ns."""
+#: The minimal blocking client: one connection, a request per 1/rate slot (sleep to 100 us
+#: before it, then spin), latency from the actual send to the response's last byte
+#: (Content-Length framing, which nginx sends). Prints its p50 in ns.
+MINIMAL_CLIENT_C = r"""
+#define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+static int cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+int main(int argc, char **argv) {
+    if (argc != 5) return 2;
+    int port = atoi(argv[2]), n = atoi(argv[3]);
+    double rate = atof(argv[4]);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, argv[1], &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char req[256], buf[65536];
+    int req_len = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n", argv[1], port);
+    uint64_t *lat = malloc(sizeof(uint64_t) * (size_t)n), start = now_ns();
+    for (int i = 0; i < n; i++) {
+        uint64_t slot = start + (uint64_t)(i * 1e9 / rate), t;
+        while ((t = now_ns()) < slot) {
+            if (slot - t > 100000) {
+                struct timespec d = {0, (long)(slot - t - 100000)};
+                nanosleep(&d, NULL);
+            }
+        }
+        uint64_t sent = now_ns();
+        if (write(fd, req, (size_t)req_len) != req_len) return 4;
+        size_t got = 0;
+        long need = -1;
+        for (;;) {
+            ssize_t r = read(fd, buf + got, sizeof buf - got - 1);
+            if (r <= 0) return 5;
+            got += (size_t)r;
+            buf[got] = 0;
+            char *end = strstr(buf, "\r\n\r\n");
+            if (end && need < 0) {
+                char *cl = strcasestr(buf, "Content-Length:");
+                if (!cl) return 6;
+                need = (end + 4 - buf) + atol(cl + 15);
+            }
+            if (need >= 0 && (long)got >= need) break;
+        }
+        lat[i] = now_ns() - sent;
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp);
+    printf("{\"p50_ns\": %llu}\n", (unsigned long long)lat[(n - 1) / 2]);
+    return 0;
+}
+"""
+
+
+def compile_client(workdir: Path) -> Path:
+    src, out = workdir / "minimal_http_client.c", workdir / "minimal_http_client"
+    src.write_text(MINIMAL_CLIENT_C)
+    cmd = ["cc", "-O2", "-std=c99", "-D_GNU_SOURCE", "-Wall", "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"compiling the minimal client failed: {proc.stderr.strip()}")
+    return out
+
+
+def minimal_client(client: Path, url: str, rate_per_s: float, requests: int) -> float:
+    """The minimal client's p50 in ns, on the generator CPU."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
-    request = f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    latencies = []
-    start = time.monotonic_ns()
-    buf = b""
-    for i in range(requests):
-        slot = start + int(i * 1e9 / rate_per_s)
-        # Sleep to 100 us before the slot, then spin: a sleep can end late.
-        while (now := time.monotonic_ns()) < slot:
-            if slot - now > 100_000:
-                time.sleep((slot - now - 100_000) / 1e9)
-        sent = time.monotonic_ns()
-        sock.sendall(request)
-        while b"\r\n\r\n" not in buf:
-            buf += sock.recv(65536)
-        head, _, body = buf.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
-        while len(body) < length:
-            body += sock.recv(65536)
-        buf = body[length:]
-        latencies.append(time.monotonic_ns() - sent)
-    sock.close()
-    return statistics.median(latencies)
-
-
-def in_generator_cpu(fn, *args):
-    """Runs fn in this process pinned to the generator CPU (the client lives here)."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, GENERATOR_CPUS)
-    try:
-        return fn(*args)
-    finally:
-        os.sched_setaffinity(0, before)
+    cmd = [str(client), host, port, str(requests), str(rate_per_s)]
+    max_s = requests / rate_per_s + CHILD_SLACK_S
+    lines = json_lines(run_child(cmd, timeout_s=max_s, cpus=GENERATOR_CPUS).stdout)
+    if not lines:
+        raise BenchError("the minimal client printed nothing")
+    return float(lines[-1]["p50_ns"])
 
 
 def run_all(plan: Plan) -> dict:
@@ -174,12 +223,12 @@ def run_all(plan: Plan) -> dict:
         workdir = Path(tmp)
         nginx = Nginx(workdir)
         try:
-            return rounds(plan, knee, wrk, nginx.url, workdir)
+            return rounds(plan, knee, wrk, compile_client(workdir), nginx.url, workdir)
         finally:
             nginx.stop()
 
 
-def rounds(plan: Plan, knee: Path, wrk: str, url: str, workdir: Path) -> dict:
+def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Path) -> dict:
     closed = {
         "schedule": {"kind": "closed", "clients": CONNECTIONS},
         "duration_s": plan.closed_s,
@@ -200,9 +249,7 @@ def rounds(plan: Plan, knee: Path, wrk: str, url: str, workdir: Path) -> dict:
         max_s = plan.open_requests / plan.open_rate_per_s
         done, _ = knee_load(knee, url, workdir, opened, max_s)
         k_p50.append(done["latency"]["p50_ns"])
-        c_p50.append(
-            in_generator_cpu(minimal_client, url, plan.open_rate_per_s, plan.open_requests)
-        )
+        c_p50.append(minimal_client(client, url, plan.open_rate_per_s, plan.open_requests))
         print(
             f"round {i + 1}: closed loop knee {k_rate[-1]:.0f}/s {k_cpu[-1]:.0f} ns/req, "
             f"wrk {w_rate[-1]:.0f}/s {w_cpu[-1]:.0f} ns/req; p50 at "
