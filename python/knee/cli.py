@@ -7,7 +7,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -68,11 +68,44 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--out", type=Path, help="output directory (default: ./compare-<A>-vs-<B>)"
     )
+    _http_parser(sub)
     sub.add_parser(
         "cleanup",
         help="remove the namespaces, links and cgroups of runs whose runner was killed",
     )
     return p
+
+
+def _http_parser(sub: Any) -> None:
+    h = sub.add_parser(
+        "http",
+        help="load an HTTP/1.1 service at a rate (or a sweep of rates) and write a report",
+        description="Drive URL with keep-alive connections at --rate (or each of --rates), "
+        "latency from each request's intended send time; writes a run directory and its "
+        "report, as `knee run` does (docs/http.md).",
+    )
+    h.add_argument("url", help="http://HOST:PORT/PATH?QUERY")
+    rate = h.add_mutually_exclusive_group(required=True)
+    rate.add_argument("--rate", type=float, help="requests per second (Poisson arrivals)")
+    rate.add_argument("--rates", help="a sweep: comma-separated rates, e.g. 100,200,500,1000")
+    rate.add_argument("--clients", type=int, help="closed loop: this many clients, no pause")
+    h.add_argument("--duration", default="30s", help="per rate, warm-up included (30s, 2m)")
+    h.add_argument("--warmup", default="1s", help="left out of the statistics (default 1s)")
+    h.add_argument("--connections", type=int, default=8, help="keep-alive connections")
+    h.add_argument("--timeout", default="5s", help="per request (default 5s)")
+    h.add_argument("-X", "--method", default="GET")
+    h.add_argument("-H", "--header", action="append", default=[], help="'Name: value'")
+    h.add_argument("--body", help="request body, or @FILE")
+    h.add_argument(
+        "--server-timing",
+        default="app",
+        help="Server-Timing entries that add up to server time (comma-separated)",
+    )
+    h.add_argument("--detail", help="the Server-Timing entry kept as the detail (e.g. db)")
+    h.add_argument("--name", default="http", help="the run directory's name (default http)")
+    h.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
+    h.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    h.add_argument("--no-report", action="store_true", help="do not write report.html")
 
 
 def _on_sigterm(signum: int, frame: object) -> NoReturn:
@@ -178,6 +211,32 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _http(args: argparse.Namespace, console: Console) -> int:
+    """`knee http`: a spec built from the arguments, run as `knee run` runs one."""
+    import tempfile
+
+    from knee.httpcli import HttpArgsError, http_spec
+    from knee.toml_writer import dump_toml
+
+    try:
+        doc = http_spec(args)
+    except HttpArgsError as e:
+        print(f"knee http: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    with tempfile.TemporaryDirectory(prefix="knee-http-") as tmp:
+        spec = Path(tmp) / f"{args.name}.toml"
+        spec.write_text(dump_toml(doc))
+        run_args = argparse.Namespace(
+            spec=spec,
+            preset=None,
+            out=args.out,
+            no_progress=args.no_progress,
+            keep_scratch=False,
+            no_report=args.no_report,
+        )
+        return _run(run_args, console)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Not a terminal (a log, CI): wide enough that the summary table is not wrapped.
@@ -194,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args.run_dir, args.out, console)
     if args.command == "compare":
         return _compare(args, console)
+    if args.command == "http":
+        return _http(args, console)
     if args.command == "cleanup":
         from knee.hosts import cleanup
 

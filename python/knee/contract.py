@@ -84,3 +84,27 @@ SLICES_MAX_IMAGE_BYTES = 4 << 20
 SLICES_MAX_CONTROL_BYTES = 4 << 20
 #: PNs a point may plan: each is a process with its own Zenoh session.
 SLICES_MAX_PNS = 64
+
+# ------------------------------------------------------------------ http (http/*.rs)
+
+#: An http sample's `op` is its entry in `[[driver.requests]]` (no fixed names), its
+#: `flags` the HTTP status code, its `service` 1 when the response carried the Server-Timing
+#: entries of the server time, and its `arg` why it failed (0: it did not):
+HTTP_ARGS = {
+    1: "malformed",
+    2: "header_too_large",
+    3: "body_too_large",
+    4: "bad_chunk",
+    5: "closed_before_reply",
+    6: "closed_mid_reply",
+    7: "extra_bytes",
+    8: "timeout",
+    9: "connect",
+    10: "send",
+    11: "upgrade",
+}
+#: Entries of the request table (each a sample op), requests of one requests file, and a
+#: request body's largest size.
+HTTP_MAX_ENTRIES = 256
+HTTP_MAX_FILE_LINES = 1_000_000
+HTTP_MAX_REQUEST_BODY_BYTES = 16 << 20

@@ -17,6 +17,10 @@ pub struct SystemContract {
     pub flags: BTreeMap<&'static str, u16>,
     /// Fixed sizes in bytes by name.
     pub sizes: BTreeMap<&'static str, u64>,
+    /// Sample `arg` codes by name, for a system whose `arg` is a code (http: the reason a
+    /// request failed); absent for the others.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<&'static str, u32>,
     /// The largest value a node accepts, by spec key ("section.name").
     pub max: BTreeMap<&'static str, f64>,
     /// The value a node uses when the key is absent, by spec key.
@@ -33,6 +37,10 @@ impl SystemContract {
     }
     pub fn flag(mut self, name: &'static str, bit: u16) -> Self {
         self.flags.insert(name, bit);
+        self
+    }
+    pub fn arg(mut self, name: &'static str, code: u32) -> Self {
+        self.args.insert(name, code);
         self
     }
     pub fn size(mut self, name: &'static str, bytes: usize) -> Self {

@@ -20,6 +20,7 @@ from knee.systems.base import (
 _MODULES = (
     "chat",
     "echo",
+    "http",
     "matrix",
     "share",
     "slices",

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod echo;
+pub mod http;
 pub mod matrix;
 pub mod share;
 pub mod slices;
@@ -43,6 +44,7 @@ pub struct System {
 pub const SYSTEMS: &[System] = &[
     chat::SYSTEM,
     echo::SYSTEM,
+    http::SYSTEM,
     matrix::SYSTEM,
     share::SYSTEM,
     slices::SYSTEM,

@@ -1,0 +1,225 @@
+//! `knee-node serve http` runs an nginx for one point (`experiments/http-nginx.toml`): its
+//! config, logs and pid file in the point's scratch folder, listening on a free port of
+//! 127.0.0.1, one worker by default, answering from its config (no files). knee-node is its supervisor: `ready` once nginx
+//! accepts connections, a node failure if nginx exits, nginx stopped with the node.
+//! `scripts/nginx` writes the same config for the tests and the bench (keep them in step).
+//!
+//! Every response carries `Server-Timing: app;dur=MS`, MS being nginx's `$request_time`
+//! (seconds, ms resolution) as whole ms when the header is written: the split is there, at
+//! a resolution of 1 ms.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::clock;
+use crate::events::{NoExtra, Stats};
+use crate::serve::{Lifecycle, ServeOptions, Stop};
+
+/// Most worker processes (a config mistake beyond: this is one point's server).
+pub const MAX_WORKERS: u32 = 64;
+/// How long nginx may take to accept its first connection.
+const START_TIMEOUT_NS: u64 = 10_000_000_000;
+/// After SIGQUIT (finish what is in flight), how long before SIGKILL.
+const STOP_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Tries at a free port: another process may take the one found before nginx binds it.
+const PORT_TRIES: usize = 3;
+/// Bytes of the error log quoted when nginx fails.
+const LOG_TAIL_BYTES: u64 = 2048;
+
+fn default_workers() -> u32 {
+    1
+}
+fn default_binary() -> String {
+    "nginx".into()
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct NginxConfig {
+    /// Its folder (config, logs, pid, temp files): the point's scratch folder.
+    pub dir: String,
+    #[serde(default = "default_workers")]
+    pub workers: u32,
+    /// Pin the workers to this CPU (None: not pinned).
+    #[serde(default)]
+    pub cpu: Option<u32>,
+    #[serde(default = "default_binary")]
+    pub binary: String,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ServerConfig {
+    nginx: NginxConfig,
+}
+
+pub fn serve(opts: &ServeOptions) -> Result<(), String> {
+    opts.datagram().map_err(|_| {
+        "serve config: max_frame_bytes and max_connections are for knee's framed TCP servers".to_string()
+    })?;
+    if opts.server.is_null() {
+        return Err("http has no server of its own: give server.nginx, or point load.target at yours".into());
+    }
+    let cfg: ServerConfig = super::super::parse(&opts.server, "server")?;
+    let n = cfg.nginx;
+    if !(1..=MAX_WORKERS).contains(&n.workers) {
+        return Err(format!("server.nginx.workers must be 1..={MAX_WORKERS}"));
+    }
+    let dir = std::path::Path::new(&n.dir);
+    std::fs::create_dir_all(dir.join("tmp")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut last_err = String::new();
+    for _ in 0..PORT_TRIES {
+        let port = free_port()?;
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, config(&n, port)).map_err(|e| format!("{}: {e}", conf.display()))?;
+        // What nginx says before its error log is open (a bad config) lands here.
+        let stderr = std::fs::File::create(dir.join("error.log")).map_err(|e| e.to_string())?;
+        let mut child = Command::new(&n.binary)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e} (scripts/nginx installs nginx-light)", n.binary))?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        match wait_accepting(&mut child, addr) {
+            Ok(()) => return supervise(child, addr, dir),
+            Err(e) => {
+                stop(&mut child);
+                last_err = format!("{e}: {}", log_tail(dir));
+            }
+        }
+    }
+    Err(format!("nginx did not start: {last_err}"))
+}
+
+/// The config: the same as `scripts/nginx`'s.
+fn config(n: &NginxConfig, port: u16) -> String {
+    let dir = &n.dir;
+    let affinity = n.cpu.map_or(String::new(), |cpu| {
+        // One bit mask, the same CPU for every worker.
+        let mask = format!("1{}", "0".repeat(cpu as usize));
+        format!(
+            "worker_cpu_affinity {};\n",
+            vec![mask; n.workers as usize].join(" ")
+        )
+    });
+    format!(
+        r#"# Written by knee-node serve http (one point's nginx).
+worker_processes {workers};
+{affinity}daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    # $request_time is seconds with ms resolution ("0.003"): whole ms for Server-Timing.
+    map $request_time $knee_request_ms {{
+        "~^0\.0{{0,2}}(?<ms>\d+)$" $ms;
+        "~^(?<s>\d+)\.(?<ms>\d+)$" $s$ms;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        add_header Server-Timing "app;dur=$knee_request_ms" always;
+        location = /status/201 {{ return 201 "created\n"; }}
+        location = /status/204 {{ return 204; }}
+        location = /status/500 {{ return 500 "failed\n"; }}
+        location = /status/503 {{ return 503 "unavailable\n"; }}
+        location = /close {{ keepalive_timeout 0; return 200 "closing\n"; }}
+        # No files: a worker running as another user needs no access to the folder.
+        location = / {{ return 200 "hello from nginx\n"; }}
+        location / {{ return 404 "not found\n"; }}
+    }}
+}}
+"#,
+        workers = n.workers,
+    )
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn wait_accepting(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
+    let deadline = clock::now_ns() + START_TIMEOUT_NS;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("nginx exited ({status})"));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(());
+        }
+        if clock::now_ns() >= deadline {
+            return Err("nginx did not accept connections within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn supervise(mut child: Child, addr: SocketAddr, dir: &std::path::Path) -> Result<(), String> {
+    let mut life = Lifecycle::ready(addr, Stop::default());
+    loop {
+        if let Some(end) = life.tick(clock::now_ns(), || Stats::<NoExtra> {
+            t_ns: clock::now_ns(),
+            ..Default::default()
+        }) {
+            stop(&mut child);
+            return end;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("nginx exited ({status}): {}", log_tail(dir)));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGQUIT (nginx finishes what is in flight), then SIGKILL to its process group.
+fn stop(child: &mut Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signalling our own child's process group (set at spawn); no memory involved.
+    unsafe { libc::kill(-pid, libc::SIGQUIT) };
+    let deadline = clock::now_ns() + STOP_TIMEOUT_NS;
+    while clock::now_ns() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            // Workers may still be finishing: the group goes with the master.
+            // SAFETY: as above.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+fn log_tail(dir: &std::path::Path) -> String {
+    let Ok(mut f) = std::fs::File::open(dir.join("error.log")) else {
+        return "no error log".into();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut text = String::new();
+    let _ = std::io::Seek::seek(
+        &mut f,
+        std::io::SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)),
+    );
+    let _ = f.take(LOG_TAIL_BYTES).read_to_string(&mut text);
+    text.trim().replace('\n', " | ")
+}

@@ -1,0 +1,65 @@
+"""The http system's numbers, from the run directory only: per point, the HTTP status codes
+of the responses, why the other requests failed, and whether the server/network split was
+there (the Server-Timing entries named by driver.server_timing), with its means.
+
+An http sample's `flags` is its HTTP status code (0: no response), `arg` its failure reason
+(knee.contract.HTTP_ARGS; 0: none), `service` 1 when the response carried the split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from knee.contract import HTTP_ARGS
+from knee.results import Run
+
+COLUMNS = ["status", "flags", "arg", "service", "server_ns", "detail_ns", "warmup"]
+
+
+@dataclass(frozen=True)
+class PointHttp:
+    point: int
+    requests: int  # after warm-up
+    codes: dict[int, int]  # HTTP status -> responses
+    reasons: dict[str, int]  # failure reason -> requests
+    answered: int  # requests with a response (any status)
+    with_split: int  # responses that carried the split
+    server_mean_ns: float | None  # over the responses with the split
+    detail_mean_ns: float | None
+
+    @property
+    def split_share(self) -> float:
+        return self.with_split / self.answered if self.answered else 0.0
+
+
+def point_http(run: Run, point: int) -> PointHttp:
+    df = run.point_samples(point, COLUMNS)
+    if "warmup" in df:
+        df = df[~df["warmup"].to_numpy(dtype=bool)]
+    flags = df["flags"].to_numpy(dtype=np.int64)
+    arg = df["arg"].to_numpy(dtype=np.int64)
+    split = df["service"].to_numpy(dtype=np.int64) == 1
+    answered = flags > 0
+    codes, code_counts = np.unique(flags[answered], return_counts=True)
+    reasons, reason_counts = np.unique(arg[arg > 0], return_counts=True)
+    server = df["server_ns"].to_numpy(dtype=np.float64)[split]
+    detail = df["detail_ns"].to_numpy(dtype=np.float64)[split]
+    return PointHttp(
+        point=point,
+        requests=len(df),
+        codes={int(c): int(n) for c, n in zip(codes, code_counts, strict=True)},
+        reasons={
+            HTTP_ARGS.get(int(r), f"code {r}"): int(n)
+            for r, n in zip(reasons, reason_counts, strict=True)
+        },
+        answered=int(answered.sum()),
+        with_split=int(split.sum()),
+        server_mean_ns=float(server.mean()) if len(server) else None,
+        detail_mean_ns=float(detail.mean()) if len(detail) and detail.any() else None,
+    )
+
+
+def points(run: Run) -> list[PointHttp]:
+    return [point_http(run, p) for p in run.sample_points()]

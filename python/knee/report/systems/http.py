@@ -1,0 +1,99 @@
+"""The http system's section: per point, the HTTP status codes of the responses, why the
+other requests failed, and the server/network split from Server-Timing, or that it was
+unavailable (no response carried the entries: the split is then unknown, not zero).
+
+Every number comes from `knee.analysis.http`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knee.analysis import http as analysis
+from knee.report import fmt
+from knee.report.data import ReportRun
+from knee.report.html import Section
+from knee.report.kit import Col, Finding, Html, esc, findings, note, table
+
+TITLE = "HTTP: statuses, failures and the Server-Timing split"
+
+
+def _codes(p: analysis.PointHttp) -> str:
+    return ", ".join(f"{code}: {n}" for code, n in sorted(p.codes.items())) or "-"
+
+
+def _reasons(p: analysis.PointHttp) -> str:
+    return ", ".join(f"{name}: {n}" for name, n in sorted(p.reasons.items())) or "none"
+
+
+def _split(p: analysis.PointHttp) -> str:
+    if p.with_split == 0:
+        return "unavailable"
+    return fmt.pct(p.split_share)
+
+
+def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+    pts = analysis.points(rr.run)
+    intro = Html(
+        "<p>Every request to the HTTP service is one sample: its status code, or why there "
+        "was none (a malformed response, a lying Content-Length, a connection closed "
+        "mid-response, a timeout; the connection is then opened again). Server time comes "
+        "from the responses' <code>Server-Timing</code> header (the entries "
+        "<code>driver.server_timing</code> names); where no response carried them, the "
+        "split is unavailable, and the standard sections' server column reads 0 for it.</p>"
+    )
+    if not pts:
+        return [Section("http", TITLE, [intro, note("No samples.")])]
+    labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
+    rows = [
+        [
+            labels.get(p.point, str(p.point)),
+            p.requests,
+            _codes(p),
+            _reasons(p),
+            _split(p),
+            fmt.ms(p.server_mean_ns) if p.with_split else "unavailable",
+            fmt.ms(p.detail_mean_ns),
+        ]
+        for p in pts
+    ]
+    cols = [
+        Col("point", left=True),
+        Col("requests", tip="after warm-up"),
+        Col("HTTP statuses", left=True, tip="responses by status code; 2xx are ok"),
+        Col("failures", left=True, tip="requests without a usable response, by reason"),
+        Col("split", tip="share of responses with the Server-Timing server entries"),
+        Col("server (ms)", tip="mean server time over the responses with the split"),
+        Col("detail (ms)", tip="mean of driver.server_timing_detail's entry"),
+    ]
+    found = []
+    without = [p for p in pts if p.answered and p.with_split == 0]
+    if without:
+        found.append(
+            Finding(
+                "Split unavailable.",
+                Html(
+                    f"{len(without)} of {len(pts)} points had no response carrying the "
+                    "Server-Timing entries: their server and network times are unknown "
+                    "(not zero)."
+                ),
+            )
+        )
+    failing = [p for p in pts if p.reasons]
+    if failing:
+        worst = max(failing, key=lambda p: sum(p.reasons.values()))
+        found.append(
+            Finding(
+                "Failed requests.",
+                Html(
+                    f"{len(failing)} points had requests without a usable response; most at "
+                    f"{esc(labels.get(worst.point, worst.point))}: {esc(_reasons(worst))}."
+                ),
+            )
+        )
+    blocks: list[Any] = [
+        intro,
+        findings(found, "Every request got a response, and every response carried the split."),
+        table(cols, rows, scroll=True),
+    ]
+    return [Section("http", TITLE, blocks)]

@@ -1,0 +1,157 @@
+"""http: any HTTP/1.1 service as the target (docs/http.md).
+
+A point runs one ``load`` node (``knee-node load http``) against ``server.target``, or,
+with ``server.nginx = true``, first a ``server`` node (``knee-node serve http``) that runs
+an nginx of the point's own in its scratch folder, and then the load against it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
+from knee.params import Param, Point, RuleError, Sections
+from knee.systems.base import NodePlan, System, load_config
+
+#: Keys of one [[driver.requests]] entry, and the TOML type each takes.
+_ENTRY_KEYS: dict[str, tuple[type, ...]] = {
+    "method": (str,),
+    "path": (str,),
+    "headers": (dict, list),
+    "body": (str,),
+    "body_file": (str,),
+    "weight": (int, float),
+    "file": (str,),
+}
+
+
+def origin(url: str) -> tuple[str, str]:
+    """``http://HOST[:PORT][/path?query]`` -> (``http://HOST:PORT``, ``/path?query``)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"expected http://HOST:PORT, got {url!r} (https is not supported)")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise ValueError(f"bad port in {url!r}") from None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return f"http://{host}:{port}", path
+
+
+def _entry(i: int, entry: Any) -> dict[str, Any]:
+    key = f"driver.requests[{i}]"
+    if not isinstance(entry, dict):
+        raise RuleError(key, f"expected a table (method, path, ...), got {entry!r}")
+    for name, value in entry.items():
+        if name not in _ENTRY_KEYS:
+            raise RuleError(
+                f"{key}.{name}", f"unknown key; expected one of {', '.join(_ENTRY_KEYS)}"
+            )
+        if not isinstance(value, _ENTRY_KEYS[name]) or isinstance(value, bool):
+            raise RuleError(f"{key}.{name}", f"wrong type: {value!r}")
+    out = dict(entry)
+    if ("path" in out) == ("file" in out):
+        raise RuleError(key, "give path or file (of requests, one per line), one of them")
+    if "body" in out and "body_file" in out:
+        raise RuleError(key, "give body or body_file, not both")
+    if out.get("weight", 1.0) <= 0:
+        raise RuleError(f"{key}.weight", f"must be > 0, got {out['weight']}")
+    path = out.get("path")
+    if path is not None and not (path.startswith("/") and path.isprintable() and " " not in path):
+        raise RuleError(f"{key}.path", f"must start with / and have no spaces, got {path!r}")
+    headers = out.get("headers", [])
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    pairs = []
+    for h in headers:
+        if not (isinstance(h, list | tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)):
+            raise RuleError(f"{key}.headers", f"expected a table or [name, value] pairs, got {h!r}")
+        if h[0].lower() in ("content-length", "transfer-encoding"):
+            raise RuleError(f"{key}.headers", f"{h[0]} is set by knee from the body")
+        pairs.append([h[0], h[1]])
+    out["headers"] = pairs
+    for name in ("body_file", "file"):
+        if name in out:
+            # Relative to where knee runs; the node gets the absolute path.
+            p = os.path.abspath(out[name])
+            if not os.path.isfile(p):
+                raise RuleError(f"{key}.{name}", f"no such file: {out[name]}")
+            out[name] = p
+    if "weight" in out:
+        out["weight"] = float(out["weight"])
+    return out
+
+
+def _http_rule(s: Sections) -> None:
+    server, driver = s["server"], s["driver"]
+    if server["nginx"] == (server["target"] is not None):
+        raise RuleError(
+            "server.target",
+            "give target (http://HOST:PORT of your service) or nginx = true, one of them",
+        )
+    if server["target"] is not None:
+        try:
+            base, path = origin(server["target"])
+        except ValueError as e:
+            raise RuleError("server.target", str(e)) from None
+        if path != "/":
+            raise RuleError("server.target", f"no path here ({path}): paths go in driver.requests")
+        server["target"] = base
+    if s["load"]["generators"] != 1 and server["nginx"]:
+        raise RuleError("load.generators", "one nginx per point is driven by one generator: use 1")
+    requests = driver["requests"]
+    if not isinstance(requests, list) or not 1 <= len(requests) <= MAX_ENTRIES:
+        raise RuleError(
+            "driver.requests", f"expected 1 to {MAX_ENTRIES} [[driver.requests]] tables"
+        )
+    driver["requests"] = [_entry(i, e) for i, e in enumerate(requests)]
+    timing = driver["server_timing"]
+    if not all(isinstance(t, str) and t for t in timing):
+        raise RuleError("driver.server_timing", f"expected a list of entry names, got {timing!r}")
+
+
+def _topology(point: Point) -> list[NodePlan]:
+    server = point.server
+    plans = []
+    if server["nginx"]:
+        nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
+        if server["nginx_cpu"] is not None:
+            nginx["cpu"] = server["nginx_cpu"]
+        plans.append(NodePlan("server", "serve", {"server": {"nginx": nginx}}))
+        target = "http://{addr:server}"
+    else:
+        target = server["target"]
+    load = load_config(point.load, point.driver, target=target, seed=point.experiment["seed"])
+    return [*plans, NodePlan("load", "load", load, records=True)]
+
+
+SYSTEM = System(
+    name="http",
+    summary="any HTTP/1.1 service: keep-alive connections, Server-Timing split",
+    server={
+        "target": Param("str", None, "http://HOST:PORT of the service (or nginx = true)"),
+        "nginx": Param(
+            "bool", False, "start an nginx of the point's own (scripts/nginx installs it)"
+        ),
+        "nginx_workers": Param("int", 1, "nginx worker processes", min=1, max=64),
+        "nginx_cpu": Param("int", None, "pin nginx's workers to this CPU", min=0, max=4095),
+    },
+    driver={
+        "requests": Param(
+            "list",
+            [{"method": "GET", "path": "/"}],
+            "[[driver.requests]]: method, path, headers, body or body_file, weight; or file",
+        ),
+        "server_timing": Param("list", ["app"], "Server-Timing entries summed into server time"),
+        "server_timing_detail": Param("str", None, "the Server-Timing entry kept as detail"),
+        "max_header_bytes": Param(
+            "int", 64 << 10, "a response's status line and headers, at most", min=1, max=1 << 20
+        ),
+        "max_body_bytes": Param("int", 64 << 20, "a response body, at most", min=0, max=1 << 40),
+    },
+    rules=(_http_rule,),
+    topology=_topology,
+)

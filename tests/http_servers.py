@@ -1,0 +1,170 @@
+"""Small HTTP/1.1 servers for the http tests, on raw sockets so that they can send what a
+well-behaved server never would (tests only; every one on 127.0.0.1, stopped by `close`).
+
+- `ScriptedServer`: answers each path with fixed bytes (chunked bodies, Server-Timing,
+  `Connection: close`, every malformed case), counts the connections it accepted.
+- `OneWorkerServer`: one worker serves the requests of every connection in arrival order,
+  each for a known service time, and says so in `Server-Timing: app;dur=MS`: its capacity
+  is 1 / service time.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+#: A request head longer than this is refused (the tests send small ones).
+MAX_HEAD_BYTES = 64 << 10
+#: Requests waiting for the one worker; beyond, the connection thread waits (TCP pushes back).
+MAX_WAITING = 100_000
+
+Reply = tuple[bytes, str]  # (bytes to send, then: "keep", "close" or "hang")
+
+
+def _read_request(conn: socket.socket, buf: bytearray) -> str | None:
+    """The path of the next request on `conn` (its body read and dropped); None at EOF."""
+    while b"\r\n\r\n" not in buf:
+        if len(buf) > MAX_HEAD_BYTES:
+            return None
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        rest += chunk
+    buf[:] = rest[length:]
+    return lines[0].split(" ")[1]
+
+
+class _Listener:
+    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        self._handle = handle
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self.connections += 1
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._handle(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def _response(status: str, body: bytes, *headers: str) -> bytes:
+    head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+#: path -> reply. Malformed ones carry the reason knee must record (knee.contract.HTTP_ARGS).
+ROUTES: dict[str, Reply] = {
+    "/ok": (_response("200 OK", b"hello", "Server-Timing: app;dur=2.5"), "keep"),
+    "/notiming": (_response("200 OK", b"hello"), "keep"),
+    "/chunked": (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+        b'Server-Timing: app;dur=3.5;desc="render, all", db;dur=1.25\r\n\r\n'
+        b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        "keep",
+    ),
+    "/close": (_response("200 OK", b"bye", "Connection: close"), "close"),
+    "/malformed": (b"HTTP/1.1 2x0 OK\r\n\r\n", "keep"),
+    "/short": (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", "close"),
+    "/extra": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nabcd", "keep"),
+    "/bigheader": (_response("200 OK", b"", "X-Big: " + "a" * (100 << 10)), "keep"),
+    "/bigbody": (b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n", "close"),
+    "/badchunk": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "keep"),
+    "/empty": (b"", "close"),
+    "/hang": (b"", "hang"),
+    "/upgrade": (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", "keep"),
+}
+
+
+class ScriptedServer(_Listener):
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        super().__init__(self._handle_conn)
+
+    def _handle_conn(self, conn: socket.socket) -> None:
+        buf = bytearray()
+        while (path := _read_request(conn, buf)) is not None:
+            reply, then = ROUTES.get(path, (_response("404 Not Found", b""), "keep"))
+            conn.sendall(reply)
+            if then == "close":
+                return
+            if then == "hang":
+                self._stop.wait()
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        super().close()
+
+
+class OneWorkerServer(_Listener):
+    """Every connection's requests go to one worker, in arrival order."""
+
+    def __init__(self, service_s: float) -> None:
+        self.service_s = service_s
+        self._work: queue.Queue[tuple[socket.socket, threading.Event]] = queue.Queue(MAX_WAITING)
+        super().__init__(self._handle_conn)
+        threading.Thread(target=self._worker, daemon=True).start()
+
+    def _handle_conn(self, conn: socket.socket) -> None:
+        buf = bytearray()
+        done = threading.Event()
+        while _read_request(conn, buf) is not None:
+            done.clear()
+            self._work.put((conn, done))
+            done.wait()  # one request in flight per connection (no pipelining)
+
+    def _worker(self) -> None:
+        while True:
+            conn, done = self._work.get()
+            start = time.perf_counter()
+            deadline = start + self.service_s
+            while (left := deadline - time.perf_counter()) > 0:
+                time.sleep(left)
+            ms = (time.perf_counter() - start) * 1e3
+            try:
+                conn.sendall(_response("200 OK", b"done", f"Server-Timing: app;dur={ms:.3f}"))
+            except OSError:
+                pass
+            done.set()
