@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """knee's HTTP load generator against wrk (Debian's package) on the same nginx.
 
-nginx runs one worker pinned to CPU 0 (scripts/nginx); every generator runs on CPU 1.
+nginx runs one worker pinned to CPU 0 (`knee-node serve http`); every generator runs on CPU 1.
 Rounds alternate knee and wrk (or the minimal client), REPEATS times; medians.
 
 a. CPU ns per request of the generator at its maximum closed-loop throughput: one thread,
@@ -24,13 +24,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
 
 REPEATS = 3
-NGINX = BENCH_DIR.parent / "scripts" / "nginx"
 SERVER_CPU = 0
 GENERATOR_CPUS = {1}
 CONNECTIONS = 16
@@ -64,21 +64,35 @@ def ensure_wrk() -> str:
 
 
 class Nginx:
-    def __init__(self, workdir: Path) -> None:
+    """One nginx worker pinned to SERVER_CPU, as a point runs it: `knee-node serve http`
+    writes its config and supervises it (scripts/nginx install puts nginx-light here)."""
+
+    def __init__(self, knee: Path, workdir: Path) -> None:
+        # nginx-light from the package registry when nginx is missing.
+        subprocess.run([str(BENCH_DIR.parent / "scripts" / "nginx"), "install"], check=True)
         self.dir = workdir / "nginx"
-        proc = subprocess.run(
-            [str(NGINX), "start", str(self.dir), "1", str(SERVER_CPU)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise BenchError(f"scripts/nginx start failed: {proc.stderr.strip()[-500:]}")
-        self.url = proc.stdout.strip()
+        self.out = workdir / "nginx.out"
+        server = {"nginx": {"dir": str(self.dir), "workers": 1, "cpu": SERVER_CPU}}
+        config = {"listen": "127.0.0.1:0", "server": server}
+        cmd = [str(knee), "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
+        with self.out.open("wb") as out:  # a file: nothing to drain while it runs
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + 30
+        while not (ready := self._ready()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise BenchError(f"nginx did not start: {self.out.read_text()[-500:]}")
+            time.sleep(0.05)
+        self.url = f"http://{ready[0]['addr']}"
+
+    def _ready(self) -> list[dict]:
+        return [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"]
 
     def stop(self) -> None:
-        subprocess.run([str(NGINX), "stop", str(self.dir)], timeout=60, check=False)
+        self.proc.terminate()  # by its PID; knee-node stops its nginx
+        self.proc.wait(timeout=30)
 
 
 def knee_load(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
@@ -221,7 +235,7 @@ def run_all(plan: Plan) -> dict:
     knee, wrk = find_knee_node(), ensure_wrk()
     with tempfile.TemporaryDirectory(prefix="knee-http-bench-") as tmp:
         workdir = Path(tmp)
-        nginx = Nginx(workdir)
+        nginx = Nginx(knee, workdir)
         try:
             return rounds(plan, knee, wrk, compile_client(workdir), nginx.url, workdir)
         finally:

@@ -1,5 +1,5 @@
 """The http target on real processes: knee-node's load generator against a real nginx
-(scripts/nginx, as the chat tests use scripts/postgres), against small servers of our own
+(`knee-node serve http`, as a point runs it), against small servers of our own
 that send chunked bodies, Server-Timing and every malformed response (tests/http_servers.py),
 and a whole run that finds a one-worker server's capacity; the CLI's report in Chromium."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from rich.console import Console
 import knee
 from knee.contract import HTTP_ARGS
 from knee.models import analyze
+from knee.results import samples_frame
 from knee.runner import run_experiment
 from knee.runner.display import Display
 from knee.spec import load_spec
+from knee.stats.point import point_stats
 from knee.toml_writer import dump_toml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,20 +34,33 @@ OK, TIMEOUT, ERROR = 0, 1, 3
 
 
 @pytest.fixture(scope="module")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A throwaway nginx (scripts/nginx installs nginx-light when it is missing)."""
-    folder = tmp_path_factory.mktemp("nginx") / "nginx"
-    out = subprocess.run(
-        [REPO / "scripts" / "nginx", "start", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
+def nginx(tmp_path_factory: pytest.TempPathFactory, knee_node: str) -> Iterator[str]:
+    """A throwaway nginx, as a point runs one: `knee-node serve http` writes its config and
+    supervises it (scripts/nginx install puts nginx-light on the machine)."""
+    folder = tmp_path_factory.mktemp("nginx")
+    config = {"listen": "127.0.0.1:0", "server": {"nginx": {"dir": str(folder / "nginx")}}}
+    out, err = folder / "node.out", folder / "node.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:  # files: nothing to drain
+        proc = subprocess.Popen(
+            [knee_node, "serve", "http", "--name", "nginx", "--config", json.dumps(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+        )
     try:
-        yield out.stdout.strip()
+        deadline = time.monotonic() + 60
+        while not (ready := [e for e in _lines(out) if e.get("event") == "ready"]):
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "nginx never became ready"
+            time.sleep(0.05)
+        yield f"http://{ready[0]['addr']}"
     finally:
-        subprocess.run([REPO / "scripts" / "nginx", "stop", str(folder)], timeout=60)
+        proc.terminate()  # by its PID; knee-node stops its nginx
+        proc.wait(timeout=30)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
 @pytest.fixture
@@ -117,7 +133,13 @@ def test_keep_alive_and_a_missing_split(run_load: Any, scripted: ScriptedServer)
     split = r["service"] == 1
     # Absent is not zero: only /ok (op 1) carries app;dur=2.5.
     assert np.array_equal(split, r["op"] == 1)
-    assert set(r["server_ns"][split]) == {2_500_000} and set(r["server_ns"][~split]) == {0}
+    assert set(r["server_ns"][split]) == {2_500_000}
+    assert set(r["server_ns"][~split]) == {2**64 - 1}  # no server time: unknown, not zero
+    frame = samples_frame(r, point=0, series="s", node="load", run_start_ns=0, warmup_end_ns=0)
+    assert (frame["server_ns"][~split] == -1).all() and (frame["network_ns"][~split] == -1).all()
+    stats = point_stats(frame)
+    assert stats["server_ns"]["n"] == int(split.sum()) == stats["network_ns"]["n"]
+    assert stats["server_ns"]["mean"] == 2_500_000
 
 
 def test_connection_close_from_our_server(run_load: Any, scripted: ScriptedServer) -> None:

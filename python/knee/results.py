@@ -85,7 +85,9 @@ def samples_frame(
     intended = records["intended_ns"].astype(np.int64)
     sent = records["sent_ns"].astype(np.int64)
     received = records["received_ns"].astype(np.int64)
+    # u64::MAX (no server time in the reply: -1 here) leaves the split unknown.
     server = records["server_ns"].astype(np.int64)
+    split = server >= 0
     answered = received > 0
     was_sent = sent > 0
     n = len(records)
@@ -112,7 +114,7 @@ def samples_frame(
             "queue_ns": records["queue_ns"].astype(np.int64),
             "service_ns": records["service_ns"].astype(np.int64),
             "detail_ns": records["detail_ns"].astype(np.int64),
-            "network_ns": np.where(answered & was_sent, received - sent - server, -1),
+            "network_ns": np.where(answered & was_sent & split, received - sent - server, -1),
             "bytes_out": records["bytes_out"].astype(np.int64),
             "bytes_in": records["bytes_in"].astype(np.int64),
             "status": pd.Categorical.from_codes(

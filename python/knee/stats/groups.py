@@ -41,6 +41,18 @@ def latency_pair(
     return {"latency_ns": headline(ok, ordered, failures(counts)), "latency_ok_ns": ok}
 
 
+def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> dict[str, dict[str, Any]]:
+    """The server and network distributions over the requests whose reply carried a server
+    time: server_ns -1 marks one that did not (an HTTP service without Server-Timing), whose
+    split is unknown. (A network time can be negative when a server reports more than the
+    round trip, so the mask comes from the server side.)"""
+    known = server_ns >= 0
+    return {
+        "server_ns": distribution(server_ns[known]),
+        "network_ns": distribution(network_ns[known]),
+    }
+
+
 def group_entry(
     codes: np.ndarray,
     rates: dict[str, Any],
@@ -57,8 +69,7 @@ def group_entry(
         "throughput_per_s": rates["throughput_per_s"],
         "status_rates": status_rates(counts),
         **latency_pair(latency_ok_ns, counts),
-        "server_ns": distribution(server_ns),
-        "network_ns": distribution(network_ns),
+        **split_parts(server_ns, network_ns),
     }
 
 

@@ -23,6 +23,7 @@ from knee.stats.groups import (
     TIMEOUT_CODE,
     by_key,
     latency_pair,
+    split_parts,
     status_counts,
     status_rates,
 )
@@ -89,8 +90,7 @@ def point_stats(
     sorted_latency = np.sort(latency)
     dists = {
         **latency_pair(latency, counts, sorted_latency),
-        "server_ns": distribution(server),
-        "network_ns": distribution(network),
+        **split_parts(server, network),
         "queue_ns": distribution(ok_column("queue_ns")),
         "service_ns": distribution(ok_column("service_ns")),
         "detail_ns": distribution(ok_column("detail_ns")),

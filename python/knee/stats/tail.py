@@ -79,6 +79,13 @@ def _made_of(
     total = float(latency[mask].sum())
     if not mask.any() or total <= 0:
         return {"server_share": None, "network_share": None, "late_share": None, "mean_ns": None}
+    if (server[mask] < 0).any():  # replies without a server time: no split to share out
+        return {
+            "server_share": None,
+            "network_share": None,
+            "late_share": float(late[mask].sum()) / total,
+            "mean_ns": float(latency[mask].mean()),
+        }
     return {
         "server_share": float(server[mask].sum()) / total,
         "network_share": float(network[mask].sum()) / total,

@@ -49,12 +49,17 @@ impl Status {
     pub const NAMES: [&'static str; 5] = ["ok", "timeout", "drop", "error", "late"];
 }
 
+/// `server_ns` of a reply that carried no server time (an HTTP service without
+/// Server-Timing): -1 in samples.parquet, and its network time unknown too.
+pub const NO_SERVER_TIME: u64 = u64::MAX;
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sample {
     pub request_id: u64,
     pub intended_ns: u64,
     pub sent_ns: u64,
     pub received_ns: u64,
+    /// [`NO_SERVER_TIME`] when the reply carried none (the split is unknown, not zero).
     pub server_ns: u64,
     pub queue_ns: u64,
     pub service_ns: u64,

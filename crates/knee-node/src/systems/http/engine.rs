@@ -22,6 +22,7 @@ use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use crate::load::config::{ScheduleConfig, Think};
 use crate::load::harness::RunContext;
+use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
 use crate::load::schedule::Schedule;
 use crate::rng::Rng;
@@ -402,6 +403,9 @@ impl<'a> Engine<'a> {
                     s.server_ns = r.split.server_ns;
                     s.service_ns = r.split.server_ns;
                     s.detail_ns = r.split.detail_ns;
+                } else {
+                    // No server time: the split is unknown, not zero (docs/samples.md).
+                    s.server_ns = NO_SERVER_TIME;
                 }
             }
             Err(reason) => {

@@ -1,8 +1,9 @@
 //! `knee-node serve http` runs an nginx for one point (`experiments/http-nginx.toml`): its
 //! config, logs and pid file in the point's scratch folder, listening on a free port of
-//! 127.0.0.1, one worker by default, answering from its config (no files). knee-node is its supervisor: `ready` once nginx
-//! accepts connections, a node failure if nginx exits, nginx stopped with the node.
-//! `scripts/nginx` writes the same config for the tests and the bench (keep them in step).
+//! 127.0.0.1, one worker by default, answering from its config (no files). knee-node is its
+//! supervisor: `ready` once nginx accepts connections, a node failure if nginx exits, nginx
+//! stopped with the node. The tests and `bench/http_vs_wrk.py` start theirs through it too,
+//! so there is one config.
 //!
 //! Every response carries `Server-Timing: app;dur=MS`, MS being nginx's `$request_time`
 //! (seconds, ms resolution) as whole ms when the header is written: the split is there, at
@@ -89,7 +90,12 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
             .stderr(Stdio::from(stderr))
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("starting {}: {e} (scripts/nginx installs nginx-light)", n.binary))?;
+            .map_err(|e| {
+                format!(
+                    "starting {}: {e} (`scripts/nginx install` installs nginx-light)",
+                    n.binary
+                )
+            })?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         match wait_accepting(&mut child, addr) {
             Ok(()) => return supervise(child, addr, dir),
@@ -102,7 +108,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
     Err(format!("nginx did not start: {last_err}"))
 }
 
-/// The config: the same as `scripts/nginx`'s.
+/// The config: no files, answers from the config, Server-Timing on every response.
 fn config(n: &NginxConfig, port: u16) -> String {
     let dir = &n.dir;
     let affinity = n.cpu.map_or(String::new(), |cpu| {
