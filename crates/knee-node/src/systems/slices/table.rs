@@ -307,6 +307,31 @@ impl Table {
             .collect()
     }
 
+    /// PNs below their fair share take it once slices can move: a PN that joined while
+    /// every slice was still moving (PNs started together, all assigned to the first one)
+    /// got nothing at its hello.
+    fn fill_shares(&mut self, now_ns: u64) -> Vec<Out> {
+        // While a PN leaves, its slices move by the leave's rules (after the settle).
+        if self.pns.values().any(Pn::leaving) {
+            return Vec::new();
+        }
+        let live: Vec<u32> = self
+            .pns
+            .iter()
+            .filter(|(_, p)| !p.leaving())
+            .map(|(&pn, _)| pn)
+            .collect();
+        let share = self.slices.len() / live.len().max(1);
+        let counts = self.counts();
+        let mut out = Vec::new();
+        for pn in live {
+            if counts.get(&pn).copied().unwrap_or(0) < share {
+                out.extend(self.join(pn, now_ns));
+            }
+        }
+        out
+    }
+
     /// Gives (join and leave moves) whose taker has not said `took` within
     /// `GIVE_AGAIN_NS`, sent again to their givers.
     fn give_again(&mut self, now_ns: u64) -> Vec<Out> {
@@ -399,6 +424,7 @@ impl Table {
             );
         }
         out.extend(self.give_again(now_ns));
+        out.extend(self.fill_shares(now_ns));
         // Leaving PNs whose settle time is over give their settled slices (also those they
         // were still taking when they asked to leave) to PNs that stay.
         let settle_ns = self.leave_settle_ns;
@@ -548,7 +574,8 @@ mod tests {
         t.on_message(ToLb::Leave { pn: 1 }, 110);
         assert!(t.on_tick(120, 1_000).is_empty()); // settling
         assert!(t.on_tick(200, 1_000).is_empty()); // nobody stays: nothing moves
-                                                   // A PN that stays is given the slices of one that leaves alone, after the settle.
+
+        // A PN that stays is given the slices of one that leaves alone, after the settle.
         let mut t = Table::new(2);
         t.leave_settle_ns = 50;
         t.on_message(ToLb::Hello { pn: 0 }, 0);
@@ -568,6 +595,31 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn pns_that_joined_together_get_their_share_once_slices_settle() {
+        let mut t = Table::new(4);
+        t.on_message(ToLb::Hello { pn: 0 }, 0);
+        // pn 1 says hello before pn 0 said it took its assignment: nothing can move yet.
+        let at_hello = sends(&t.on_message(ToLb::Hello { pn: 1 }, 0));
+        assert!(at_hello
+            .iter()
+            .all(|(p, m)| *p == 0 && matches!(m, ToPn::Assign { .. })));
+        assert!(t.on_tick(1, u64::MAX).is_empty());
+        t.on_message(took(0, &[(0, 1), (1, 1), (2, 1), (3, 1)]), 2);
+        let out = sends(&t.on_tick(3, u64::MAX));
+        assert_eq!(
+            out,
+            vec![(
+                0,
+                ToPn::Give {
+                    to: 1,
+                    slices: vec![(3, 2), (2, 2)]
+                }
+            )]
+        );
+        assert!(t.on_tick(4, u64::MAX).is_empty()); // counted as pn 1's already
     }
 
     #[test]
