@@ -46,8 +46,10 @@ struct Move {
 
 /// A give whose taker has not said `took` after this long is sent again: the giver's
 /// handoff can be lost when it goes out before the giver is connected to a new taker
-/// (peers learn of each other by gossip). Handoffs take milliseconds, so this is rare.
-const GIVE_AGAIN_NS: u64 = 250_000_000;
+/// (peers learn of each other by gossip). A handoff takes a few ms at low load and tens of
+/// ms on an overloaded quarter-core PN; a give sent again early costs only a repeated
+/// handoff, which the taker answers with `took` alone.
+const GIVE_AGAIN_NS: u64 = 100_000_000;
 
 #[derive(Debug, Clone, Default)]
 struct Entry {
