@@ -59,7 +59,10 @@ fn default_ring_age_ms() -> u64 {
     5000
 }
 fn default_hello_after_ms() -> u64 {
-    1000
+    // A taker given slices before it hears the clients has no ring to replay: the items
+    // after the giver's watermark are missing and only a re-publication brings them. A PN
+    // that hears nothing for this long joins anyway (no client, nothing to lose).
+    30_000
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -801,7 +804,8 @@ fn main_loop(shared: &Shared, mut life: Lifecycle) -> Result<(), String> {
         }
         let hello_sent = shared.hello_sent.load(Ordering::Relaxed);
         let heard_items = shared.c.items_rx.load(Ordering::Relaxed) > 0;
-        if balance && !hello_sent && (heard_items || now - start_ns >= cfg.hello_after_ms * 1_000_000) {
+        let hello_due = now - start_ns >= cfg.hello_after_ms.saturating_mul(1_000_000);
+        if balance && !hello_sent && (heard_items || hello_due) {
             shared.to_lb(&ToLb::Hello { pn: cfg.pn });
             shared.hello_sent.store(true, Ordering::Relaxed);
         }
