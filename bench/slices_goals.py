@@ -41,6 +41,10 @@ from typing import Any
 import numpy as np
 from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median
 
+sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
+
+from knee.results import read_sample_records  # noqa: E402
+
 REPO = BENCH_DIR.parent
 READY_TIMEOUT_S = 10.0
 # A join whose handoff lines do not all arrive within this has stalled (a move never
@@ -64,30 +68,6 @@ BALANCE_TARGET_10_MS = 50.0
 BALANCE_GROWTH_TARGET = 1.2
 OVERHEAD_TARGET = 0.005
 RTD_TARGET = 2.0
-
-#: One samples-file record (docs/samples.md), 96 bytes.
-SAMPLE_DTYPE = np.dtype(
-    [
-        ("request_id", "<u8"),
-        ("intended_ns", "<u8"),
-        ("sent_ns", "<u8"),
-        ("received_ns", "<u8"),
-        ("server_ns", "<u8"),
-        ("queue_ns", "<u8"),
-        ("service_ns", "<u8"),
-        ("detail_ns", "<u8"),
-        ("bytes_out", "<u8"),
-        ("bytes_in", "<u8"),
-        ("client", "<u4"),
-        ("arg", "<u4"),
-        ("op", "<u2"),
-        ("flags", "<u2"),
-        ("status", "u1"),
-        ("service", "u1"),
-        ("pad", "<u2"),
-    ]
-)
-assert SAMPLE_DTYPE.itemsize == 96
 STATUS_OK = 0
 
 
@@ -315,11 +295,6 @@ def finish_client(client: Node, stop: bool, run_s: float = 0.0) -> dict[str, Any
     return d
 
 
-def read_samples(path: Path) -> np.ndarray:
-    data = path.read_bytes()
-    return np.frombuffer(data[: len(data) - len(data) % SAMPLE_DTYPE.itemsize], SAMPLE_DTYPE)
-
-
 def lb_owns_all(lb: Node) -> bool:
     """The LB's last stats line shows every slice owned and settled (epoch >= 1)."""
     stats = lb.events("stats")
@@ -401,7 +376,7 @@ def service_ns(b: Bench, image_bytes: int, work_repeat: int, quantile: float = 0
         finish_client(client, stop=False, run_s=length_s)
     finally:
         b.stop()
-    s = read_samples(samples)
+    s = read_sample_records(samples)
     s = s[s["status"] == STATUS_OK]
     if len(s) < 10:
         raise BenchError(f"calibration: only {len(s)} items answered")
@@ -559,7 +534,7 @@ def overhead_round(
     finally:
         b.stop()
     start_ns = int(client.events("start")[0]["start_ns"])
-    s = read_samples(samples)
+    s = read_sample_records(samples)
     t = s["received_ns"][s["status"] == STATUS_OK].astype(np.int64) - start_ns
     lo, hi = int(OVERHEAD_WARM_S * 1e9), int(duration_s * 1e9)
     n = int(np.count_nonzero((t >= lo) & (t < hi)))
@@ -681,7 +656,7 @@ def knee_rtd_round(
     finish_client(client, stop=False, run_s=length_s)
     b.nodes.remove(client)  # it ended by itself; the LB and PN go on to the next round
     start_ns = int(client.events("start")[0]["start_ns"])
-    s = read_samples(samples)
+    s = read_sample_records(samples)
     s = s[(s["status"] == STATUS_OK) & (s["intended_ns"] >= start_ns + RTD_WARM_S * 1e9)]
     if len(s) < n // 2:
         raise BenchError(f"rtd: only {len(s)} of {n} items answered")

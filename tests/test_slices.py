@@ -204,21 +204,28 @@ node = "pn-1"
 """
 
 
+def _run_one_point(tmp_path: Path, spec_text: str) -> tuple[Path, Any, int, Any]:
+    """Runs a one-point spec with `knee run`: its run directory, run, point and the
+    exactly-once checker's verdict."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text)
+    out = run_knee(
+        "run", str(spec), "--out", str(tmp_path / "runs"), "--no-report", timeout_s=120
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = only_dir(tmp_path / "runs")
+    run = knee.open_run(run_dir)
+    (point,) = run.sample_points()
+    return run_dir, run, point, analysis.exactly_once(run, point)
+
+
 @pytest.mark.parametrize("router", [False, True], ids=["peers", "router"])
 def test_a_killed_pn_loses_nothing(slices_node: str, router: bool, tmp_path: Path) -> None:
     """A PN killed under load (after a join moved slices): no item lost, nothing repeated
     but what the killed PN may have processed unacknowledged (counted); through peers and
     through a Zenoh router."""
-    spec = tmp_path / "kill.toml"
-    spec.write_text(KILL_SPEC.replace("{router}", "true" if router else "false"))
-    out = run_knee(
-        "run", str(spec), "--out", str(tmp_path / "runs"), "--no-report",
-        timeout_s=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = knee.open_run(only_dir(tmp_path / "runs"))
-    (point,) = run.sample_points()
-    verdict = analysis.exactly_once(run, point)
+    spec = KILL_SPEC.replace("{router}", "true" if router else "false")
+    _, _, _, verdict = _run_one_point(tmp_path, spec)
     assert verdict.killed == [1]
     assert verdict.passed, verdict
     assert verdict.lost == 0 and verdict.repeated == 0
@@ -255,14 +262,7 @@ def test_bad_input_on_the_topics_is_counted_and_dropped(slices_node: str, tmp_pa
     topic, an item whose slice is not id mod S, an unknown control message to the LB,
     random bytes to a PN and as a handoff): the PNs and the LB count and drop each, never
     crash, and every real item is still processed exactly once."""
-    spec = tmp_path / "junk.toml"
-    spec.write_text(JUNK_SPEC)
-    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = only_dir(tmp_path / "runs")
-    run = knee.open_run(run_dir)
-    (point,) = run.sample_points()
-    verdict = analysis.exactly_once(run, point)
+    run_dir, _, _, verdict = _run_one_point(tmp_path, JUNK_SPEC)
     assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
 
     def last(node: str, kind: str) -> dict[str, Any]:
@@ -314,14 +314,7 @@ def test_past_capacity_items_are_late_or_held_not_lost(slices_node: str, tmp_pat
     later are late, those still queued at the stop are logged as held; none is lost."""
     if (why := _cgroups_usable()) is not None:
         unavailable(why)
-    spec = tmp_path / "overload.toml"
-    spec.write_text(OVERLOAD_SPEC)
-    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = only_dir(tmp_path / "runs")
-    run = knee.open_run(run_dir)
-    (point,) = run.sample_points()
-    verdict = analysis.exactly_once(run, point)
+    run_dir, _, _, verdict = _run_one_point(tmp_path, OVERLOAD_SPEC)
     assert verdict.held > 0 and verdict.late + verdict.held > verdict.replied // 4, verdict
     assert verdict.lost == 0 and verdict.repeated == 0 and verdict.passed, verdict
     lines = (run_dir / "nodes" / "pn-0.p000.events.jsonl").read_text().splitlines()
@@ -373,14 +366,7 @@ def test_a_pn_killed_mid_handoff_loses_nothing(slices_node: str, tmp_path: Path)
     inside its 2 s handoff delay (`give_delay_ms`), before its handoff went out. The LB
     finds it dead and lets pn-1 keep those slices as a crash takeover, with no watermark:
     nothing is lost, nothing repeated but what pn-0 may have processed unacknowledged."""
-    spec = tmp_path / "mid.toml"
-    spec.write_text(MID_HANDOFF_SPEC)
-    out = run_knee("run", str(spec), "--out", str(tmp_path / "runs"), "--no-report")
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = only_dir(tmp_path / "runs")
-    run = knee.open_run(run_dir)
-    (point,) = run.sample_points()
-    verdict = analysis.exactly_once(run, point)
+    run_dir, run, point, verdict = _run_one_point(tmp_path, MID_HANDOFF_SPEC)
     assert verdict.killed == [0]
     assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
     moves = analysis.node_events(run, point, "lb", "handoff")
