@@ -58,14 +58,16 @@ def matrix_capacity_per_s(tmp_path_factory: pytest.TempPathFactory) -> float:
 def around_capacity(
     tmp_path_factory: pytest.TempPathFactory, matrix_capacity_per_s: float
 ) -> tuple[Path, dict[str, dict[str, Any]]]:
-    """Poisson points at 0.5x and 1.3x capacity (timeout 60 s: every request ends OK, as in
+    """Poisson points at 0.5x and 1.6x capacity (timeout 60 s: every request ends OK, as in
     experiments/matrix.toml), and one at 2x with a 1 s timeout: the wait grows about 1 s per
-    s, so requests succeed for about the first second and time out after it."""
+    s, so requests succeed for about the first second and time out after it. (A server
+    busy all the time is faster than one request at a time: measured here, 216/s against a
+    closed-loop 181/s on an idle machine, so "over" is 1.6x the calibration, not 1.3x.)"""
     c = matrix_capacity_per_s
     spec = MATRIX_SERVER.format(name="knee") + (
         "[load]\nschedule = 'poisson'\nduration_s = 5\nwarmup_s = 0.5\ntimeout_ms = 60000\n"
         f"[series.half.load]\nrate_per_s = {0.5 * c:.1f}\n"
-        f"[series.over.load]\nrate_per_s = {1.3 * c:.1f}\n"
+        f"[series.over.load]\nrate_per_s = {1.6 * c:.1f}\n"
         f"[series.timeouts.load]\nrate_per_s = {2 * c:.1f}\ntimeout_ms = 1000\n"
     )
     run_dir, points = knee_run(tmp_path_factory.mktemp("knee"), "knee", spec)
@@ -81,7 +83,7 @@ def test_stability_verdict_on_both_sides_of_capacity(
     assert over["stability"]["verdict"] == "unstable", over["stability"]
     assert over["stability"]["detail"].startswith("over capacity")
     assert "depends on the run's length" in over["stability"]["detail"]
-    # A queue growing at (1.3 - 1) x capacity: latency grows by about 0.3 s per s.
+    # A queue growing at (1.6 / 1.2 - 1) x capacity or more: latency grows by 0.3 s per s.
     assert over["stability"]["trend_ns_per_s"] > 0.1e9
 
 
