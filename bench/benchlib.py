@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: finding knee-node, running a child, medians."""
+"""Helpers shared by the benchmarks: finding knee-node, running a child, medians, and the
+result table with its one-line JSON summary."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_BINARY = BENCH_DIR.parent / "target" / "release" / "knee-node"
@@ -86,3 +88,59 @@ def json_lines(text: str) -> list[dict]:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+@dataclass
+class Row:
+    """One line of the result table."""
+
+    name: str
+    knee: str
+    baseline: str
+    ratio: float | None
+    target: str
+    passed: bool | None
+
+
+@dataclass
+class Section:
+    """A comparison's table rows and its figures for the summary line."""
+
+    rows: list[Row]
+    metrics: dict[str, float]
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ("measure", "knee", "baseline", "ratio", "target", "verdict")
+    cells = [header] + [
+        (
+            r.name,
+            r.knee,
+            r.baseline,
+            "" if r.ratio is None else f"{r.ratio:.3f}",
+            r.target,
+            "" if r.passed is None else ("PASS" if r.passed else "MISS"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    for i, c in enumerate(cells):
+        print("  ".join(s.ljust(w) for s, w in zip(c, widths, strict=True)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def summary(sections: list[Section]) -> dict[str, Any]:
+    """Every section's figures, rounded, and whether every target was met."""
+    out: dict[str, Any] = {k: round(v, 4) for sec in sections for k, v in sec.metrics.items()}
+    out["all_pass"] = all(r.passed for sec in sections for r in sec.rows if r.passed is not None)
+    return out
+
+
+def report(sections: list[Section], how: str) -> None:
+    """The table, how its figures were taken (e.g. "medians of 3 runs; 40 s in all"), and
+    last the summary as one JSON line."""
+    print()
+    print_table([r for sec in sections for r in sec.rows])
+    print(f"\n({how})")
+    print(json.dumps(summary(sections)))

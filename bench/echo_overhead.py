@@ -26,7 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
+from benchlib import (
+    BENCH_DIR,
+    BenchError,
+    Row,
+    Section,
+    find_knee_node,
+    json_lines,
+    median,
+    report,
+    run_child,
+)
 
 REPEATS = 3
 REQUEST_BYTES = 16
@@ -53,26 +63,6 @@ class Plan:
 
 FULL = Plan(1000.0, 3000, 50_000, 20_000.0, 5.0)
 QUICK = Plan(1000.0, 1000, 10_000, 20_000.0, 2.0)
-
-
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    name: str
-    knee: str
-    baseline: str
-    ratio: float | None
-    target: str
-    passed: bool | None
-
-
-@dataclass
-class Section:
-    """A comparison's table rows and its figures for the summary line."""
-
-    rows: list[Row]
-    metrics: dict[str, float]
 
 
 # --- processes -------------------------------------------------------------------------
@@ -354,35 +344,6 @@ def bench_poisson(knee: Path, addr: str, work: Path, plan: Plan) -> Section:
     return Section(rows, {"poisson_achieved_over_target": a, "poisson_late_pct": late})
 
 
-# --- report ----------------------------------------------------------------------------
-
-
-def print_table(rows: list[Row]) -> None:
-    header = ("measure", "knee", "baseline", "ratio", "target", "verdict")
-    cells = [header] + [
-        (
-            r.name,
-            r.knee,
-            r.baseline,
-            "" if r.ratio is None else f"{r.ratio:.3f}",
-            r.target,
-            "" if r.passed is None else ("PASS" if r.passed else "MISS"),
-        )
-        for r in rows
-    ]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    for i, c in enumerate(cells):
-        print("  ".join(s.ljust(w) for s, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
-
-
-def summary(sections: list[Section]) -> dict:
-    out: dict = {k: round(v, 4) for sec in sections for k, v in sec.metrics.items()}
-    out["all_pass"] = all(r.passed for sec in sections for r in sec.rows if r.passed is not None)
-    return out
-
-
 def run_all(plan: Plan) -> Section:
     knee = find_knee_node()
     with tempfile.TemporaryDirectory(prefix="knee-bench-") as tmp:
@@ -410,10 +371,7 @@ def main() -> int:
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"echo_overhead: broken: {e}", file=sys.stderr)
         return 1
-    print()
-    print_table([r for sec in sections for r in sec.rows])
-    print(f"\n(medians of {REPEATS} runs; {time.monotonic() - t0:.0f} s in all)")
-    print(json.dumps(summary(sections)))
+    report(sections, f"medians of {REPEATS} runs; {time.monotonic() - t0:.0f} s in all")
     return 0
 
 

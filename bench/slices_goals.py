@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median
+from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, json_lines, median, report
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 
@@ -106,24 +106,6 @@ OVERHEAD_WARM_S = 1.5
 BASELINE_SETTLE_S = 1.0
 # Goal 3: samples intended in the client's first 0.5 s are left out (routes settling).
 RTD_WARM_S = 0.5
-
-
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    name: str
-    knee: str
-    baseline: str
-    ratio: float | None
-    target: str
-    passed: bool | None
-
-
-@dataclass
-class Section:
-    rows: list[Row]
-    metrics: dict[str, float]
 
 
 # --- nodes -----------------------------------------------------------------------------
@@ -744,32 +726,6 @@ def bench_rtd(b: Bench, plan: Plan, pingpong: Path) -> Section:
 # --- report ----------------------------------------------------------------------------
 
 
-def print_table(rows: list[Row]) -> None:
-    header = ("measure", "knee", "baseline", "ratio", "target", "verdict")
-    cells = [header] + [
-        (
-            r.name,
-            r.knee,
-            r.baseline,
-            "" if r.ratio is None else f"{r.ratio:.3f}",
-            r.target,
-            "" if r.passed is None else ("PASS" if r.passed else "MISS"),
-        )
-        for r in rows
-    ]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    for i, c in enumerate(cells):
-        print("  ".join(s.ljust(w) for s, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
-
-
-def summary(sections: list[Section]) -> dict[str, Any]:
-    out: dict[str, Any] = {k: round(v, 4) for sec in sections for k, v in sec.metrics.items()}
-    out["all_pass"] = all(r.passed for sec in sections for r in sec.rows if r.passed is not None)
-    return out
-
-
 def run_all(plan: Plan) -> list[Section]:
     knee = find_knee_node()
     t0 = time.monotonic()
@@ -802,10 +758,7 @@ def main() -> int:
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"slices_goals: broken: {e}", file=sys.stderr)
         return 1
-    print()
-    print_table([r for sec in sections for r in sec.rows])
-    print(f"\n(medians; {time.monotonic() - t0:.0f} s in all)")
-    print(json.dumps(summary(sections)))
+    report(sections, f"medians; {time.monotonic() - t0:.0f} s in all")
     return 0
 
 

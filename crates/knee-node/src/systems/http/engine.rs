@@ -290,15 +290,7 @@ impl<'a> Engine<'a> {
             if self.tally.connect_failures <= 10 {
                 stdio::log(&format!("connection {slot}: connect failed: {e}"));
             }
-            self.record_unsent(
-                id,
-                intended_ns,
-                op,
-                slot as u32,
-                Status::Drop,
-                Reason::Connect as u32,
-            );
-            self.client_done(slot, clock::now_ns());
+            self.not_sent(slot, id, intended_ns, op, Reason::Connect);
             return;
         }
         self.pollfds[slot].fd = conn.fd();
@@ -316,15 +308,7 @@ impl<'a> Engine<'a> {
             stdio::log(&format!("connection {slot}: send failed: {e}; opening it again"));
             conn.close();
             self.pollfds[slot].fd = -1;
-            self.record_unsent(
-                id,
-                intended_ns,
-                op,
-                slot as u32,
-                Status::Drop,
-                Reason::Send as u32,
-            );
-            self.client_done(slot, clock::now_ns());
+            self.not_sent(slot, id, intended_ns, op, Reason::Send);
             return;
         }
         self.in_flight += 1;
@@ -492,6 +476,13 @@ impl<'a> Engine<'a> {
             }
         }
         wait
+    }
+
+    /// A request its connection could not send (connect or write failed): a drop with
+    /// its reason, and the connection free again.
+    fn not_sent(&mut self, slot: usize, id: u64, intended_ns: u64, op: u16, reason: Reason) {
+        self.record_unsent(id, intended_ns, op, slot as u32, Status::Drop, reason as u32);
+        self.client_done(slot, clock::now_ns());
     }
 
     fn record_unsent(&self, id: u64, intended_ns: u64, op: u16, client: u32, status: Status, reason: u32) {
