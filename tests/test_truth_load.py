@@ -101,10 +101,30 @@ def spawn_load(
     return spawn
 
 
+def stop_process(pid: int, timeout_s: float = 5) -> None:
+    """SIGSTOP `pid` (a process this test started) and wait until every thread of it is
+    stopped. `kill` returns before that: the group stop begins only when one thread takes
+    the signal, and on a busy machine another thread can go on running meanwhile (seen: a
+    frozen server's connection thread replied 16 ms after the SIGSTOP)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped() -> bool:
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that has just exited
+            if state not in ("T", "t"):
+                return False
+        return True
+
+    wait_until(all_stopped, timeout_s, f"every thread of {pid} stopped")
+
+
 @contextmanager
 def frozen(pid: int) -> Iterator[None]:
-    """SIGSTOP `pid` (a process this test started) for the block; SIGCONT whatever happens."""
-    os.kill(pid, signal.SIGSTOP)
+    """Stops `pid` (a process this test started) for the block; SIGCONT whatever happens."""
+    stop_process(pid)
     try:
         yield
     finally:
@@ -404,7 +424,7 @@ def test_a_reply_read_after_its_deadline_is_a_timeout(
         )
         load.start_ns()
         wait_until(lambda: tcp_rx_queues(port)[0] > 0, 5, "the request reaching the server")
-        os.kill(load.pid, signal.SIGSTOP)
+        stop_process(load.pid)
     try:
         replied_ns = wait_until(
             lambda: tcp_rx_queues(port)[1] > 0, 5, "the reply reaching the generator"
