@@ -19,6 +19,14 @@ const LISTEN_ATTEMPTS: usize = 5;
 /// Every put blocks rather than drops when a link is congested: losing an item or a
 /// control message silently would break the exactly-once accounting.
 pub const CONGESTION: CongestionControl = CongestionControl::Block;
+/// How long a blocked put waits for a congested link before zenoh closes that link (and
+/// drops what was queued on it). Zenoh's default, 5 s, is shorter than the stalls a
+/// quarter-core PN on a busy 2-core machine can have: the client's link to such a PN was
+/// closed, the items queued for it were gone, and when that PN later took a slice its ring
+/// lacked them (2 items lost in a 10 MB/s point with no re-publication). A stalled PN now
+/// holds the client back (its latency shows it) for up to this long; a dead one closes its
+/// TCP connection at once and does not.
+const BLOCK_CLOSE_US: u64 = 60_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -81,6 +89,10 @@ fn config(mode: Mode, endpoint: &str, connect: &[String]) -> Result<zenoh::Confi
     set("scouting/gossip/enabled", "true".into())?;
     set("listen/endpoints", json(&vec![endpoint.to_string()]))?;
     set("connect/endpoints", json(&connect.to_vec()))?;
+    set(
+        "transport/link/tx/queue/congestion_control/block/wait_before_close",
+        BLOCK_CLOSE_US.to_string(),
+    )?;
     Ok(c)
 }
 
