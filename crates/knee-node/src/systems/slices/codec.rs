@@ -225,7 +225,7 @@ pub struct Took {
     pub taker_first_id: Option<u64>,
 }
 
-/// LB -> PN, on `P/ctl/pn/<pn>`.
+/// LB -> PN (and a taker's `Want` to its giver), on `P/ctl/pn/<pn>`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ToPn {
@@ -236,6 +236,10 @@ pub enum ToPn {
     Give { to: u32, slices: Vec<SliceEpoch> },
     /// These slices moved on at a higher epoch while this PN was thought dead: drop them.
     Revoke { slices: Vec<SliceEpoch> },
+    /// From a taker (`from`) to the PN that gave it slices, not from the LB: items of
+    /// those slices, (sender, id), that no owner accepted and the taker never heard. The
+    /// giver forwards those it heard, or hears within its ring's age, on `P/fwd/<from>`.
+    Want { from: u32, items: Vec<(u32, u64)> },
 }
 
 /// Giver -> taker, on `P/ctl/handoff/<taker>`.

@@ -17,6 +17,9 @@ use super::codec::HandoffSlice;
 pub const MAX_OWED_PER_SLICE: usize = 4096;
 /// Ids remembered per slice owned after a crash, for deduplication (oldest forgotten).
 pub const MAX_SEEN_PER_SLICE: usize = 1 << 16;
+/// Missing ids noted for the PN to ask of givers, between two looks (`take_missing`);
+/// beyond, they stay owed but are not asked for (their re-publish still brings them).
+pub const MAX_MISSING_PENDING: usize = MAX_OWED_PER_SLICE;
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum Verdict {
@@ -81,6 +84,9 @@ struct Slice {
     owed: HashSet<(u32, u64)>,
     /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
     seen: Option<Seen>,
+    /// Owned through a giver's handoff: ids found missing above its watermark may still
+    /// reach the giver (which heard the clients later than this PN), so they are noted.
+    handed: bool,
 }
 
 #[derive(Debug)]
@@ -90,6 +96,9 @@ pub struct Ledger {
     stride: u64,
     /// Owed ids forgotten because a slice's owed set was full.
     pub owed_overflow: u64,
+    /// (slice, sender, id) newly owed in slices owned through a handoff: what this PN
+    /// missed after the giver's watermark, for it to ask the giver for.
+    missing: Vec<(u32, u32, u64)>,
 }
 
 impl Ledger {
@@ -98,6 +107,7 @@ impl Ledger {
             slices: (0..slices).map(|_| Slice::default()).collect(),
             stride: slices.max(1) as u64,
             owed_overflow: 0,
+            missing: Vec::new(),
         }
     }
 
@@ -143,7 +153,11 @@ impl Ledger {
             let missing = (id.saturating_sub(from) / stride) as usize;
             let room = MAX_OWED_PER_SLICE.saturating_sub(s.owed.len());
             for k in 1..=missing.min(room) as u64 {
-                s.owed.insert((sender, id - k * stride));
+                let skipped = id - k * stride;
+                s.owed.insert((sender, skipped));
+                if s.handed && self.missing.len() < MAX_MISSING_PENDING {
+                    self.missing.push((slice, sender, skipped));
+                }
             }
             overflow = missing.saturating_sub(room) as u64;
         }
@@ -206,8 +220,14 @@ impl Ledger {
             watermark: h.watermark.iter().copied().collect(),
             owed: h.owed.iter().copied().collect(),
             seen: None,
+            handed: true,
         };
         true
+    }
+
+    /// The ids noted missing since the last call: (slice, sender, id).
+    pub fn take_missing(&mut self) -> Vec<(u32, u32, u64)> {
+        std::mem::take(&mut self.missing)
     }
 
     /// Owns the slice with no giver. Already owning it (at a lower epoch), it keeps its
@@ -338,6 +358,15 @@ impl Ring {
         }
     }
 
+    /// Copies of the items whose (sender, id) is in `wanted`.
+    pub fn copies_of(&self, wanted: &HashSet<(u32, u64)>) -> Vec<RingItem> {
+        self.items
+            .iter()
+            .filter(|i| wanted.contains(&(i.sender, i.id)))
+            .cloned()
+            .collect()
+    }
+
     /// Removes and returns the items of `slices`, in (slice, sender, id) order.
     pub fn take(&mut self, slices: &HashSet<u32>) -> Vec<RingItem> {
         let mut taken = Vec::new();
@@ -393,6 +422,30 @@ mod tests {
         // A re-publish of an id already accepted is ignored.
         assert_eq!(taker.decide(3, 7, after[2]), Verdict::Already);
         assert_eq!(taker.epoch(3), 2);
+    }
+
+    #[test]
+    fn ids_a_taker_missed_after_the_watermark_are_noted_and_accepted_once_when_they_come() {
+        let (mut giver, mut taker) = (Ledger::new(10), Ledger::new(10));
+        giver.assign(3, 1, false);
+        assert_eq!(giver.decide(3, 7, 3), Verdict::Accept);
+        let h = handoff_of(&mut giver, 3, 2);
+        assert!(taker.take(&h));
+        // The taker heard the client only from 33 on: 13 and 23 never reached an owner.
+        assert_eq!(taker.decide(3, 7, 33), Verdict::Accept);
+        assert_eq!(taker.take_missing(), vec![(3, 7, 23), (3, 7, 13)]);
+        assert!(taker.take_missing().is_empty());
+        // The giver, which heard them after the give, forwards them: each accepted once.
+        for id in [13, 23] {
+            assert_eq!(taker.decide(3, 7, id), Verdict::Accept);
+            assert_eq!(taker.decide(3, 7, id), Verdict::Already);
+        }
+        // A slice owned with no giver notes nothing: there is no one to ask.
+        let mut lone = Ledger::new(10);
+        lone.assign(4, 1, false);
+        assert_eq!(lone.decide(4, 7, 4), Verdict::Accept);
+        assert_eq!(lone.decide(4, 7, 24), Verdict::Accept);
+        assert!(lone.take_missing().is_empty());
     }
 
     #[test]

@@ -41,6 +41,9 @@ const LEAVE_WAIT_NS: u64 = 2_000_000_000;
 /// Acknowledged ids remembered (every PN hears every reply): a crash takeover skips the
 /// ring items already acknowledged. 2^20 covers minutes at the report's rates.
 const MAX_ACKED: usize = 1 << 20;
+/// Items a giver waits to hear for a taker that missed them (each for the ring's age at
+/// most); beyond, a want is not kept and the client's re-publish is the only way back.
+const MAX_WANTED: usize = 1 << 16;
 
 fn default_work_repeat() -> u32 {
     1
@@ -158,9 +161,26 @@ struct State {
     /// The last handoff this PN sent for each slice it gave (one per slice: bounded by
     /// the slice count), sent again if the LB gives the slice again at the same epoch.
     handed: HashMap<u32, HandoffSlice>,
+    /// Who gave this PN each slice it took by a handoff: whom to ask for missing items
+    /// (one per slice: bounded by the slice count).
+    givers: HashMap<u32, u32>,
+    /// As a giver: items a taker wants and this PN has not heard yet, (sender, id) ->
+    /// (taker, until_ns); forwarded when heard.
+    wanted: HashMap<(u32, u64), (u32, u64)>,
 }
 
 impl State {
+    /// The missing items the ledger noted since the last look, by the giver to ask.
+    fn wants(&mut self) -> HashMap<u32, Vec<(u32, u64)>> {
+        let mut by_giver: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+        for (slice, sender, id) in self.ledger.take_missing() {
+            if let Some(&giver) = self.givers.get(&slice) {
+                by_giver.entry(giver).or_default().push((sender, id));
+            }
+        }
+        by_giver
+    }
+
     /// Queues an accepted item; a full queue drops it and keeps it owed.
     fn enqueue(&mut self, job: Job, queue_max: usize, c: &Counters) -> bool {
         if self.queue.len() >= queue_max {
@@ -186,6 +206,8 @@ struct Counters {
     gave_again: AtomicU64,
     took: AtomicU64,
     gaps: AtomicU64,
+    missing_asked: AtomicU64,
+    forwarded: AtomicU64,
     fenced: AtomicU64,
     released: AtomicU64,
     reply_errors: AtomicU64,
@@ -262,8 +284,17 @@ impl Shared {
                 if st.enqueue(job, self.cfg.queue_max, c) {
                     self.work.notify_one();
                 }
+                let wants = st.wants();
+                drop(st);
+                self.ask(wants);
             }
             Verdict::NotOwned => {
+                // A taker missed it: it goes to the taker too (and stays in the ring).
+                let taker = if st.wanted.is_empty() {
+                    None
+                } else {
+                    st.wanted.remove(&(h.sender, h.id)).map(|(taker, _)| taker)
+                };
                 if self.cfg.static_slices.is_none() {
                     st.ring.push(RingItem {
                         slice: h.slice,
@@ -272,6 +303,10 @@ impl Shared {
                         arrived_ns: clock::now_ns(),
                         bytes: bytes.to_vec(),
                     });
+                }
+                drop(st);
+                if let Some(taker) = taker {
+                    self.forward(taker, vec![bytes.to_vec()]);
                 }
             }
             Verdict::Already => {
@@ -283,6 +318,44 @@ impl Shared {
     fn send(&self, key: &str, bytes: Vec<u8>) {
         if let Err(e) = session::put(&self.session, key, bytes) {
             stdio::log(&e);
+        }
+    }
+
+    /// Asks each giver for the items of its slices this PN missed.
+    fn ask(&self, wants: HashMap<u32, Vec<(u32, u64)>>) {
+        for (giver, items) in wants {
+            self.c
+                .missing_asked
+                .fetch_add(items.len() as u64, Ordering::Relaxed);
+            let msg = ToPn::Want {
+                from: self.cfg.pn,
+                items,
+            };
+            self.send(&self.keys.pn(giver), codec::encode_control(&msg));
+        }
+    }
+
+    /// A taker's want: the ring's copies, to forward now; the rest is kept to forward when
+    /// heard (for the ring's age, the longest this PN keeps an item it does not own).
+    fn on_want(&self, st: &mut State, taker: u32, items: Vec<(u32, u64)>) -> Vec<Vec<u8>> {
+        let wanted: HashSet<(u32, u64)> = items.into_iter().collect();
+        let found = st.ring.copies_of(&wanted);
+        let until_ns = clock::now_ns() + self.cfg.ring_age_ms * 1_000_000;
+        let have: HashSet<(u32, u64)> = found.iter().map(|i| (i.sender, i.id)).collect();
+        for key in wanted.difference(&have) {
+            if st.wanted.len() >= MAX_WANTED {
+                break;
+            }
+            st.wanted.insert(*key, (taker, until_ns));
+        }
+        found.into_iter().map(|i| i.bytes).collect()
+    }
+
+    /// Items to a taker that missed them, on its `P/fwd/<taker>`.
+    fn forward(&self, taker: u32, items: Vec<Vec<u8>>) {
+        for bytes in items {
+            self.c.forwarded.fetch_add(1, Ordering::Relaxed);
+            self.send(&self.keys.fwd(taker), bytes);
         }
     }
 
@@ -361,6 +434,11 @@ impl Shared {
                 let fenced = (before - st.queue.len()) as u64;
                 self.c.fenced.fetch_add(fenced, Ordering::Relaxed);
             }
+            ToPn::Want { from, items } => {
+                let found = self.on_want(&mut st, from, items);
+                drop(st);
+                self.forward(from, found);
+            }
         }
     }
 
@@ -390,6 +468,7 @@ impl Shared {
         for hs in &h.slices {
             if st.ledger.take(hs) {
                 taken.push((hs.slice, hs.epoch));
+                st.givers.insert(hs.slice, h.from);
                 watermarks.insert(hs.slice, hs.watermark.clone());
             } else if st.ledger.owned(hs.slice) && st.ledger.epoch(hs.slice) == hs.epoch {
                 // A handoff sent again: taken before, so only the LB is told again.
@@ -402,9 +481,11 @@ impl Shared {
             }
         }
         let mut took = self.replay(&mut st, &taken, &watermarks);
+        let wants = st.wants();
         drop(st);
         took.extend(already);
         self.took(took);
+        self.ask(wants);
     }
 
     /// Newly owned slices: their ring items, in id order per sender, go through the
@@ -569,6 +650,8 @@ impl Shared {
                 handoffs_sent_again: get(&c.gave_again),
                 handoffs_took: get(&c.took),
                 gap_items: get(&c.gaps),
+                missing_asked: get(&c.missing_asked),
+                forwarded: get(&c.forwarded),
                 fenced: get(&c.fenced),
                 released: get(&c.released),
                 owed_overflow: st.ledger.owed_overflow,
@@ -605,8 +688,13 @@ struct PnStats {
     /// Handoffs sent again because the LB gave their slice again (its taker never said).
     handoffs_sent_again: u64,
     handoffs_took: u64,
-    /// Items a taker's ring missed after a watermark (the client's re-publish brings them).
+    /// Items a taker's ring missed after a watermark (asked of the giver; the client's
+    /// re-publish brings those the giver never heard).
     gap_items: u64,
+    /// Items this PN, as a taker, asked its givers for (missing after their watermarks).
+    missing_asked: u64,
+    /// Items this PN, as a giver, forwarded to takers that missed them.
+    forwarded: u64,
     fenced: u64,
     /// Queued items a leaving PN passed to its takers instead of draining them.
     released: u64,
@@ -647,6 +735,8 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
             leaving: false,
             acked: Seen::with_max(MAX_ACKED),
             handed: HashMap::new(),
+            givers: HashMap::new(),
+            wanted: HashMap::new(),
         }),
         work: Condvar::new(),
         log: Mutex::new(log),
@@ -764,9 +854,17 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
             let _ = ctl.send(Control::Handoff(b));
         }),
     )?;
+    let s = shared.clone();
+    let forwarded = shared
+        .session
+        .declare_subscriber(shared.keys.fwd(shared.cfg.pn))
+        .callback(move |sample| s.on_item(&sample.payload().to_bytes()))
+        .wait()
+        .map_err(|e| format!("subscribing to forwarded items: {e}"))?;
     let mut subs = vec![items, pn, handoff];
     if shared.cfg.static_slices.is_none() {
         subs.push(replies);
+        subs.push(forwarded);
     }
     Ok(subs)
 }
@@ -817,7 +915,11 @@ fn main_loop(shared: &Shared, mut life: Lifecycle) -> Result<(), String> {
             last_processed = (processed, now);
             shared.beat(rate);
         }
-        shared.lock().ring.expire(now);
+        {
+            let mut st = shared.lock();
+            st.ring.expire(now);
+            st.wanted.retain(|_, &mut (_, until_ns)| until_ns > now);
+        }
         shared
             .log
             .lock()

@@ -162,6 +162,10 @@ impl Keys {
     pub fn handoff(&self, pn: u32) -> String {
         format!("{}/ctl/handoff/{pn}", self.prefix)
     }
+    /// Items a giver forwards to a taker that missed them (whole item messages).
+    pub fn fwd(&self, pn: u32) -> String {
+        format!("{}/fwd/{pn}", self.prefix)
+    }
 }
 
 #[cfg(test)]
