@@ -163,7 +163,8 @@ def check_point(
     try:
         applied = applications(replica)
     except (OSError, RuntimeError, ValueError, sqlite3.Error, subprocess.SubprocessError) as e:
-        return {**out, "verdict": "UNCHECKED", "reason": f"reading the database: {e}"}
+        reason = f"reading the {database} database: {e}"
+        return {**out, "verdict": "UNCHECKED", "reason": reason, "detail": reason}
     writes = ok_samples[ok_samples["op"].isin(list(WRITE_OPS))] if len(ok_samples) else None
     acked = pd.DataFrame(
         {
@@ -173,4 +174,21 @@ def check_point(
     )
     counts = integrity(acked, applied.astype({"client": str, "request_id": np.int64}))
     passed = counts["lost"] == 0 and counts["applied_twice"] == 0
-    return {**out, **counts, "verdict": "PASS" if passed else "FAIL"}
+    out |= counts
+    return {**out, "verdict": "PASS" if passed else "FAIL", "detail": _detail(out)}
+
+
+def _detail(check: dict[str, Any]) -> str:
+    """The verdict's numbers in one line (the runner prints it under its table)."""
+    gaps, failures = check["unavailability"], sum(check["failures"].values())
+    line = (
+        f"{check['lost']} lost, {check['applied_twice']} applied twice of "
+        f"{check['acknowledged_writes']} acknowledged writes ({check['database']}'s tables); "
+        f"{failures} replica failures"
+    )
+    if gaps["count"]:
+        line += (
+            f", unavailability p50 {gaps['p50_ms']:.0f} ms, p90 {gaps['p90_ms']:.0f} ms, "
+            f"max {gaps['max_ms']:.0f} ms"
+        )
+    return line
