@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from chat_db import DATABASES, database, execute, rows
@@ -243,3 +244,21 @@ def test_primary_is_checked_like_every_event_key(tmp_path: Path) -> None:
         assert err.value.key == key and "\n" not in str(err.value), str(err.value)
     spec.write_text(spec.read_text().replace('"pause"', '"freeze"'))
     assert load_spec(spec).events[0]["node"] == "primary"
+
+
+def test_unavailability_counts_from_the_failure_to_a_reply_the_failed_process_did_not_send() -> (
+    None
+):
+    events = [
+        {"t_s": 1.0, "kind": "kill", "node": "replica-0"},
+        {"t_s": 2.0, "kind": "start", "node": "replica-0"},
+        {"t_s": 3.0, "kind": "freeze", "node": "replica-0"},
+        {"t_s": 5.0, "kind": "kill", "node": "replica-1"},
+    ]
+    received_s = [0.5, 1.001, 1.5, 2.1, 3.0005, 3.4]  # 1.001 and 3.0005: in flight from 0
+    replica = [0, 0, 1, 0, 0, 1]
+    gaps = chat_checker.unavailability_ms(np.array(received_s), np.array(replica), events)
+    assert np.allclose(gaps[:2], [500.0, 400.0]) and np.isnan(gaps[2])  # none after 5 s
+    d = chat_checker.distribution(gaps)
+    assert (d["count"], d["unanswered"]) == (2, 1)
+    assert np.allclose([d["p50_ms"], d["p90_ms"], d["max_ms"]], [400.0, 500.0, 500.0])

@@ -38,6 +38,8 @@ UP_EVENTS = ("start", "resume")
 PSQL_TIMEOUT_S = 120
 _SCHEMA = re.compile(r"[a-z0-9_]{1,63}")
 _REPLICA = re.compile(r"replica-[0-9]+")
+#: The sample columns the checker reads.
+_COLUMNS = ("status", "received_ns", "service", "op", "client", "request_id")
 _APPLIED_SQL = (
     "SELECT client, request_id, COUNT(*) AS applied FROM oplog GROUP BY client, request_id"
 )
@@ -114,8 +116,9 @@ def unavailability_ms(
         if e["kind"] not in DOWN_EVENTS:
             continue
         t, node = float(e["t_s"]), str(e["node"])
-        back = [float(b["t_s"]) for b in events[i + 1 :] if b["node"] == node]
-        back_s = min((b for b in back if b >= t), default=np.inf)
+        later = events[i + 1 :]
+        back = [float(b["t_s"]) for b in later if b["node"] == node and b["kind"] in UP_EVENTS]
+        back_s = min(back, default=np.inf)
         index = int(node.removeprefix("replica-")) if _REPLICA.fullmatch(node) else -1
         ok = (received > t) & ((replica != index) | (received > back_s))
         out.append((received[ok].min() - t) * 1e3 if ok.any() else np.nan)
@@ -151,11 +154,13 @@ def check_point(
     downs = [e for e in events if e["kind"] in DOWN_EVENTS]
     out: dict[str, Any] = {"checker": "chat exactly-once", "database": database}
     out["failures"] = {k: sum(e["kind"] == k for e in downs) for k in DOWN_EVENTS}
-    ok_samples = samples[samples["status"] == "ok"] if len(samples) else samples
+    if samples.empty:  # a point without one sample: nothing acknowledged
+        samples = pd.DataFrame({c: pd.Series(dtype="int64") for c in _COLUMNS})
+    ok = samples[samples["status"] == "ok"]
     ups = [e for e in events if e["kind"] in DOWN_EVENTS + UP_EVENTS]
     gaps = unavailability_ms(
-        ok_samples["received_ns"].to_numpy() / 1e9 if len(ok_samples) else np.array([]),
-        ok_samples["service"].to_numpy() if len(ok_samples) else np.array([]),
+        ok["received_ns"].to_numpy() / 1e9,
+        ok["service"].to_numpy(),
         sorted(ups, key=lambda e: float(e["t_s"])),
     )
     out["unavailability"] = distribution(gaps)
@@ -165,11 +170,11 @@ def check_point(
     except (OSError, RuntimeError, ValueError, sqlite3.Error, subprocess.SubprocessError) as e:
         reason = f"reading the {database} database: {e}"
         return {**out, "verdict": "UNCHECKED", "reason": reason, "detail": reason}
-    writes = ok_samples[ok_samples["op"].isin(list(WRITE_OPS))] if len(ok_samples) else None
+    writes = ok[ok["op"].isin(list(WRITE_OPS))]
     acked = pd.DataFrame(
         {
-            "client": [] if writes is None else prefix + "-" + writes["client"].astype(str),
-            "request_id": [] if writes is None else writes["request_id"].astype(np.int64),
+            "client": prefix + "-" + writes["client"].astype(str),
+            "request_id": writes["request_id"].astype(np.int64),
         }
     )
     counts = integrity(acked, applied.astype({"client": str, "request_id": np.int64}))
