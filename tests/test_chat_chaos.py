@@ -95,7 +95,7 @@ seed = 3
 [server]
 replicas = 3
 heartbeat_ms = 50
-failure_timeout_ms = 300
+failure_timeout_ms = 400
 {server}
 
 [driver]
@@ -170,7 +170,7 @@ def test_kill_cycles_of_the_current_primary_lose_nothing(
     assert check["failures"]["kill"] == 3
     gaps = check["unavailability"]
     assert gaps["count"] == 3 and gaps["unanswered"] == 0
-    # Each failover waits for the detector (failure_timeout_ms 300 after the last beat).
+    # Each failover waits for the detector (failure_timeout_ms 400 after the last beat).
     assert 150 < gaps["p50_ms"] <= gaps["p90_ms"] <= gaps["max_ms"] < 10_000, gaps
     record = json.loads((run_dir / "points" / "p000.json").read_text())
     kills = [e for e in record["events"] if e["action"] == "kill"]
@@ -211,20 +211,27 @@ def test_a_frozen_primary_resumed_after_a_takeover_applies_nothing_twice(
     check = _point(run_dir)["check"]
     assert check["verdict"] == "PASS", check
     assert check["acknowledged_writes"] > 100 and check["failures"]["freeze"] == 1
+    record = json.loads((run_dir / "points" / "p000.json").read_text())
+    (freeze,) = [e for e in record["events"] if e["action"] == "freeze"]
+    assert (freeze["resolved"], freeze["outcome"]) == ("replica-0", "applied")
     events = knee.open_run(run_dir).events
+    freeze_s = float(events.loc[events["kind"] == "freeze", "t_s"].iloc[0])
     resume_s = float(events.loc[events["kind"] == "resume", "t_s"].iloc[0])
     views = pd.read_json(run_dir / "nodes" / "replica-1.p000.events.jsonl", lines=True)
     views = views[views["event"] == "primary"]
     # replica-1 took over while replica-0 was frozen and gave the role back when it saw
     # replica-0 beat again, so after the resume; replica-0's view never changed: from its
     # resume to replica-1's give-back, both believed they were primary (a split brain).
-    assert list(views["primary"]) == [0, 1, 0], views
+    assert views["primary"].iloc[0] == 0 and 1 in set(views["primary"]), views
+    assert views["primary"].iloc[-1] == 0, views
     ours = pd.read_json(run_dir / "nodes" / "replica-0.p000.events.jsonl", lines=True)
     assert list(ours.loc[ours["event"] == "primary", "primary"]) == [0]
     run = knee.open_run(run_dir)
     samples = run.point_samples(0, ["received_ns", "status", "service"])
-    after = samples[(samples["status"] == "ok") & (samples["received_ns"] / 1e9 > resume_s)]
-    assert (after["service"] == 0).any()  # replica-0 serves again
+    ok = samples[samples["status"] == "ok"]
+    received_s = ok["received_ns"] / 1e9
+    assert (ok.loc[(received_s > freeze_s) & (received_s < resume_s), "service"] == 1).any()
+    assert (ok.loc[received_s > resume_s, "service"] == 0).any()  # replica-0 serves again
 
 
 def test_primary_is_checked_like_every_event_key(tmp_path: Path) -> None:
