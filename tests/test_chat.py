@@ -10,12 +10,12 @@ import sqlite3
 import struct
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from chat_db import DATABASES, database, rows
 from wire_client import Client
 
 from knee import results
@@ -57,18 +57,11 @@ def fetched(reply_body: bytes) -> list[tuple[int, str, bytes]]:
     return out
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=DATABASES)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    """The database config of one test's replicas: a fresh SQLite file or PostgreSQL schema."""
-    if request.param == "sqlite":
-        return {"sqlite_path": str(tmp_path / "chat.db")}
-    url = os.environ.get("KNEE_TEST_PG_URL")
-    if not url:
-        reason = "KNEE_TEST_PG_URL is not set (scripts/test starts a PostgreSQL cluster)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return {"postgres_url": url, "postgres_schema": f"t_{uuid.uuid4().hex[:12]}"}
+    """The database config of one test's replicas: a fresh SQLite file or PostgreSQL schema
+    (skipped loudly without PostgreSQL, a failure under KNEE_TEST_REQUIRE_PG=1)."""
+    return database(request.param, tmp_path)
 
 
 def replica(start_server: Any, db: dict[str, Any], i: int = 0, **extra: Any) -> Any:
@@ -223,14 +216,10 @@ def test_failover_loses_no_acknowledged_operation_and_applies_none_twice(
         if (int(c), int(r)) not in applied
     ]
     assert missing == []  # no acknowledged write lost
-    if "sqlite_path" in db:  # the same, asked of the database file directly
-        with sqlite3.connect(db["sqlite_path"]) as con:
-            twice = con.execute(
-                "SELECT COUNT(*) FROM (SELECT client, request_id FROM oplog "
-                "GROUP BY client, request_id HAVING COUNT(*) > 1)"
-            ).fetchone()[0]
-            in_db = set(con.execute("SELECT client, request_id FROM oplog").fetchall())
-        assert twice == 0
-        assert {
-            (f"load-{c}", int(r)) for c, r in zip(acked["client"], acked["request_id"], strict=True)
-        } <= in_db
+    # The same, asked of the database's own tables (the SQLite file, the PostgreSQL schema).
+    oplog = rows(db, "SELECT client, request_id, COUNT(*) AS n FROM oplog GROUP BY 1, 2")
+    assert len(oplog) >= len(acked) and (oplog["n"] == 1).all()
+    in_db = set(zip(oplog["client"], oplog["request_id"].astype(int), strict=True))
+    assert {
+        (f"load-{c}", int(r)) for c, r in zip(acked["client"], acked["request_id"], strict=True)
+    } <= in_db

@@ -63,7 +63,15 @@ def test_failover_run_through_the_event_timeline(tmp_path: Path) -> None:
     assert gap_ms is not None and gap_ms > 150, gap_ms
     timeline = chat.failover_timeline(run)
     assert list(timeline["events"]["kind"]) == ["kill", "start"]
-    served_by = set(timeline["samples"].query("status == 'ok'")["replica"])
-    assert {0, 1} <= served_by  # the first primary, then its successor
+    samples, events = timeline["samples"], timeline["events"]
+    ok = samples[samples["status"] == "ok"]
+    kill_s, start_s = events["t_s"]
+    # The first primary before the kill, its successor after it, and replica-0 again after
+    # its restart (fail-back): each within its own stretch of the timeline.
+    assert (ok.loc[ok["t_s"] < kill_s, "replica"] == 0).any()
+    assert (ok.loc[(ok["t_s"] > kill_s) & (ok["t_s"] < start_s), "replica"] == 1).any()
+    after = ok[ok["t_s"] > start_s]
+    assert (after["replica"] == 0).any(), after["replica"].value_counts()
+    assert after["replica"].iloc[-1] == 0  # and it is still the one serving at the end
     magic = chat.magic_one_percent(run)
     assert (magic["max_without_ms"] <= magic["max_ms"]).all()

@@ -39,11 +39,19 @@ EVENT: Schema = {
     "action": Param(
         "str",
         REQUIRED,
-        "kill: SIGKILL; stop: SIGTERM; start: start it again (on its previous address)",
-        choices=("kill", "stop", "start"),
+        "kill: SIGKILL; stop: SIGTERM; start: start it again (on its previous address); "
+        "freeze: SIGSTOP; resume: SIGCONT",
+        choices=("kill", "stop", "start", "freeze", "resume"),
     ),
-    "node": Param("str", REQUIRED, "a node of the point (e.g. server, replica-0)"),
+    "node": Param(
+        "str",
+        REQUIRED,
+        "a node of the point (e.g. server, replica-0), or 'primary': the replica that is "
+        "primary when the event is due (systems whose replicas report it: chat)",
+    ),
 }
+#: The node name an event uses for "the current primary" (resolved by the runner).
+PRIMARY = "primary"
 _SERIES_KEYS = ("description", *SECTIONS, "sweep", "placement")
 _DESCRIPTION = Param("str", "", "one line shown in the report")
 Doc = dict[str, Any]  # a TOML table
@@ -359,6 +367,13 @@ def _check_nodes(checked: Doc, points: list[Point]) -> None:
             raise RuleError(err.key, f"{err.message} (in point {point.label!r})") from None
         check_nodes(checked["placement"].for_point(point.placement), names, point.label)
         for i, event in enumerate(checked["events"]):
+            if event["node"] == PRIMARY and system.reports_primary:
+                if event["action"] == "start":
+                    raise RuleError(
+                        f"events[{i}].node",
+                        "'primary' names a running replica: start a replica by its name",
+                    )
+                continue
             if event["node"] not in names:
                 raise RuleError(
                     f"events[{i}].node",

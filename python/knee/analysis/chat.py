@@ -44,8 +44,8 @@ MAGIC_STD_FACTOR = 2.0
 #: Below this many OK requests a point has no slowest 1% (floor(n/100) = 0): no verdict.
 MAGIC_MIN_REQUESTS = 100
 #: Timeline events that take a replica down, and all those marked on the timeline.
-DOWN_EVENTS = ("kill", "stop")
-TIMELINE_EVENTS = ("kill", "stop", "start")
+DOWN_EVENTS = ("kill", "stop", "freeze")
+TIMELINE_EVENTS = ("kill", "stop", "start", "freeze", "resume")
 _MS = 1e6
 
 

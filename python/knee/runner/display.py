@@ -166,6 +166,8 @@ def point_notes(points: list[dict[str, Any]]) -> list[str]:
         for c in p.get("checks") or []:
             if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {c['name']} {c['verdict']}: {c.get('detail')}")
+        if check := p.get("check"):  # the system's own verdict (System.check)
+            lines.append(f"{p['label']}: check {check.get('verdict')}: {check.get('detail', '')}")
         for g in p.get("generators") or []:  # a generator that could not keep up
             c = g.get("sender") or {}
             if c.get("verdict") in ("warn", "fail"):

@@ -34,7 +34,7 @@ from knee.params import Point
 from knee.run_params import PointParams
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
-from knee.spec import Spec
+from knee.spec import PRIMARY, Spec
 from knee.stats import point_stats
 from knee.stats.interference import interference
 from knee.systems import NodePlan
@@ -146,6 +146,7 @@ class PointNodes:
     recorders: list[str]
     record: PointParams  # what the point runs with, rewritten in points/pNNN.json
     ended: set[str] = field(default_factory=set)  # finished, or stopped by an event
+    frozen: set[str] = field(default_factory=set)  # stopped by SIGSTOP (a freeze event)
     started: set[str] = field(default_factory=set)  # started at least once
     outputs: dict[str, list[Path]] = field(default_factory=dict)  # files each node writes
     starts_ns: dict[str, int] = field(default_factory=dict)  # each recorder's schedule start
@@ -228,16 +229,24 @@ def _measure_point(
     # that react to their peers' leaving (slices' PNs hand their slices to PNs that stay)
     # see them all go together, as at a shutdown, and a point's teardown takes one grace
     # period, not one per node.
+    for name in nodes.frozen:  # a frozen node would not see its SIGTERM
+        state.nodes[name].signal(signal.SIGCONT)
     for plan in plans:
         if (node := state.nodes.get(plan.name)) is not None and node.alive():
             node.signal(signal.SIGTERM)
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
     _fetch(state, nodes, raws)
+    frame = results.point_frame(state.run_dir, list(raws.values()))
+    check = None
+    if system.check is not None:  # before the scratch folder (a system's files) goes
+        timeline = [e for e in state.events if e["point"] == point.index]
+        check = system.check(frame, nodes.configs, timeline)
+        state.event("check", point.index, detail=str(check.get("verdict", "")))
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     stats = point_stats(
-        results.point_frame(state.run_dir, list(raws.values())),
+        frame,
         schedule=point.load["schedule"],
         target_rate_per_s=systems.target_rate_per_s(point.load),
         late_ms=point.load["late_ms"],
@@ -253,6 +262,8 @@ def _measure_point(
         target_rate_per_s=systems.target_rate_per_s(point.load),
         resources=_resources(state.timeseries, point.index, warmup_end_s),
     )
+    if check is not None:
+        stats["check"] = check
     _add_interference(stats, state.timeseries, point.index, warmup_end_s)
     state.points.append(stats)
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, "running"))
@@ -342,12 +353,35 @@ def _start_node(state: RunState, point: Point, nodes: PointNodes, name: str, sys
     return node
 
 
+def _current_primary(state: RunState, nodes: PointNodes) -> str | None:
+    """The replica that believes it is primary, by the running, unfrozen replicas' latest
+    ``primary`` events (the lowest-numbered if a split brain has two); None when none does
+    (e.g. a failover is still under way)."""
+    claims = []
+    for name in nodes.plans:
+        node = state.nodes.get(name)
+        view = node.latest.get("primary") if node is not None else None
+        if view is None or name in nodes.frozen or not node.alive():
+            continue
+        if view.get("primary") == view.get("replica"):
+            claims.append((int(view["replica"]), name))
+    return min(claims)[1] if claims else None
+
+
 def _apply_event(
     state: RunState, point: Point, nodes: PointNodes, event: dict[str, Any], system: str
 ) -> None:
     name, action = event["node"], event["action"]
-    node = state.nodes.get(name)
     detail = f"at {event['at_s']:g} s"
+    if name == PRIMARY:
+        resolved = _current_primary(state, nodes)
+        if resolved is None:
+            state.event(f"{action}_skipped", point.index, name, detail + ": no primary")
+            _applied(state, nodes, event, "skipped: no replica is primary")
+            return
+        event, name = {**event, "resolved": resolved}, resolved
+        detail += " (the primary)"
+    node = state.nodes.get(name)
     if action == "start":
         if node is not None and node.alive():
             state.event("start_skipped", point.index, name, detail + ": already running")
@@ -366,7 +400,18 @@ def _apply_event(
         state.event(f"{action}_skipped", point.index, name, detail + ": not running")
         _applied(state, nodes, event, "skipped: not running")
         return
+    if action in ("freeze", "resume"):
+        if (action == "freeze") == (name in nodes.frozen):
+            state.event(f"{action}_skipped", point.index, name, detail + ": already so")
+            _applied(state, nodes, event, "skipped: already " + action[:6] + "d")
+            return
+        state.event(action, point.index, name, f"{detail}, pid {node.pid}")
+        _applied(state, nodes, event, "applied")
+        node.signal(signal.SIGSTOP if action == "freeze" else signal.SIGCONT)
+        (nodes.frozen.add if action == "freeze" else nodes.frozen.discard)(name)
+        return
     nodes.ended.add(name)
+    nodes.frozen.discard(name)
     state.event(action, point.index, name, f"{detail}, pid {node.pid}")
     _applied(state, nodes, event, "applied")
     if action == "kill":

@@ -40,6 +40,7 @@ class NodePlan:
 
 
 Topology = Callable[[Point], list[NodePlan]]
+PointCheck = Callable[[Any, dict[str, dict[str, Any]], list[dict[str, Any]]], dict[str, Any]]
 
 
 def default_topology(point: Point) -> list[NodePlan]:
@@ -68,6 +69,13 @@ class System:
     #: The reply flag bit that marks a reply served from a result cache (matrix), when the
     #: point's `server.cache` is on: its hit ratio then goes into the point's statistics.
     cache_hit_flag: int | None = None
+    #: Its replicas report who they believe is primary (``primary`` events), so a timeline
+    #: event may name ``node = "primary"`` (the runner resolves it when the event is due).
+    reports_primary: bool = False
+    #: A verdict on each point, run as it ends (before its scratch folder goes): (the
+    #: point's samples as `knee.results.point_frame`, the configs its nodes ran with, its
+    #: timeline events) -> a dict kept as the point's ``check`` in summary.json.
+    check: PointCheck | None = None
 
 
 def plan_nodes(system: System, point: Point) -> list[NodePlan]:

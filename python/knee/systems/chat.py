@@ -9,9 +9,11 @@ counts requests *per client*, as in the report (10,000 each).
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
+from knee.analysis.chat_checker import check_point
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
@@ -29,10 +31,27 @@ def _chat_rule(s: Sections) -> None:
         raise RuleError("load.schedule", "chat clients run a closed loop: use 'closed'")
     if load["think"] != "fixed":
         raise RuleError("load.think", "chat clients pause a fixed think_ms between requests")
-    if server["database"] == "postgres" and not server["postgres_url"]:
-        raise RuleError("server.postgres_url", "missing (database 'postgres' needs a URL)")
+    if server["database"] == "postgres":
+        if not server["postgres_url"]:
+            raise RuleError("server.postgres_url", "missing (database 'postgres' needs a URL)")
+        postgres_url(server)  # a "$VARIABLE" must be set
     if server["failure_timeout_ms"] <= server["heartbeat_ms"]:
         raise RuleError("server.failure_timeout_ms", "must be above heartbeat_ms")
+
+
+def postgres_url(server: dict[str, Any]) -> str:
+    """The server's PostgreSQL URL; a value "$NAME" is read from the environment variable
+    NAME, so a shipped spec can use a cluster started for the run (scripts/postgres)."""
+    url = str(server["postgres_url"])
+    if not url.startswith("$"):
+        return url
+    value = os.environ.get(url[1:], "")
+    if not value:
+        raise RuleError(
+            "server.postgres_url",
+            f"{url} is not set (export it: a PostgreSQL URL, e.g. from scripts/postgres start)",
+        )
+    return value
 
 
 def chat_topology(point: Point) -> list[NodePlan]:
@@ -41,7 +60,7 @@ def chat_topology(point: Point) -> list[NodePlan]:
     if server["database"] == "postgres":
         # A fresh schema per point, so points (and runs) never see each other's rows.
         db = {
-            "postgres_url": server["postgres_url"],
+            "postgres_url": postgres_url(server),
             "postgres_schema": f"knee_chat_{uuid.uuid4().hex[:16]}",
         }
     else:
@@ -56,6 +75,7 @@ def chat_topology(point: Point) -> list[NodePlan]:
                     "heartbeat_ms": server["heartbeat_ms"],
                     "failure_timeout_ms": server["failure_timeout_ms"],
                     "threads": server["threads"],
+                    "dedup_window": server["dedup_window"],
                     **db,
                 }
             },
@@ -99,7 +119,16 @@ SYSTEM = System(
             "int", 0, "0 = serve on each connection's thread; N = a pool", min=0, max=256
         ),
         "database": Param("str", "sqlite", "where the state lives", choices=("sqlite", "postgres")),
-        "postgres_url": Param("str", None, "PostgreSQL URL (database = 'postgres')"),
+        "postgres_url": Param(
+            "str", None, "PostgreSQL URL (database = 'postgres'); '$NAME': from variable NAME"
+        ),
+        "dedup_window": Param(
+            "int",
+            1024,
+            "dedup keys kept per client (its newest request ids; older ids are refused)",
+            min=1,
+            max=1_000_000,
+        ),
     },
     driver={
         "mix": Param(
@@ -120,4 +149,6 @@ SYSTEM = System(
     },
     rules=(_chat_rule,),
     topology=chat_topology,
+    reports_primary=True,
+    check=check_point,
 )

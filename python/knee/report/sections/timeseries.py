@@ -16,7 +16,7 @@ from knee.stats.quantiles import order_statistic, order_statistics_by_bin
 #: Width of a time bin for the sample-based series.
 BIN_S = 1.0
 #: Event kinds drawn as markers (the runner's own bookkeeping events are left out).
-TIMELINE_KINDS = ("kill", "stop", "start", "run_failed", "run_interrupted")
+TIMELINE_KINDS = ("kill", "stop", "start", "freeze", "resume", "run_failed", "run_interrupted")
 #: Point starts are labelled when there are at most this many (beyond, lines only).
 LABELLED_POINTS = 24
 

@@ -24,7 +24,13 @@ from knee.report.html import Section, esc
 MAX_DRAWN = 20_000
 #: Event kinds marked on the failover timeline, with their colours.
 PASS_FAIL_BG = {True: "#e3f5e1", False: "#fbdcdc"}
-EVENT_COLORS = {"kill": "#d62728", "stop": "#d62728", "start": "#2ca02c"}
+EVENT_COLORS = {
+    "kill": "#d62728",
+    "stop": "#d62728",
+    "freeze": "#9467bd",
+    "start": "#2ca02c",
+    "resume": "#2ca02c",
+}
 
 SOURCE_CLIENTS = (
     "The source report found latency rising predictably with clients and reply size, "
@@ -88,10 +94,23 @@ def _verdict_row(name: str, value: str, good: bool | None) -> str:
 # ------------------------------------------------------------------ failover
 
 
+def _check(rr: ReportRun, point: int) -> dict[str, Any] | None:
+    """The checker's verdict on the point (summary.json: knee.analysis.chat_checker), when
+    it read the database."""
+    check = next((p.get("check") for p in rr.points if p.get("point") == point), None)
+    return check if check and "lost" in check else None
+
+
 def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
     f = chat.failover_summary(rr.run, point)
     integrity, missing, gap_ms, kill = f["integrity"], f["missing"], f["gap_ms"], f["down"]
-    passed = f["passed"]
+    passed, judge = f["passed"], "the server's audit of the database"
+    check = _check(rr, point)
+    if check is not None:  # the database's own tables, read by the checker
+        integrity = {k: int(check[k]) for k in ("acknowledged_writes", "applied_writes")}
+        integrity |= {k: int(check[k]) for k in ("lost", "applied_twice")}
+        passed = check["verdict"] == "PASS"
+        judge = f"the {check['database']} database's own tables, read by the checker"
     verdict = (
         f'<p class="finding" style="font-size:18px; background:{PASS_FAIL_BG[passed]}"><b>'
         + ("PASS" if passed else "FAIL")
@@ -100,7 +119,8 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
             f"of {integrity['acknowledged_writes']} writes acknowledged to the clients, "
             f"{integrity['lost']} are missing from the database and "
             f"{integrity['applied_twice']} were applied more than once (the database's "
-            f"operation log holds {integrity['applied_writes']} applications)."
+            f"operation log holds {integrity['applied_writes']} applications; checked "
+            f"against {esc(judge)})."
             if integrity is not None
             else f"operations could not be checked against the database: {esc(missing)}."
         )
@@ -129,6 +149,8 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
             None if integrity is None else integrity["applied_twice"] == 0,
         ),
     ]
+    if check is not None:
+        rows += _cycle_rows(check)
     table = '<table><tr><th class="l">failover</th><th>value</th></tr>' + "".join(rows)
     table += "</table>"
     text = (
@@ -143,6 +165,28 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
         f" (point {labels.get(point, point)})" if len(rr.points) > 1 else ""
     )
     return Section(f"chat-failover-p{point}", title, [verdict, table, text, fig])
+
+
+def _cycle_rows(check: dict[str, Any]) -> list[str]:
+    """The failures of the point and the unavailability after each (the checker's
+    distribution: from each kill, stop or freeze to the first successful reply after it)."""
+    failures = ", ".join(f"{n} {kind}" for kind, n in check["failures"].items() if n) or "none"
+    gaps = check["unavailability"]
+    rows = [_verdict_row("replica failures in the point", failures, None)]
+    if gaps["count"]:
+        rows.append(
+            _verdict_row(
+                f"unavailability per failure (from it to the next successful reply; "
+                f"{gaps['count']} failures)",
+                f"p50 {gaps['p50_ms']:.0f} ms, p90 {gaps['p90_ms']:.0f} ms, "
+                f"max {gaps['max_ms']:.0f} ms",
+                None,
+            )
+        )
+    if gaps["unanswered"]:
+        unanswered = str(gaps["unanswered"])
+        rows.append(_verdict_row("failures no successful reply followed", unanswered, None))
+    return rows
 
 
 def _timeline_figure(

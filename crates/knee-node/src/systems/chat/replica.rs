@@ -102,6 +102,13 @@ pub fn start(
         primary: AtomicU32::new(detector.beat(&mut store)?),
     });
     stdio::log(&format!("replica {me}: primary is {}", view.primary()));
+    // The first view too, so a runner resolving "the current primary" knows every replica's.
+    events::emit(&Primary {
+        replica: me,
+        primary: view.primary(),
+        was: UNKNOWN,
+        t_ns: clock::now_ns(),
+    });
     let shared = view.clone();
     std::thread::Builder::new()
         .name("heartbeat".into())

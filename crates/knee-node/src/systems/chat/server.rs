@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::codec::Request;
+use super::ops::{self, Applied};
 use super::replica::{self, View};
 use super::store::{DbConfig, StorePool};
-use super::{ops, FLAG_DUPLICATE, FLAG_NOT_PRIMARY};
+use super::{FLAG_DUPLICATE, FLAG_NOT_PRIMARY};
 use crate::clock;
 use crate::serve::{Handler, Outcome};
 use crate::systems::ServerParts;
@@ -27,6 +28,17 @@ fn default_max_queue() -> usize {
 fn default_schema() -> String {
     "knee_chat".into()
 }
+fn default_dedup_window() -> u64 {
+    DEDUP_WINDOW
+}
+
+/// Request ids per client whose dedup keys are kept (docs/chat.md, "Exactly-once writes").
+/// A knee client retries only its current request, so any window >= 1 keeps its retries
+/// exactly-once; 1024 also answers a duplicate delayed by up to 1023 newer requests (a
+/// frozen replica's backlog) with its stored result rather than a refusal.
+pub const DEDUP_WINDOW: u64 = 1024;
+/// The largest window accepted: it bounds the table at this many rows per client.
+pub const MAX_DEDUP_WINDOW: u64 = 1_000_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +61,9 @@ pub struct ChatServerConfig {
     pub postgres_url: Option<String>,
     #[serde(default = "default_schema")]
     pub postgres_schema: String,
+    /// Dedup keys kept per client (its newest request ids); older requests are refused.
+    #[serde(default = "default_dedup_window")]
+    pub dedup_window: u64,
 }
 
 pub fn build(cfg: ChatServerConfig) -> Result<ServerParts, String> {
@@ -57,11 +72,15 @@ pub fn build(cfg: ChatServerConfig) -> Result<ServerParts, String> {
         postgres_url: cfg.postgres_url,
         postgres_schema: cfg.postgres_schema,
     };
+    if !(1..=MAX_DEDUP_WINDOW).contains(&cfg.dedup_window) {
+        return Err(format!("dedup_window must be 1..={MAX_DEDUP_WINDOW}"));
+    }
     let view = replica::start(cfg.replica, cfg.heartbeat_ms, cfg.failure_timeout_ms, &db)?;
     Ok(ServerParts {
         handler: Arc::new(Replica {
             view,
             pool: StorePool::new(db),
+            dedup_window: cfg.dedup_window,
         }),
         threads: cfg.threads,
         max_queue: cfg.max_queue,
@@ -71,6 +90,7 @@ pub fn build(cfg: ChatServerConfig) -> Result<ServerParts, String> {
 struct Replica {
     view: Arc<View>,
     pool: StorePool,
+    dedup_window: u64,
 }
 
 /// A failed request: the body is the primary's index (not primary) or the reason.
@@ -112,26 +132,43 @@ impl Handler for Replica {
         let start_ns = clock::now_ns();
         let result = self
             .pool
-            .transaction(|tx| ops::apply(tx, &req, header.request_id, self.view.me));
+            .transaction(|tx| ops::apply(tx, &req, header.request_id, self.view.me, self.dedup_window));
         let db_ns = clock::now_ns() - start_ns;
         match result {
-            Ok((body, duplicate)) => {
-                reply.extend_from_slice(&body);
-                if reply.len() < req.reply_bytes as usize {
-                    reply.resize(req.reply_bytes as usize, 0);
-                }
+            Ok(Applied::Stale { newest }) => {
+                let reason = format!(
+                    "request id {} is outside this client's dedup window (newest {newest}, \
+                     window {}): not applied",
+                    header.request_id, self.dedup_window
+                );
                 Outcome {
-                    flags: if duplicate { FLAG_DUPLICATE } else { 0 },
                     detail_ns: db_ns,
-                    ..Outcome::ok()
+                    ..Outcome::bad_request(reply, &reason)
                 }
             }
+            Ok(Applied::Fresh(body)) => Replica::answered(reply, &req, body, false, db_ns),
+            Ok(Applied::Duplicate(body)) => Replica::answered(reply, &req, body, true, db_ns),
             Err(e) => {
                 crate::stdio::log(&format!("request {}: database: {e}", header.request_id));
                 reply.clear();
                 reply.extend_from_slice(format!("database: {e}").as_bytes());
                 server_error(0, db_ns)
             }
+        }
+    }
+}
+
+impl Replica {
+    /// The reply of a request applied now or before: its result, padded to `reply_bytes`.
+    fn answered(reply: &mut Vec<u8>, req: &Request, body: Vec<u8>, duplicate: bool, db_ns: u64) -> Outcome {
+        reply.extend_from_slice(&body);
+        if reply.len() < req.reply_bytes as usize {
+            reply.resize(req.reply_bytes as usize, 0);
+        }
+        Outcome {
+            flags: if duplicate { FLAG_DUPLICATE } else { 0 },
+            detail_ns: db_ns,
+            ..Outcome::ok()
         }
     }
 }
