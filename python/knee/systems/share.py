@@ -14,6 +14,9 @@ from typing import Any
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
+#: knee-node's bound on one index's entries (share/index.rs MAX_ENTRIES, docs/share.md).
+MAX_INDEX_ENTRIES = 4_000_000
+
 
 def _share_rule(s: Sections) -> None:
     server, load = s["server"], s["load"]
@@ -40,6 +43,7 @@ def _topology(point: Point) -> list[NodePlan]:
         index: dict[str, Any] = {"role": "index", "index": server["index"]}
         if server["index"] == "sqlite-global-lock":
             index["db_path"] = "{scratch}/index.sqlite3"
+        index["max_entries"] = server["max_index_entries"]
         plans.append(NodePlan("index", "serve", {"server": index}))
     for k in range(n):
         peer = {
@@ -50,6 +54,8 @@ def _topology(point: Point) -> list[NodePlan]:
             "files": server["files"],
             "file_bytes": server["file_bytes"],
             "seed": seed,
+            "max_entries": server["max_index_entries"],
+            "corrupt_every": server["corrupt_every"],
         }
         plans.append(NodePlan(f"peer-{k}", "serve", {"server": peer}))
     peers = [f"{{addr:peer-{k}}}" for k in range(n)]
@@ -90,6 +96,21 @@ SYSTEM = System(
         "peers": Param("int", 2, "peers (each with one client)", min=1, max=64),
         "files": Param("int", 50, "files each peer shares", min=1, max=100_000),
         "file_bytes": Param("int", 1024, "size of each file", min=1, max=64 << 30),
+        "max_index_entries": Param(
+            "int",
+            MAX_INDEX_ENTRIES,
+            "entries each index (central, or a peer's partition) holds; a register beyond "
+            "is refused",
+            min=1,
+            max=MAX_INDEX_ENTRIES,
+        ),
+        "corrupt_every": Param(
+            "int",
+            0,
+            "fault injection: every Nth obtain a peer serves has one byte flipped, which "
+            "the client's checksum must refuse (0: none)",
+            min=0,
+        ),
     },
     driver={
         "ops": Param(
