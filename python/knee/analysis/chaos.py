@@ -92,24 +92,27 @@ def share_obtains(run: Run, point: int) -> Verdict:
     status = o["status"].astype(str).to_numpy()
     ok = status == "ok"
     by_status = _statuses(o["status"])
-    replica = (s["op"] == SHARE_SEARCH).to_numpy() & ((flags & SHARE_FLAG_FOR_OBTAIN) != 0)
-    replica &= (flags & SHARE_FLAG_REPLICA) != 0
     # Per peer: obtains served corrupted (every life of the peer) against those refused
     # (mismatch) or broken off (any other failure): none may have been accepted.
-    peers = sorted({str(n) for n in s["node"].unique()})
+    clients = sorted({str(n) for n in s["node"].unique()})
     corrupted = {
-        int(k): per_life_total(node_lines(run.path, f"peer-{k}", point), "corrupted")
+        k: sum(1 for e in node_lines(run.path, f"peer-{k}", point) if e.get("event") == "corrupted")
         for k in range(_peers(run, point))
     }
     failed_from = o.loc[~ok].groupby("service").size()
     unrefused = sum(max(0, n - int(failed_from.get(k, 0))) for k, n in corrupted.items())
     client_mismatches = sum(
         int(e.get("checksum_mismatches", 0))
-        for node in peers
+        for node in clients
         for e in node_lines(run.path, node, point)
         if e.get("event") == "done"
     )
+    obtain_search = (s["op"] == SHARE_SEARCH).to_numpy() & ((flags & SHARE_FLAG_FOR_OBTAIN) != 0)
     counts = {
+        "obtain_searches": int(obtain_search.sum()),
+        "obtain_searches_failed": int(
+            (obtain_search & (s["status"].astype(str) != "ok").to_numpy()).sum()
+        ),
         "obtains": len(o),
         "verified": int(ok.sum()),
         "refused_corrupt": int(mismatch.sum()),
@@ -118,7 +121,7 @@ def share_obtains(run: Run, point: int) -> Verdict:
         "corrupt_not_refused": unrefused,
         "accepted_with_mismatch": int((ok & mismatch).sum()),
         "client_mismatches": client_mismatches,
-        "replica_searches": int(replica.sum()),
+        "replica_searches": int((obtain_search & ((flags & SHARE_FLAG_REPLICA) != 0)).sum()),
         "peer_kills": _kills(run, point, "peer-"),
     }
     problems = []

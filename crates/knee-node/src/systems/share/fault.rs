@@ -8,6 +8,23 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::Serialize;
+
+use crate::events::{self, NodeEvent};
+
+/// One stdout line per obtain served corrupted, printed before the file goes out: the
+/// checker's exact count (the `stats` lines are a second apart, and a killed peer prints no
+/// last one). Only when `corrupt_every` is set, so bounded by the obtains of the test.
+#[derive(Serialize)]
+struct Corrupted<'a> {
+    name: &'a str,
+    n: u64,
+}
+
+impl NodeEvent for Corrupted<'_> {
+    const NAME: &'static str = "corrupted";
+}
+
 /// Decides which obtains are corrupted and counts them (the `corrupted` stats field).
 pub struct Corrupter {
     every: u64,
@@ -36,7 +53,7 @@ impl Corrupter {
 
     /// `file` as served: itself, or (every `every`th obtain) an unlinked copy with the byte
     /// in its middle flipped. An empty file cannot be corrupted and is served as it is.
-    pub fn serve(&self, file: File, size_bytes: u64) -> Result<File, String> {
+    pub fn serve(&self, name: &str, file: File, size_bytes: u64) -> Result<File, String> {
         if self.every == 0 || size_bytes == 0 {
             return Ok(file);
         }
@@ -46,6 +63,7 @@ impl Corrupter {
         }
         let copy = self.flipped_copy(file, size_bytes, n).map_err(|e| format!("corrupt_every: {e}"))?;
         self.corrupted.fetch_add(1, Ordering::Relaxed);
+        events::emit(&Corrupted { name, n });
         Ok(copy)
     }
 
@@ -82,7 +100,7 @@ mod tests {
         let c = Corrupter::new(3, &dir.join("share"));
         let mut served = Vec::new();
         for _ in 0..6 {
-            let mut f = c.serve(File::open(&original).unwrap(), 100).unwrap();
+            let mut f = c.serve("f", File::open(&original).unwrap(), 100).unwrap();
             let mut bytes = Vec::new();
             f.read_to_end(&mut bytes).unwrap();
             served.push(bytes);

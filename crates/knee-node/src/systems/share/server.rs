@@ -246,7 +246,7 @@ fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<FileTail, S
     c.end()?;
     let file = open_shared(&share.dir, name)?;
     let size_bytes = file.metadata().map_err(|e| format!("{name:?}: {e}"))?.len();
-    let file = share.corrupter.serve(file, size_bytes)?;
+    let file = share.corrupter.serve(name, file, size_bytes)?;
     codec::put_u64(reply, size_bytes);
     Ok(FileTail { file, size_bytes })
 }
