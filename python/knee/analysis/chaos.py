@@ -24,8 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from knee.contract import SHARE_FLAG_CHECKSUM_MISMATCH, SHARE_FLAG_FOR_OBTAIN, SHARE_FLAG_REPLICA
-from knee.contract import STREAM_FLAG_HEDGED, STREAM_FLAG_REDUNDANT, STREAM_FLAG_RETRANSMISSION
+from knee.contract import (
+    SHARE_FLAG_CHECKSUM_MISMATCH,
+    SHARE_FLAG_FOR_OBTAIN,
+    SHARE_FLAG_REPLICA,
+    STREAM_FLAG_HEDGED,
+    STREAM_FLAG_REDUNDANT,
+    STREAM_FLAG_RETRANSMISSION,
+)
 from knee.results import SUMMARY, Run, write_json
 from knee.run_params import point_params, setting
 
@@ -60,18 +66,6 @@ def node_lines(run_dir: Path, node: str, point: int) -> list[dict[str, Any]]:
         if isinstance(event, dict):
             out.append(event)
     return out
-
-
-def per_life_total(lines: list[dict[str, Any]], key: str) -> int:
-    """The sum over a node's lives (each begun by its `ready` line) of the last `stats`
-    value of `key`: a restarted node counts from 0 again."""
-    total, last = 0, 0
-    for e in lines:
-        if e.get("event") == "ready":
-            total, last = total + last, 0
-        elif e.get("event") == "stats" and key in e:
-            last = int(e[key])
-    return total + last
 
 
 def _statuses(status: pd.Series) -> dict[str, int]:
@@ -182,8 +176,10 @@ def stream_counters(run: Run, point: int) -> Verdict:
     if streams is not None and stream is not None:
         per_frame = blocks_per_frame(*streams[int(stream)])
         # Frames the client resolved are 0 .. frames-1 (in order); a block is in its frame
-        # when one of its samples is ok.
-        got = pd.DataFrame({"frame": s["client"].to_numpy(), "block": s["arg"].to_numpy()})[ok]
+        # when one of its samples is ok and not redundant (a redundant reply fills nothing:
+        # its block was filled, or its frame resolved, before it came).
+        fills = ok & ((flags & STREAM_FLAG_REDUNDANT) == 0)
+        got = pd.DataFrame({"frame": s["client"].to_numpy(), "block": s["arg"].to_numpy()})[fills]
         got = got[got["frame"] < frames].drop_duplicates()
         have = got.groupby("frame").size().reindex(range(frames), fill_value=0).to_numpy()
         samples["frames"] = frames
@@ -226,7 +222,29 @@ def slices_exactly_once(run: Run, point: int) -> Verdict:
         )
     }
     counts["pn_kills"] = _kills(run, point, "pn-")
+    counts["kills_within_give_delay"] = _kills_after_start(run, point)
+    moves = [
+        e.get("reason") for e in node_lines(run.path, "lb", point) if e.get("event") == "handoff"
+    ]
+    counts["join_moves"] = moves.count("join")
+    counts["crash_moves"] = moves.count("crash")
     return verdict("exactly once", v.passed, counts)
+
+
+def _kills_after_start(run: Run, point: int) -> int:
+    """PN kills applied within `server.give_delay_ms` of the PN start before them: a join's
+    handoffs were then still held back, so the kill could land mid-handoff."""
+    params = point_params(run).get(point)
+    delay_s = float(setting(params, "server.give_delay_ms") or 0) / 1e3
+    last_start, n = None, 0
+    for e in params.events if params else []:
+        if e.get("outcome") != "applied" or not str(e.get("node", "")).startswith("pn-"):
+            continue
+        if e.get("action") == "start":
+            last_start = float(e["t_s"])
+        elif e.get("action") == "kill" and last_start is not None:
+            n += int(float(e["t_s"]) - last_start <= delay_s)
+    return n
 
 
 # ------------------------------------------------------------------ into summary.json
