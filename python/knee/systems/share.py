@@ -14,6 +14,8 @@ from typing import Any
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
+#: The client's phases (docs/share.md), in their default order.
+PHASES = ("register", "search", "obtain", "unregister")
 #: knee-node's bound on one index's entries (share/index.rs MAX_ENTRIES, docs/share.md).
 MAX_INDEX_ENTRIES = 4_000_000
 
@@ -27,6 +29,9 @@ def _share_rule(s: Sections) -> None:
         )
     if load["duration_s"] is None:
         raise RuleError("load.duration_s", "missing: share clients need a time bound")
+    phases = s["driver"]["phases"]
+    if not phases or any(p not in PHASES for p in phases):
+        raise RuleError("driver.phases", f"a list of {', '.join(PHASES)}; got {phases!r}")
     if load["schedule"] != "closed" or load["clients"] != 1:
         raise RuleError(
             "load.schedule",
@@ -68,6 +73,7 @@ def _topology(point: Point) -> list[NodePlan]:
             "timeout_ms": load["timeout_ms"],
             "duration_s": load["duration_s"],
             "warmup_s": load["warmup_s"],
+            "phases": list(driver["phases"]),
         }
         if central:
             client["index"] = "{addr:index}"
@@ -118,6 +124,12 @@ SYSTEM = System(
         ),
         "download": Param(
             "bool", False, "write downloads into the scratch folder (else verify and discard)"
+        ),
+        "phases": Param(
+            "list",
+            list(PHASES),
+            "the phases each client runs, in order (share-chaos leaves out unregister: its "
+            "barrier waits for markers that a killed owner and replica may both have lost)",
         ),
     },
     rules=(_share_rule,),

@@ -58,10 +58,12 @@ impl Corrupter {
             return Ok(file);
         }
         let n = self.obtains.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % self.every != 0 {
+        if !n.is_multiple_of(self.every) {
             return Ok(file);
         }
-        let copy = self.flipped_copy(file, size_bytes, n).map_err(|e| format!("corrupt_every: {e}"))?;
+        let copy = self
+            .flipped_copy(file, size_bytes, n)
+            .map_err(|e| format!("corrupt_every: {e}"))?;
         self.corrupted.fetch_add(1, Ordering::Relaxed);
         events::emit(&Corrupted { name, n });
         Ok(copy)
