@@ -28,18 +28,21 @@ from knee.contract import (
     SHARE_FLAG_CHECKSUM_MISMATCH,
     SHARE_FLAG_FOR_OBTAIN,
     SHARE_FLAG_REPLICA,
+    SHARE_OPS,
     STREAM_FLAG_HEDGED,
     STREAM_FLAG_REDUNDANT,
     STREAM_FLAG_RETRANSMISSION,
 )
+from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
 from knee.results import SUMMARY, Run, write_json
 from knee.run_params import point_params, setting
 
 Verdict = dict[str, Any]
 
-#: The op code of share's obtain and search (docs/share.md).
-SHARE_OBTAIN, SHARE_SEARCH = 4, 3
-#: The default stream catalog's sizes are knee.systems.stream's; a point records its own.
+#: The op codes of share's obtain and search (docs/share.md).
+SHARE_OBTAIN = next(op for op, name in SHARE_OPS.items() if name == "obtain")
+SHARE_SEARCH = next(op for op, name in SHARE_OPS.items() if name == "search")
+#: A sample's statuses (docs/samples.md), each counted.
 STATUSES = ("ok", "timeout", "drop", "error", "late")
 
 
@@ -153,8 +156,6 @@ def _kills(run: Run, point: int, prefix: str) -> int:
 
 
 def stream_counters(run: Run, point: int) -> Verdict:
-    from knee.systems.stream import blocks_per_frame
-
     s = run.point_samples(point, ["client", "arg", "status", "flags"])
     done = [e for e in node_lines(run.path, "client", point) if e.get("event") == "done"]
     flags = s["flags"].to_numpy().astype(np.int64)
@@ -174,7 +175,8 @@ def stream_counters(run: Run, point: int) -> Verdict:
     d = done[-1]
     frames = int(d.get("frames", 0))
     if streams is not None and stream is not None:
-        per_frame = blocks_per_frame(*streams[int(stream)])
+        width_px, height_px = streams[int(stream)]
+        per_frame = (width_px // BLOCK_SIDE_PX) * (height_px // BLOCK_SIDE_PX)
         # Frames the client resolved are 0 .. frames-1 (in order); a block is in its frame
         # when one of its samples is ok and not redundant (a redundant reply fills nothing:
         # its block was filled, or its frame resolved, before it came).
