@@ -157,7 +157,7 @@ def summary_table(points: list[dict[str, Any]]) -> Table:
 
 def point_notes(points: list[dict[str, Any]]) -> list[str]:
     """One line per qualified point under the table: why it is unstable, what the sender
-    or the machine did."""
+    or the machine did, and its checker's verdict when the system has one."""
     lines = []
     for p in points:
         stability = p.get("stability") or {}
@@ -170,4 +170,7 @@ def point_notes(points: list[dict[str, Any]]) -> list[str]:
             c = g.get("sender") or {}
             if c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {g['node']} sender {c['verdict']}: {c.get('detail')}")
+        if v := p.get("checker"):  # a chaos checker's verdict (knee.analysis.chaos)
+            why = f": {v['detail']}" if v.get("detail") else ""
+            lines.append(f"{p['label']}: checker {v['verdict']} ({v['name']}){why}")
     return lines
