@@ -152,7 +152,7 @@ def check_point(
     prefix = load.get("driver", {}).get("client_prefix", "load")
     database = "postgres" if replica.get("postgres_url") else "sqlite"
     downs = [e for e in events if e["kind"] in DOWN_EVENTS]
-    out: dict[str, Any] = {"checker": "chat exactly-once", "database": database}
+    out: dict[str, Any] = {"name": "chat exactly-once", "database": database}
     out["failures"] = {k: sum(e["kind"] == k for e in downs) for k in DOWN_EVENTS}
     if samples.empty:  # a point without one sample: nothing acknowledged
         samples = pd.DataFrame({c: pd.Series(dtype="int64") for c in _COLUMNS})

@@ -157,7 +157,7 @@ def summary_table(points: list[dict[str, Any]]) -> Table:
 
 def point_notes(points: list[dict[str, Any]]) -> list[str]:
     """One line per qualified point under the table: why it is unstable, what the sender
-    or the machine did."""
+    or the machine did, and its checker's verdict when the system has one."""
     lines = []
     for p in points:
         stability = p.get("stability") or {}
@@ -166,10 +166,11 @@ def point_notes(points: list[dict[str, Any]]) -> list[str]:
         for c in p.get("checks") or []:
             if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {c['name']} {c['verdict']}: {c.get('detail')}")
-        if check := p.get("check"):  # the system's own verdict (System.check)
-            lines.append(f"{p['label']}: check {check.get('verdict')}: {check.get('detail', '')}")
         for g in p.get("generators") or []:  # a generator that could not keep up
             c = g.get("sender") or {}
             if c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {g['node']} sender {c['verdict']}: {c.get('detail')}")
+        if v := p.get("check"):  # the system's checker (System.check, knee.analysis.chaos)
+            why = f": {v['detail']}" if v.get("detail") else ""
+            lines.append(f"{p['label']}: check {v.get('verdict')} ({v.get('name', '')}){why}")
     return lines

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from knee import env, results, run_params, systems
+from knee.analysis import chaos
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
@@ -620,3 +621,5 @@ def _write_outputs(spec: Spec, state: RunState, status: str) -> None:
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)
     results.write_samples(state.run_dir, state.raws)
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, status))
+    if status == "complete":  # the system's checker verdict per point (knee.analysis.chaos)
+        chaos.add_to_summary(state.run_dir)

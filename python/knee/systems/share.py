@@ -14,6 +14,11 @@ from typing import Any
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
+#: The client's phases (docs/share.md), in their default order.
+PHASES = ("register", "search", "obtain", "unregister")
+#: knee-node's bound on one index's entries (share/index.rs MAX_ENTRIES, docs/share.md).
+MAX_INDEX_ENTRIES = 4_000_000
+
 
 def _share_rule(s: Sections) -> None:
     server, load = s["server"], s["load"]
@@ -24,6 +29,9 @@ def _share_rule(s: Sections) -> None:
         )
     if load["duration_s"] is None:
         raise RuleError("load.duration_s", "missing: share clients need a time bound")
+    phases = s["driver"]["phases"]
+    if not phases or any(p not in PHASES for p in phases):
+        raise RuleError("driver.phases", f"a list of {', '.join(PHASES)}; got {phases!r}")
     if load["schedule"] != "closed" or load["clients"] != 1:
         raise RuleError(
             "load.schedule",
@@ -40,6 +48,7 @@ def _topology(point: Point) -> list[NodePlan]:
         index: dict[str, Any] = {"role": "index", "index": server["index"]}
         if server["index"] == "sqlite-global-lock":
             index["db_path"] = "{scratch}/index.sqlite3"
+        index["max_entries"] = server["max_index_entries"]
         plans.append(NodePlan("index", "serve", {"server": index}))
     for k in range(n):
         peer = {
@@ -50,6 +59,8 @@ def _topology(point: Point) -> list[NodePlan]:
             "files": server["files"],
             "file_bytes": server["file_bytes"],
             "seed": seed,
+            "max_entries": server["max_index_entries"],
+            "corrupt_every": server["corrupt_every"],
         }
         plans.append(NodePlan(f"peer-{k}", "serve", {"server": peer}))
     peers = [f"{{addr:peer-{k}}}" for k in range(n)]
@@ -62,6 +73,7 @@ def _topology(point: Point) -> list[NodePlan]:
             "timeout_ms": load["timeout_ms"],
             "duration_s": load["duration_s"],
             "warmup_s": load["warmup_s"],
+            "phases": list(driver["phases"]),
         }
         if central:
             client["index"] = "{addr:index}"
@@ -90,6 +102,21 @@ SYSTEM = System(
         "peers": Param("int", 2, "peers (each with one client)", min=1, max=64),
         "files": Param("int", 50, "files each peer shares", min=1, max=100_000),
         "file_bytes": Param("int", 1024, "size of each file", min=1, max=64 << 30),
+        "max_index_entries": Param(
+            "int",
+            MAX_INDEX_ENTRIES,
+            "entries each index (central, or a peer's partition) holds; a register beyond "
+            "is refused",
+            min=1,
+            max=MAX_INDEX_ENTRIES,
+        ),
+        "corrupt_every": Param(
+            "int",
+            0,
+            "fault injection: every Nth obtain a peer serves has one byte flipped, which "
+            "the client's checksum must refuse (0: none)",
+            min=0,
+        ),
     },
     driver={
         "ops": Param(
@@ -97,6 +124,12 @@ SYSTEM = System(
         ),
         "download": Param(
             "bool", False, "write downloads into the scratch folder (else verify and discard)"
+        ),
+        "phases": Param(
+            "list",
+            list(PHASES),
+            "the phases each client runs, in order (share-chaos leaves out unregister: its "
+            "barrier waits for markers that a killed owner and replica may both have lost)",
         ),
     },
     rules=(_share_rule,),

@@ -20,6 +20,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
+from knee.report.sections.checker import checker_block
 
 #: Report 002's aggregate MB/s of eight clients by file size (its part 2 table; EC2).
 REPORT_MB_PER_S = {
@@ -67,6 +68,8 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     if not findings:
         findings.append("This run has none of the share experiments' sweeps to compare.")
     items = "".join(f'<li class="finding">{f}</li>' for f in findings)
+    if (checked := checker_block(rr.points)) is not None:  # share-chaos: obtains verified
+        blocks.insert(0, checked)
     return [Section("share", title, [intro, f"<ul>{items}</ul>", *blocks])]
 
 

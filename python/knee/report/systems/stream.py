@@ -20,6 +20,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
+from knee.report.sections.checker import checker_block
 
 #: Report 000, Table 1: frames/s and bits/s per serial service and for the parallel client.
 SOURCE_TABLE1 = {
@@ -72,6 +73,8 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     main: list[str | Figure] = [intro, f"<ul>{items}</ul>"]
     if not boxes.empty:
         main.append(_box_figure(rr, boxes, labels, per_service))
+    if (checked := checker_block(rr.points)) is not None:  # counters against samples
+        main.append(checked)
     main.append(_table1_html(table1, labels, per_service))
     if drops is not None:
         main.append(_table2_html(drops))

@@ -8,7 +8,14 @@ use std::sync::RwLock;
 
 use super::codec::{Entry, MAX_HOLDERS};
 
-/// Most (name, peer) entries one index holds; a register beyond it is refused.
+/// Most (name, peer) entries one index holds; a register beyond it is refused (and a
+/// node's `max_entries` may set less). Entries are removed only by `unregister`: a peer
+/// that dies without unregistering leaves its entries until it registers them again
+/// (which replaces them), so this bound, not pruning, is what keeps the index finite.
+/// 64 peers x 100,000 files fit in two indexes' worth of the largest point. An entry is at
+/// most ~0.7 KB (a 255-byte name twice, as key and in the entry, a 64-byte address and
+/// the vector's and map's overhead): at most ~2.8 GB in the worst case, ~100 B a typical
+/// entry (a 12-byte name, a 15-byte address).
 pub const MAX_ENTRIES: usize = 4_000_000;
 
 pub trait Index: Send + Sync {
@@ -18,6 +25,8 @@ pub trait Index: Send + Sync {
     fn unregister(&self, peer: &str, name: &str) -> Result<bool, String>;
     /// The peers holding `name` (at most `MAX_HOLDERS`).
     fn search(&self, name: &str) -> Result<Vec<Entry>, String>;
+    /// Entries held (for the `index_entries` stats field).
+    fn entry_count(&self) -> usize;
 }
 
 /// Shards by a hash of the name, each behind its own RwLock: searches (the common case)
@@ -25,15 +34,17 @@ pub trait Index: Send + Sync {
 pub struct ShardedIndex {
     shards: Vec<RwLock<HashMap<String, Vec<Entry>>>>,
     entries: AtomicUsize,
+    max_entries: usize,
 }
 
 const SHARDS: usize = 64;
 
 impl ShardedIndex {
-    pub fn new() -> Self {
+    pub fn new(max_entries: usize) -> Self {
         ShardedIndex {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             entries: AtomicUsize::new(0),
+            max_entries: max_entries.min(MAX_ENTRIES),
         }
     }
 
@@ -54,9 +65,9 @@ impl Index for ShardedIndex {
         if holders.len() >= MAX_HOLDERS {
             return Err(format!("{:?} already has {MAX_HOLDERS} holders", e.name));
         }
-        if self.entries.fetch_add(1, Ordering::Relaxed) >= MAX_ENTRIES {
+        if self.entries.fetch_add(1, Ordering::Relaxed) >= self.max_entries {
             self.entries.fetch_sub(1, Ordering::Relaxed);
-            return Err(format!("index full ({MAX_ENTRIES} entries)"));
+            return Err(format!("index full ({} entries)", self.max_entries));
         }
         holders.push(e);
         Ok(())
@@ -83,6 +94,10 @@ impl Index for ShardedIndex {
         let map = self.shard(name).read().unwrap_or_else(|p| p.into_inner());
         Ok(map.get(name).cloned().unwrap_or_default())
     }
+
+    fn entry_count(&self) -> usize {
+        self.entries.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +111,22 @@ pub(super) mod tests {
             size_bytes: 1024,
             checksum: 42,
         }
+    }
+
+    /// A full index (3 entries) refuses a new entry, still replaces an existing one, and
+    /// takes a new one again after an unregister.
+    pub fn bounded(index: &dyn Index) {
+        for name in ["a", "b", "c"] {
+            index.register(entry("p:1", name)).unwrap();
+        }
+        let err = index.register(entry("p:1", "d")).unwrap_err();
+        assert!(err.contains("index full (3 entries)"), "{err}");
+        index.register(entry("p:1", "a")).unwrap();
+        assert_eq!(index.entry_count(), 3);
+        assert!(index.unregister("p:1", "b").unwrap());
+        index.register(entry("p:1", "d")).unwrap();
+        assert_eq!(index.entry_count(), 3);
+        assert_eq!(index.search("d").unwrap(), vec![entry("p:1", "d")]);
     }
 
     /// The behaviour both implementations must have.
@@ -114,6 +145,11 @@ pub(super) mod tests {
 
     #[test]
     fn sharded_index_keeps_the_contract() {
-        contract(&ShardedIndex::new());
+        contract(&ShardedIndex::new(MAX_ENTRIES));
+    }
+
+    #[test]
+    fn sharded_index_refuses_past_its_bound_and_replaces_within_it() {
+        bounded(&ShardedIndex::new(3));
     }
 }

@@ -14,6 +14,7 @@
 pub mod client;
 mod codec;
 mod conn;
+mod fault;
 mod files;
 mod index;
 mod names;

@@ -9,8 +9,9 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 
 use super::codec::{self, Entry};
+use super::fault::Corrupter;
 use super::files::{self, SharedFile};
-use super::index::{Index, ShardedIndex};
+use super::index::{Index, ShardedIndex, MAX_ENTRIES};
 use super::names::{check_name, open_shared};
 use super::sqlite_index::SqliteIndex;
 use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
@@ -63,6 +64,17 @@ pub struct ShareServerConfig {
     file_bytes: u64,
     #[serde(default)]
     seed: u64,
+    /// Most entries the index holds (`index::MAX_ENTRIES` unless smaller; the tests use a
+    /// small bound to see it refuse).
+    #[serde(default = "default_max_entries")]
+    max_entries: usize,
+    /// Fault injection: every Nth obtain is served with one byte flipped (0: never).
+    #[serde(default)]
+    corrupt_every: u64,
+}
+
+fn default_max_entries() -> usize {
+    MAX_ENTRIES
 }
 
 /// share's fields of the `stats` line.
@@ -70,6 +82,10 @@ pub struct ShareServerConfig {
 pub struct ShareStats {
     /// The peer's files are generated (always true for the index).
     files_ready: bool,
+    /// Entries in this node's index (0 without one): bounded by `max_entries`.
+    index_entries: usize,
+    /// Obtains served corrupted by `corrupt_every` (0 when off).
+    corrupted: u64,
 }
 
 /// A peer's shared folder and the files it generates there.
@@ -82,6 +98,7 @@ struct Share {
     /// Set once generation is over (the list is empty until then); shared with the
     /// generating thread.
     files: Arc<OnceLock<Vec<SharedFile>>>,
+    corrupter: Corrupter,
 }
 
 struct ShareServer {
@@ -90,10 +107,14 @@ struct ShareServer {
 }
 
 pub fn build(cfg: ShareServerConfig) -> Result<ServerParts<ShareStats>, String> {
+    if cfg.max_entries == 0 || cfg.max_entries > MAX_ENTRIES {
+        return Err(format!("max_entries must be 1..={MAX_ENTRIES}"));
+    }
     let index: Option<Box<dyn Index>> = match (cfg.role, cfg.index) {
-        (_, IndexKind::Concurrent) => Some(Box::new(ShardedIndex::new())),
+        (_, IndexKind::Concurrent) => Some(Box::new(ShardedIndex::new(cfg.max_entries))),
         (Role::Index, IndexKind::SqliteGlobalLock) => Some(Box::new(SqliteIndex::open(
             cfg.db_path.as_deref().unwrap_or(":memory:"),
+            cfg.max_entries,
         )?)),
         (Role::Peer, IndexKind::None) => None,
         (role, kind) => return Err(format!("a {role:?} cannot have index {kind:?}")),
@@ -108,6 +129,7 @@ pub fn build(cfg: ShareServerConfig) -> Result<ServerParts<ShareStats>, String> 
                 .canonicalize()
                 .map_err(|e| format!("share_dir {dir}: {e}"))?;
             Some(Share {
+                corrupter: Corrupter::new(cfg.corrupt_every, &dir),
                 dir,
                 peer_index: cfg.peer_index,
                 count: cfg.files,
@@ -180,6 +202,8 @@ impl Handler<ShareStats> for ShareServer {
     fn stats_extra(&self) -> ShareStats {
         ShareStats {
             files_ready: self.share.as_ref().is_none_or(|s| s.files.get().is_some()),
+            index_entries: self.index.as_ref().map_or(0, |i| i.entry_count()),
+            corrupted: self.share.as_ref().map_or(0, |s| s.corrupter.corrupted()),
         }
     }
 }
@@ -222,6 +246,7 @@ fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<FileTail, S
     c.end()?;
     let file = open_shared(&share.dir, name)?;
     let size_bytes = file.metadata().map_err(|e| format!("{name:?}: {e}"))?.len();
+    let file = share.corrupter.serve(name, file, size_bytes)?;
     codec::put_u64(reply, size_bytes);
     Ok(FileTail { file, size_bytes })
 }

@@ -16,13 +16,14 @@ struct Db {
     conn: Connection,
     /// Rows, kept here rather than counted per register.
     rows: usize,
+    max_rows: usize,
 }
 
 impl SqliteIndex {
     /// Opens (creating) the database at `path`, or in memory for ":memory:". SQLite's
     /// defaults are kept (rollback journal, synchronous = FULL): the baseline as the report
     /// ran it, where every update is a durable transaction.
-    pub fn open(path: &str) -> Result<Self, String> {
+    pub fn open(path: &str, max_entries: usize) -> Result<Self, String> {
         if let Some(dir) = std::path::Path::new(path)
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -42,7 +43,11 @@ impl SqliteIndex {
         )
         .map_err(|e| format!("creating the index table: {e}"))?;
         Ok(SqliteIndex {
-            db: Mutex::new(Db { conn, rows: 0 }),
+            db: Mutex::new(Db {
+                conn,
+                rows: 0,
+                max_rows: max_entries.min(MAX_ENTRIES),
+            }),
         })
     }
 }
@@ -65,8 +70,8 @@ impl Index for SqliteIndex {
         if updated > 0 {
             return Ok(());
         }
-        if db.rows >= MAX_ENTRIES {
-            return Err(format!("index full ({MAX_ENTRIES} entries)"));
+        if db.rows >= db.max_rows {
+            return Err(format!("index full ({} entries)", db.max_rows));
         }
         db.conn
             .prepare_cached("INSERT INTO files (name, peer, size, checksum) VALUES (?1, ?2, ?3, ?4)")
@@ -105,21 +110,30 @@ impl Index for SqliteIndex {
             .map_err(sql)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(sql)
     }
+
+    fn entry_count(&self) -> usize {
+        self.db.lock().unwrap_or_else(|p| p.into_inner()).rows
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::index::tests::contract;
+    use super::super::index::tests::{bounded, contract};
     use super::*;
 
     #[test]
     fn sqlite_index_keeps_the_contract_and_treats_quotes_as_data() {
-        let index = SqliteIndex::open(":memory:").unwrap();
+        let index = SqliteIndex::open(":memory:", MAX_ENTRIES).unwrap();
         contract(&index);
         let mut e = super::super::index::tests::entry("a:1", "x'); DROP TABLE files; --");
         index.register(e.clone()).unwrap();
         e.checksum = 7;
         index.register(e.clone()).unwrap();
         assert_eq!(index.search(&e.name).unwrap(), vec![e]);
+    }
+
+    #[test]
+    fn sqlite_index_refuses_past_its_bound_and_replaces_within_it() {
+        bounded(&SqliteIndex::open(":memory:", 3).unwrap());
     }
 }
