@@ -53,7 +53,7 @@ def smoke_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "run", str(spec), "--preset", "smoke", "--out", str(root), timeout_s=300
         )  # fmt: skip
         assert res.returncode == 0, res.stderr[-3000:]
-        assert ": checker PASS (" in res.stdout, res.stdout[-3000:]  # under the table
+        assert ": check PASS (" in res.stdout, res.stdout[-3000:]  # under the table
         out[system] = only_dir(root)
     return out
 
