@@ -8,6 +8,7 @@ bounds are in docs/limits.md."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from attack_clients import (
     wait_threads,
 )
 from conftest import Processes, RunLoad, Server, StartServer, unavailable
-from knee.results import SAMPLE_DTYPE, read_sample_records
+from knee.results import SAMPLE_DTYPE, read_manifest, read_sample_records
 from wire_client import LENGTH, Client, echo_body
 
 MiB = 1 << 20
@@ -245,24 +246,27 @@ def test_knee_run_on_a_full_disk_fails_with_a_message_and_leaves_a_readable_run(
     small_tmpfs: Path, processes: Processes, tmp_path: Path
 ) -> None:
     spec = tmp_path / "full.toml"
+    # 20,000 requests a second for 2 s: 3.8 MB of samples, more than the disk holds.
     spec.write_text(
-        """
-name = "full"
-system = "echo"
-[load]
-schedule = { kind = "constant", rate_per_s = 20000 }
-duration_s = 2
-"""
+        '[experiment]\nname = "full"\nsystem = "echo"\n\n'
+        '[load]\nschedule = "poisson"\nrate_per_s = 20000\nduration_s = 2\nwarmup_s = 0\n'
     )
-    run_dir = small_tmpfs / "run"
+    out = small_tmpfs / "runs"
     proc = processes.spawn(
-        [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(run_dir)],
+        [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     stderr = err.decode(errors="replace")
-    assert proc.returncode != 0, stderr
+    assert proc.returncode == 3, stderr
     assert "Traceback" not in stderr, stderr
-    assert "No space left on device" in stderr, stderr
-    assert run_dir.is_dir()
+    assert "No space left on device" in stderr.splitlines()[0], stderr
+    (run_dir,) = out.iterdir()
+    assert f"writing the run directory {run_dir} failed" in stderr
+    # What was written is readable: the plan, and the samples the load wrote before the
+    # disk filled (the reader drops a partial last record).
+    assert json.loads((run_dir / "plan.json").read_text())
+    (raw,) = read_manifest(run_dir)
+    records = read_sample_records(run_dir / raw.samples)
+    assert len(records) > 1000
