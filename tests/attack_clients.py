@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 
 import psutil
-
 from wire_client import LENGTH, Client, encode_request, parse_addr
 
 #: An operation no system has: every server answers it (UnknownOp) without other work, so

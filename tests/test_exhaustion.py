@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from attack_clients import (
     OP_NONE,
     close_all,
@@ -32,8 +31,9 @@ from attack_clients import (
     wait_threads,
 )
 from conftest import Processes, RunLoad, Server, StartServer, unavailable
-from knee.results import SAMPLE_DTYPE, read_manifest, read_sample_records
 from wire_client import LENGTH, Client, echo_body
+
+from knee.results import SAMPLE_DTYPE, read_manifest, read_sample_records
 
 MiB = 1 << 20
 IDLE_CONNECTIONS = 10_000

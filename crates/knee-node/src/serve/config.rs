@@ -64,9 +64,11 @@ impl ServeOptions {
             || self.read_timeout_ms.is_some()
             || self.write_timeout_ms.is_some();
         if tcp_only {
-            return Err("serve config: max_frame_bytes, max_connections, read_timeout_ms and \
+            return Err(
+                "serve config: max_frame_bytes, max_connections, read_timeout_ms and \
                  write_timeout_ms are for TCP servers; this one is UDP"
-                .into());
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -111,7 +113,11 @@ mod tests {
         let opts = options(r#"{"read_timeout_ms": 250, "write_timeout_ms": 0}"#).unwrap();
         let cfg = opts.framed(0, 0);
         assert_eq!(cfg.read_timeout, Duration::from_millis(250));
-        assert_eq!(cfg.write_timeout, Duration::from_millis(1), "0 would mean no timeout");
+        assert_eq!(
+            cfg.write_timeout,
+            Duration::from_millis(1),
+            "0 would mean no timeout"
+        );
         assert!(opts.datagram().unwrap_err().contains("UDP"));
         assert!(options(r#"{"colour": 3}"#).unwrap_err().contains("unknown field"));
     }

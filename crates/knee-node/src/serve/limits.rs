@@ -151,7 +151,10 @@ mod tests {
             Some("refused (and 9999 more like it since the last such line)")
         );
         assert_eq!(n.line_at(2 * S + 1, || "refused".into()), None);
-        assert_eq!(n.flush_at(3 * S, "refused").as_deref(), Some("1 more refused since the last such line"));
+        assert_eq!(
+            n.flush_at(3 * S, "refused").as_deref(),
+            Some("1 more refused since the last such line")
+        );
         assert_eq!(n.flush_at(5 * S, "refused"), None, "nothing left to count");
     }
 

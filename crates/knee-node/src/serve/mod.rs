@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::clock;
 use crate::events::NoExtra;
 use crate::wire::{arrival, RequestHeader, WireStatus};
-use crate::clock;
 
 pub use config::{ServeConfig, ServeOptions};
 pub use lifecycle::{Lifecycle, Stop};

@@ -44,7 +44,9 @@ impl Replier {
         }
         stats.timed_out.fetch_add(1, Ordering::Relaxed);
         let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
-        limits::TIMED_OUT.log(|| format!("closing connection from {peer}: replies not taken within write_timeout_ms ({e})"));
+        limits::TIMED_OUT.log(|| {
+            format!("closing connection from {peer}: replies not taken within write_timeout_ms ({e})")
+        });
         let _ = stream.shutdown(Shutdown::Both);
     }
 

@@ -304,8 +304,15 @@ mod tests {
         bytes.extend_from_slice(&[1u8; 1000]);
         let mut src = &bytes[..];
         let mut r = FrameReader::new(32 << 20);
-        assert!(matches!(r.read_frame(&mut src), Err(FrameError::Truncated { .. })));
-        assert!(r.capacity_bytes() <= 2 * READ_CHUNK_BYTES, "{}", r.capacity_bytes());
+        assert!(matches!(
+            r.read_frame(&mut src),
+            Err(FrameError::Truncated { .. })
+        ));
+        assert!(
+            r.capacity_bytes() <= 2 * READ_CHUNK_BYTES,
+            "{}",
+            r.capacity_bytes()
+        );
         // Received bytes grow it, at most twofold: a 1 MiB frame read whole.
         let big = vec![3u8; 1 << 20];
         let bytes = framed(&[&big]);
