@@ -16,7 +16,7 @@ const NOTICE_PERIOD_NS: u64 = 1_000_000_000;
 /// Raises this process's soft limit on open files to its hard limit: every connection is a
 /// descriptor (two: the replier holds a clone), and the usual soft limit of 1024 would
 /// refuse connections below `max_connections` with EMFILE. Returns the soft limit now.
-pub fn raise_open_files_limit() -> u64 {
+pub fn raise_open_files_limit() -> libc::rlim_t {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -36,7 +36,7 @@ pub fn raise_open_files_limit() -> u64 {
             }
         }
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 /// A connection's timeouts: a read that waits longer than `read` returns, so that its
@@ -167,7 +167,7 @@ mod tests {
         };
         // SAFETY: getrlimit writes one live rlimit.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-        assert_eq!(soft, lim.rlim_max as u64);
+        assert_eq!(soft, lim.rlim_max);
         assert_eq!(lim.rlim_cur, lim.rlim_max);
     }
 }
