@@ -37,9 +37,6 @@ from knee.results import SAMPLE_DTYPE, read_manifest, read_sample_records
 
 MiB = 1 << 20
 IDLE_CONNECTIONS = 10_000
-#: Every framed-TCP server shares one accept loop (serve::run): echo takes the whole flood,
-#: the others a tenth of it, to keep the suite's time (bench/exhaustion.py floods them all).
-IDLE_FLOOD = {"echo": IDLE_CONNECTIONS, "matrix": 1000, "chat": 1000, "share": 1000}
 #: Small, so that the connections it admits (a thread each) cost the test little.
 MAX_CONNECTIONS = 64
 #: Short timeouts, so that each case takes seconds.
@@ -92,7 +89,7 @@ def latest_stats(srv: Server, pred: Callable[[dict[str, Any]], bool]) -> dict[st
 def test_idle_connections_beyond_max_connections_are_refused_and_logged_once_a_second(
     start_server: StartServer, tmp_path: Path, system: str
 ) -> None:
-    flood = IDLE_FLOOD[system]
+    flood = IDLE_CONNECTIONS
     raise_open_files(flood + 1024)
     srv = start(start_server, tmp_path, system, max_connections=MAX_CONNECTIONS)
     before = usage(srv.pid)

@@ -53,7 +53,7 @@ pub fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// A kind of log line that may come in floods: logged at most once a second; the ones in
-/// between are counted and the next line (or [`Notice::flush`]) says how many.
+/// between are counted and the next line (or [`flush_notices`]) says how many.
 pub struct Notice {
     state: Mutex<NoticeState>,
 }
@@ -82,14 +82,6 @@ impl Notice {
         }
     }
 
-    /// Logs how many notices were not logged, once their second is over (the server's loop
-    /// calls it at every tick, so that the count of the last burst is not lost).
-    pub fn flush(&self, what: &str) {
-        if let Some(line) = self.flush_at(clock::now_ns(), what) {
-            stdio::log(&line);
-        }
-    }
-
     fn line_at(&self, now_ns: u64, msg: impl FnOnce() -> String) -> Option<String> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.logged_ns != 0 && now_ns.saturating_sub(s.logged_ns) < NOTICE_PERIOD_NS {
@@ -107,6 +99,8 @@ impl Notice {
         })
     }
 
+    /// A line counting the notices not logged, once their second is over (the server's
+    /// loop asks at every tick, so that the count of the last burst is not lost).
     fn flush_at(&self, now_ns: u64, what: &str) -> Option<String> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.unlogged == 0 || now_ns.saturating_sub(s.logged_ns) < NOTICE_PERIOD_NS {
@@ -125,11 +119,34 @@ pub static TIMED_OUT: Notice = Notice::new();
 /// Failed accepts (EMFILE: the listener stays readable, so these would repeat at once).
 pub static ACCEPT_FAILED: Notice = Notice::new();
 
-/// Logs the counts of every kind of notice whose second is over.
-pub fn flush_notices() {
-    REFUSED.flush("connections refused");
-    TIMED_OUT.flush("connections closed on a timeout");
-    ACCEPT_FAILED.flush("failed accepts");
+/// Logs the counts of every kind of notice whose second is over; with `at_end`, every
+/// count left (the server is ending: nothing may go uncounted).
+pub fn flush_notices(at_end: bool) {
+    let now_ns = if at_end { u64::MAX } else { clock::now_ns() };
+    for (notice, what) in [
+        (&REFUSED, "connections refused"),
+        (&TIMED_OUT, "connections closed on a timeout"),
+        (&ACCEPT_FAILED, "failed accepts"),
+    ] {
+        if let Some(line) = notice.flush_at(now_ns, what) {
+            stdio::log(&line);
+        }
+    }
+}
+
+/// Connections the kernel queues for `accept` (it caps this at `net.core.somaxconn`): std
+/// listens with 128, and a burst beyond that (a flood, or many clients starting at once)
+/// has its SYNs dropped and retried a second later.
+const LISTEN_BACKLOG: libc::c_int = 4096;
+
+/// Deepens a bound listener's accept queue to [`LISTEN_BACKLOG`] (`listen(2)` again on a
+/// listening socket only changes its backlog).
+pub fn deepen_backlog(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen(2) on a descriptor the listener owns and keeps open.
+    unsafe {
+        libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG);
+    }
 }
 
 #[cfg(test)]

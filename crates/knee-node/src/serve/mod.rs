@@ -167,6 +167,7 @@ pub fn run<E: StatsExtra>(
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     limits::raise_open_files_limit();
+    limits::deepen_backlog(&listener);
     let stats = Arc::new(ServerStats::default());
     let pool = (cfg.threads > 0)
         .then(|| pool::Pool::start(cfg.threads, cfg.max_queue, handler.clone(), stats.clone()));
@@ -185,9 +186,10 @@ pub fn run<E: StatsExtra>(
         let now_ns = clock::now_ns();
         let queue_len = || pool.as_ref().map_or(0, |p| p.len());
         if let Some(end) = life.tick(now_ns, || stats.line(queue_len(), handler.stats_extra())) {
+            limits::flush_notices(true);
             return end;
         }
-        limits::flush_notices();
+        limits::flush_notices(false);
         if !life.wait_readable(listener.as_raw_fd(), now_ns, u64::MAX) {
             continue;
         }
