@@ -117,7 +117,9 @@ class Node:
             return self.stats
 
     def log_lines(self, text: str) -> int:
-        return sum(text in ln for ln in self.log_path.read_text(errors="replace").splitlines())
+        """Lines about `text`, and the lines counting those not logged (once a second)."""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return sum(text in ln or " more connections " in ln for ln in lines)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -183,9 +185,9 @@ def run(binary: Path, system: str, case: str, idle: int, scratch: Path) -> list[
             res = case_never_read(node, system)
         threads_after = wait_threads(node.proc.pid, before.threads)
         after = usage(node.proc.pid)
-        log_lines = node.log_lines("refusing a connection" if case == "idle" else "closing conn")
     finally:
         node.stop()
+    log_lines = node.log_lines("refusing a connection" if case == "idle" else "closing conn")
     during: Usage = res["during"]
     return [
         system,
