@@ -206,15 +206,19 @@ StartServer = Callable[..., Server]
 
 @pytest.fixture
 def start_server(knee_node: str, processes: Processes, tmp_path: Path) -> StartServer:
-    """`start_server(system, server_params, max_frame_bytes=None) -> Server`."""
+    """`start_server(system, server_params, max_frame_bytes=None, **limits) -> Server`; the
+    limits are serve config keys (`max_connections`, `read_timeout_ms`, ...)."""
     count = 0
 
     def start(
-        system: str, server: dict[str, Any] | None = None, max_frame_bytes: int | None = None
+        system: str,
+        server: dict[str, Any] | None = None,
+        max_frame_bytes: int | None = None,
+        **limits: Any,
     ) -> Server:
         nonlocal count
         count += 1
-        config: dict[str, Any] = {"server": server or {}, "listen": "127.0.0.1:0"}
+        config: dict[str, Any] = {"server": server or {}, "listen": "127.0.0.1:0", **limits}
         if max_frame_bytes is not None:
             config["max_frame_bytes"] = max_frame_bytes
         stderr_path = tmp_path / f"srv{count}.stderr.log"

@@ -144,6 +144,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if display.run_dir is not None and not args.no_report:
             _report(display.run_dir, None, console)  # what was measured, failure noted
         return EXIT_NODE_FAILED
+    except OSError as e:  # the run directory could not be written (a full disk)
+        where = display.run_dir if display.run_dir is not None else args.out
+        print(f"knee: writing the run directory {where} failed: {e}", file=sys.stderr)
+        print(
+            "knee: every node was stopped; what was written before is in the run directory",
+            file=sys.stderr,
+        )
+        return EXIT_NODE_FAILED
     except KeyboardInterrupt:
         print(
             "knee: interrupted; every node was stopped; partial results were written",

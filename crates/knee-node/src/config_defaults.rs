@@ -13,3 +13,16 @@ pub fn max_frame_bytes() -> usize {
 pub fn max_connections() -> usize {
     1024
 }
+
+/// Longest a request frame may take to arrive once its first byte has: a slow client (one
+/// byte a second) cannot hold a connection's thread for ever. Generous enough for a 16 MiB
+/// frame over a 10 Mbit/s emulated link.
+pub fn read_timeout_ms() -> u64 {
+    30_000
+}
+
+/// Longest a reply write may make no progress (the client does not read): the connection is
+/// then closed, so that its thread and buffers are freed.
+pub fn write_timeout_ms() -> u64 {
+    30_000
+}

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from knee.hosts.base import Host
 from knee.hosts.local import LocalHost
@@ -84,9 +84,11 @@ class Node:
         text = json.dumps(config, indent=2)
         config_path.write_text(text)
         self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log: BinaryIO | None = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         # Every stdout line as the node printed it (a system's own events: handoffs, ...).
-        self._events_log = open(events_path, "ab") if events_path else None  # noqa: SIM115
+        self._events_log: BinaryIO | None = (
+            open(events_path, "ab") if events_path else None  # noqa: SIM115
+        )
         binary = self.host.binary(node_binary())
         # A node on this machine reads the config file; a remote one gets it inline (configs
         # are a few kB; the kernel allows 128 kB per argument).
@@ -117,8 +119,7 @@ class Node:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             if self._events_log is not None:  # about a line a second: flushed as it comes
-                self._events_log.write(raw)
-                self._events_log.flush()
+                self._events_log = _logged(self._events_log, raw)
             try:
                 event = json.loads(raw)
             except json.JSONDecodeError:
@@ -133,9 +134,10 @@ class Node:
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
         for raw in self.proc.stderr:
-            self._log.write(raw)
-            self._log.flush()
+            # The tail first: it names the node's failure even when its log cannot be written.
             self._stderr_tail.append(raw.decode(errors="replace").rstrip("\n"))
+            if self._log is not None:
+                self._log = _logged(self._log, raw)
 
     def stderr_tail(self) -> list[str]:
         return list(self._stderr_tail)
@@ -190,7 +192,28 @@ class Node:
                 pass
         for t in self._readers:
             t.join(timeout=1.0)
-        self._log.close()
-        if self._events_log is not None:
-            self._events_log.close()
+        for log in (self._log, self._events_log):
+            _close(log)
         return self.proc.returncode
+
+
+def _logged(log: BinaryIO, raw: bytes) -> BinaryIO | None:
+    """Appends `raw` to a node's log; None once the log cannot be written (a full disk): the
+    node's lines then go on to the tail and the events, and the run fails on its own terms
+    (the node's reason), not in a reader thread."""
+    try:
+        log.write(raw)
+        log.flush()
+    except OSError:
+        _close(log)
+        return None
+    return log
+
+
+def _close(log: BinaryIO | None) -> None:
+    if log is None:
+        return
+    try:
+        log.close()
+    except OSError:
+        pass  # its buffer could not be written (a full disk): what was written stays

@@ -1,10 +1,13 @@
 //! A server node's config (`knee-node serve <system> --config`), and the limits `run` keeps.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::config_defaults;
 
-/// `{"listen", "max_frame_bytes", "max_connections", "server"}` (`docs/node-protocol.md`).
+/// `{"listen", "max_frame_bytes", "max_connections", "read_timeout_ms", "write_timeout_ms",
+/// "server"}` (`docs/node-protocol.md`, `docs/limits.md`).
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct ServeOptions {
@@ -17,6 +20,12 @@ pub struct ServeOptions {
     /// Framed TCP only (absent: the default); a datagram server refuses it.
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// Framed TCP only: longest a request frame may take once its first byte has come.
+    #[serde(default)]
+    pub read_timeout_ms: Option<u64>,
+    /// Framed TCP only: longest a reply write may make no progress.
+    #[serde(default)]
+    pub write_timeout_ms: Option<u64>,
     /// The system's own parameters.
     #[serde(default)]
     pub server: serde_json::Value,
@@ -34,20 +43,34 @@ impl ServeOptions {
             max_connections: self
                 .max_connections
                 .unwrap_or_else(config_defaults::max_connections),
+            read_timeout: Duration::from_millis(
+                self.read_timeout_ms
+                    .unwrap_or_else(config_defaults::read_timeout_ms)
+                    .max(1),
+            ),
+            write_timeout: Duration::from_millis(
+                self.write_timeout_ms
+                    .unwrap_or_else(config_defaults::write_timeout_ms)
+                    .max(1),
+            ),
         }
     }
 
     /// A datagram server has no frames and no connections: their limits would mean
     /// nothing, so they are refused like unknown keys.
     pub fn datagram(&self) -> Result<(), String> {
-        match (self.max_frame_bytes, self.max_connections) {
-            (None, None) => Ok(()),
-            _ => Err(
-                "serve config: max_frame_bytes and max_connections are for TCP servers; \
-                      this one is UDP"
+        let tcp_only = self.max_frame_bytes.is_some()
+            || self.max_connections.is_some()
+            || self.read_timeout_ms.is_some()
+            || self.write_timeout_ms.is_some();
+        if tcp_only {
+            return Err(
+                "serve config: max_frame_bytes, max_connections, read_timeout_ms and \
+                 write_timeout_ms are for TCP servers; this one is UDP"
                     .into(),
-            ),
+            );
         }
+        Ok(())
     }
 }
 
@@ -62,6 +85,10 @@ pub struct ServeConfig {
     pub max_frame_bytes: usize,
     /// Connections beyond this are closed on accept (each costs a thread).
     pub max_connections: usize,
+    /// A request frame not whole this long after its first byte closes its connection.
+    pub read_timeout: Duration,
+    /// A reply write that makes no progress this long closes its connection.
+    pub write_timeout: Duration,
 }
 
 #[cfg(test)]
@@ -82,6 +109,15 @@ mod tests {
         assert!(opts.datagram().is_ok());
         let opts = options(r#"{"max_connections": 3}"#).unwrap();
         assert_eq!(opts.framed(0, 0).max_connections, 3);
+        assert!(opts.datagram().unwrap_err().contains("UDP"));
+        let opts = options(r#"{"read_timeout_ms": 250, "write_timeout_ms": 0}"#).unwrap();
+        let cfg = opts.framed(0, 0);
+        assert_eq!(cfg.read_timeout, Duration::from_millis(250));
+        assert_eq!(
+            cfg.write_timeout,
+            Duration::from_millis(1),
+            "0 would mean no timeout"
+        );
         assert!(opts.datagram().unwrap_err().contains("UDP"));
         assert!(options(r#"{"colour": 3}"#).unwrap_err().contains("unknown field"));
     }

@@ -12,6 +12,7 @@
 mod config;
 mod connection;
 pub mod lifecycle;
+mod limits;
 mod pool;
 mod reply;
 mod sendfile;
@@ -25,13 +26,44 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::clock;
 use crate::events::NoExtra;
 use crate::wire::{arrival, RequestHeader, WireStatus};
-use crate::{clock, stdio};
 
 pub use config::{ServeConfig, ServeOptions};
 pub use lifecycle::{Lifecycle, Stop};
 pub use stats::ServerStats;
+
+/// Connections accepted per wake-up of the accept loop at most.
+const ACCEPT_BATCH: usize = 1024;
+
+/// Gives an accepted connection its thread, or closes it at once (dropped) when
+/// `max_connections` are open or no thread can be had: the client sees its connection end,
+/// not a hang, and the server goes on.
+fn admit<E: StatsExtra>(stream: std::net::TcpStream, ctx: &Arc<connection::Context<E>>, cfg: &ServeConfig) {
+    let stats = &ctx.stats;
+    let open = stats.connections.load(Ordering::Relaxed) as usize;
+    if open >= cfg.max_connections {
+        stats.refused.fetch_add(1, Ordering::Relaxed);
+        limits::REFUSED.log(|| {
+            format!(
+                "refusing a connection: {open} open, the limit is max_connections = {}",
+                cfg.max_connections
+            )
+        });
+        return;
+    }
+    stats.connections.fetch_add(1, Ordering::Relaxed);
+    let conn_ctx = ctx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || connection::serve(stream, conn_ctx));
+    if let Err(e) = spawned {
+        stats.connections.fetch_sub(1, Ordering::Relaxed);
+        stats.refused.fetch_add(1, Ordering::Relaxed);
+        limits::REFUSED.log(|| format!("refusing a connection: no thread for it: {e}"));
+    }
+}
 
 /// What a handler tells the server about one request.
 pub struct Outcome {
@@ -134,6 +166,8 @@ pub fn run<E: StatsExtra>(
     // Accepts wait in ppoll, so that the loop also keeps the stats clock and sees a stop.
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    limits::raise_open_files_limit();
+    limits::deepen_backlog(&listener);
     let stats = Arc::new(ServerStats::default());
     let pool = (cfg.threads > 0)
         .then(|| pool::Pool::start(cfg.threads, cfg.max_queue, handler.clone(), stats.clone()));
@@ -142,6 +176,8 @@ pub fn run<E: StatsExtra>(
         pool: pool.clone(),
         stats: stats.clone(),
         max_frame_bytes: cfg.max_frame_bytes.min(handler.max_frame_bytes()),
+        read_timeout: cfg.read_timeout,
+        write_timeout: cfg.write_timeout,
     });
     let stop = Stop::default();
     let mut life = Lifecycle::ready(addr, stop.clone());
@@ -150,32 +186,24 @@ pub fn run<E: StatsExtra>(
         let now_ns = clock::now_ns();
         let queue_len = || pool.as_ref().map_or(0, |p| p.len());
         if let Some(end) = life.tick(now_ns, || stats.line(queue_len(), handler.stats_extra())) {
+            limits::flush_notices(true);
             return end;
         }
+        limits::flush_notices(false);
         if !life.wait_readable(listener.as_raw_fd(), now_ns, u64::MAX) {
             continue;
         }
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => {
-                stdio::log(&format!("accept failed: {e}"));
-                continue;
+        // Take every connection waiting (up to a batch, so that ticks still come): a flood
+        // is refused at the rate it arrives, not one connection per wake-up.
+        for _ in 0..ACCEPT_BATCH {
+            match listener.accept() {
+                Ok((stream, _)) => admit(stream, &ctx, &cfg),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    limits::ACCEPT_FAILED.log(|| format!("accept failed: {e}"));
+                    break;
+                }
             }
-        };
-        let open = stats.connections.load(Ordering::Relaxed) as usize;
-        if open >= cfg.max_connections {
-            stdio::log(&format!(
-                "refusing a connection: {open} open, the limit is {}",
-                cfg.max_connections
-            ));
-            continue;
         }
-        stats.connections.fetch_add(1, Ordering::Relaxed);
-        let ctx = ctx.clone();
-        std::thread::Builder::new()
-            .name("conn".into())
-            .spawn(move || connection::serve(stream, ctx))
-            .map_err(|e| format!("spawning a connection thread: {e}"))?;
     }
 }

@@ -2,24 +2,52 @@
 //! workers: its own module so that neither of those depends on the other.
 
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use super::limits;
 use super::sendfile::send_file;
 use super::{FileTail, Outcome, ServerStats};
 use crate::stdio;
 use crate::wire::{write_frame, ReplyHeader, WireStatus};
 
 /// The write half of a connection, shared by its reader thread and the pool's workers.
+///
+/// Its outgoing buffer is one frame (`scratch`) plus the kernel's socket buffer: a client
+/// that does not read its replies blocks the writer, which then stops taking requests (or
+/// the pool's queue fills, bounded by `max_queue`), so memory stays bounded; after the
+/// write timeout the connection is shut.
 pub(super) struct Replier {
     stream: Mutex<(TcpStream, Vec<u8>)>,
+    /// Set when a write timed out and the connection was shut for it.
+    stalled: AtomicBool,
 }
 
 impl Replier {
     pub fn new(stream: TcpStream) -> Self {
         Replier {
             stream: Mutex::new((stream, Vec::new())),
+            stalled: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the connection was shut because its client stopped taking replies.
+    pub fn stalled(&self) -> bool {
+        self.stalled.load(Ordering::Relaxed)
+    }
+
+    /// A write that made no progress within the write timeout: the client does not read.
+    /// Shut the connection, so that its reader ends it and later replies are not tried.
+    fn stall(&self, stream: &TcpStream, stats: &ServerStats, e: &std::io::Error) {
+        if self.stalled.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+        limits::TIMED_OUT.log(|| {
+            format!("closing connection from {peer}: replies not taken within write_timeout_ms ({e})")
+        });
+        let _ = stream.shutdown(Shutdown::Both);
     }
 
     /// Writes one reply frame, then its file tail, under one lock so that no other reply
@@ -29,7 +57,13 @@ impl Replier {
     pub fn send(&self, header: &ReplyHeader, body: &[u8], tail: Option<FileTail>, stats: &ServerStats) {
         let Ok(mut guard) = self.stream.lock() else { return };
         let (stream, scratch) = &mut *guard;
-        if write_frame(stream, scratch, &[&header.encode(), body]).is_err() {
+        if self.stalled() {
+            return;
+        }
+        if let Err(e) = write_frame(stream, scratch, &[&header.encode(), body]) {
+            if limits::is_timeout(&e) {
+                self.stall(stream, stats, &e);
+            }
             return;
         }
         stats.bytes_tx.fetch_add(scratch.len() as u64, Ordering::Relaxed);
@@ -40,6 +74,7 @@ impl Replier {
             Ok(()) => {
                 stats.bytes_tx.fetch_add(size_bytes, Ordering::Relaxed);
             }
+            Err(e) if limits::is_timeout(&e) => self.stall(stream, stats, &e),
             Err(e) => {
                 let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
                 stdio::log(&format!("closing connection from {peer}: sending a file: {e}"));

@@ -22,7 +22,9 @@ pub fn send_file<S: Write + AsRawFd>(socket: &mut S, file: &mut File, size_bytes
         if n < 0 {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
-                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                Some(libc::EINTR) => continue,
+                // The socket blocks, so EAGAIN is its send timeout: the client does not read.
+                Some(libc::EAGAIN) => return Err(err),
                 Some(libc::EINVAL) | Some(libc::ENOSYS) if offset == 0 => {
                     return copy(socket, file, size_bytes)
                 }

@@ -20,12 +20,26 @@ pub struct ServerStats {
     pub connections: AtomicU64,
     /// Connections closed because of a malformed, truncated or oversized frame.
     pub bad_frames: AtomicU64,
+    /// Connections closed on accept because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Connections closed by the read timeout (a frame too slow to arrive) or the write
+    /// timeout (replies not taken).
+    pub timed_out: AtomicU64,
+}
+
+/// The `stats` fields of every framed-TCP server beyond the common ones, then the system's.
+#[derive(Serialize)]
+pub struct Guarded<E: Serialize> {
+    pub refused: u64,
+    pub timed_out: u64,
+    #[serde(flatten)]
+    pub extra: E,
 }
 
 impl ServerStats {
     /// The `stats` line of these counters now, with `queue_len` requests waiting for a
     /// worker and the system's own fields.
-    pub fn line<E: Serialize>(&self, queue_len: usize, extra: E) -> Stats<E> {
+    pub fn line<E: Serialize>(&self, queue_len: usize, extra: E) -> Stats<Guarded<E>> {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
             t_ns: clock::now_ns(),
@@ -37,7 +51,11 @@ impl ServerStats {
             connections: get(&self.connections),
             bad_frames: get(&self.bad_frames),
             queue_len: queue_len as u64,
-            extra,
+            extra: Guarded {
+                refused: get(&self.refused),
+                timed_out: get(&self.timed_out),
+                extra,
+            },
         }
     }
 }
@@ -69,6 +87,8 @@ mod tests {
             ("connections", 3),
             ("bad_frames", 0),
             ("queue_len", 4),
+            ("refused", 0),
+            ("timed_out", 0),
         ];
         for (key, value) in expect {
             assert_eq!(line[key], value, "{key}");

@@ -153,7 +153,7 @@ impl FrameReader {
                 }
                 self.make_room(total);
                 if short_reads {
-                    self.start + total
+                    (self.start + total).min(self.buf.len())
                 } else {
                     self.buf.len()
                 }
@@ -196,8 +196,12 @@ impl FrameReader {
         }
     }
 
-    /// Ensures `buf[start..]` can hold `need_bytes` (> bytes buffered), compacting or growing.
-    /// Afterwards `end < buf.len()`, so the next read has room.
+    /// Makes room in `buf[start..]` towards `need_bytes` (> bytes buffered), compacting or
+    /// growing. Afterwards `end < buf.len()`, so the next read has room.
+    ///
+    /// The buffer grows at most twofold at a time, as the frame's bytes arrive: a length
+    /// prefix alone must not allocate `max_frame_bytes` (a thousand slow clients, each
+    /// announcing 16 MiB, would cost 16 GiB). Memory is at most twice what was received.
     fn make_room(&mut self, need_bytes: usize) {
         if self.start + need_bytes > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
@@ -205,8 +209,14 @@ impl FrameReader {
             self.start = 0;
         }
         if need_bytes > self.buf.len() {
-            self.buf.resize(need_bytes, 0);
+            let grown = need_bytes.min(self.buf.len().saturating_mul(2).max(READ_CHUNK_BYTES));
+            self.buf.resize(grown, 0);
         }
+    }
+
+    /// Bytes the reader's buffer holds now (what one connection's reads cost in memory).
+    pub fn capacity_bytes(&self) -> usize {
+        self.buf.len()
     }
 }
 
@@ -285,6 +295,30 @@ mod tests {
         let mut r = FrameReader::new(1 << 20);
         assert_eq!(r.read_frame(&mut src).unwrap().unwrap().len(), 300_000);
         assert_eq!(r.read_frame(&mut src).unwrap().unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_length_prefix_alone_does_not_allocate_the_frame() {
+        // 16 MiB announced, 1000 bytes sent: the buffer stays near what arrived.
+        let mut bytes = (16u32 << 20).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[1u8; 1000]);
+        let mut src = &bytes[..];
+        let mut r = FrameReader::new(32 << 20);
+        assert!(matches!(
+            r.read_frame(&mut src),
+            Err(FrameError::Truncated { .. })
+        ));
+        assert!(
+            r.capacity_bytes() <= 2 * READ_CHUNK_BYTES,
+            "{}",
+            r.capacity_bytes()
+        );
+        // Received bytes grow it, at most twofold: a 1 MiB frame read whole.
+        let big = vec![3u8; 1 << 20];
+        let bytes = framed(&[&big]);
+        let mut r = FrameReader::new(32 << 20);
+        assert_eq!(r.read_frame(&mut &bytes[..]).unwrap().unwrap(), &big[..]);
+        assert!(r.capacity_bytes() < 2 * bytes.len(), "{}", r.capacity_bytes());
     }
 
     /// Hands out one chunk per read, each with its own stamp.
