@@ -154,7 +154,7 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
         if not isinstance(table, dict):
             raise RuleError(key, "expected a table")
         kind = table.get("kind")
-        if kind not in HOST:
+        if not isinstance(kind, str) or kind not in HOST:
             raise RuleError(f"{key}.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
         schema = HOST[kind]
         checked = check(key, schema, table)
