@@ -53,7 +53,7 @@ HOST: dict[str, Schema] = {
         "loss_percent": Param(
             "float", None, "random loss of received packets (nftables)", min=0, max=100
         ),
-        # A minute: well inside netem's own limit (2^32 us), and far beyond any network.
+        # A minute: far beyond any network's one-way delay (an unbounded float is a typo).
         "delay_ms": Param(
             "float", None, "one-way delay (tc netem; not in every kernel)", min=0, max=60_000
         ),
