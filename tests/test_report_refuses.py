@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -169,6 +170,40 @@ def test_a_damaged_run_is_refused_in_one_line_and_left_unchanged(
     assert len(lines) == 1 and lines[0].startswith(f"knee: {run_dir}: "), lines
     assert message in lines[0], lines
     assert hashes(run_dir) == before, "a refused run directory was changed"
+
+
+def test_a_damaged_page_of_the_samples_is_refused_not_read_as_samples(
+    runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One byte of the latency column of samples.parquet changed so that it still decodes,
+    as other latencies: the footer is intact and nothing but the page's checksum (written by
+    knee.results, checked on every read) tells. The report must refuse it, not draw it."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs.a, run_dir)
+    path = run_dir / "samples.parquet"
+    original = pq.read_table(path, columns=["latency_ns"])
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.row_group(0).column(i).path_in_schema for i in range(meta.num_columns)]
+    chunk = meta.row_group(0).column(names.index("latency_ns"))
+    clean = path.read_bytes()
+    for at in range(chunk.data_page_offset + chunk.total_compressed_size - 1, 0, -1):
+        data = bytearray(clean)
+        data[at] ^= 0x01
+        path.write_bytes(bytes(data))
+        try:  # read as a reader without checksums would
+            damaged = pq.read_table(path, columns=["latency_ns"], page_checksum_verification=False)
+        except OSError:
+            continue
+        if not damaged.equals(original):
+            break
+    else:
+        pytest.fail("no byte of the column decodes to other latencies")
+    before = hashes(run_dir)
+    code, lines = report(run_dir, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"knee: {run_dir}: a run's data cannot be read, a file is damaged")
+    assert "CRC checksum verification failed" in lines[0], lines
+    assert hashes(run_dir) == before
 
 
 def test_not_a_run_and_an_empty_directory_are_refused(

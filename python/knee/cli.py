@@ -188,11 +188,18 @@ def _refused(*run_dirs: Path) -> bool:
 
 
 def _unreadable(where: str, e: Exception) -> bool:
-    """Data that cannot be decoded (a damaged page in a Parquet file, whose footer was
-    fine): printed in one line, as a refused run directory is."""
+    """Data that cannot be decoded (a damaged page in a Parquet file whose footer was fine:
+    its checksum or its encoding is wrong) is printed in one line, as a refused run
+    directory is. Such errors are raised by pyarrow itself (an ArrowException, or an
+    OSError from its own code); an OSError from anywhere else (a full disk while writing
+    the report) is a failed report."""
     import pyarrow as pa
 
-    if not isinstance(e, pa.ArrowException):
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    in_pyarrow = tb is not None and "pyarrow" in tb.tb_frame.f_code.co_filename
+    if not (isinstance(e, pa.ArrowException) or (isinstance(e, OSError) and in_pyarrow)):
         return False
     first = str(e).splitlines()[0] if str(e) else type(e).__name__
     print(
