@@ -186,7 +186,8 @@ def test_a_damaged_page_of_the_samples_is_refused_not_read_as_samples(
     names = [meta.row_group(0).column(i).path_in_schema for i in range(meta.num_columns)]
     chunk = meta.row_group(0).column(names.index("latency_ns"))
     clean = path.read_bytes()
-    for at in range(chunk.data_page_offset + chunk.total_compressed_size - 1, 0, -1):
+    first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    for at in reversed(range(first, first + chunk.total_compressed_size)):  # the values last
         data = bytearray(clean)
         data[at] ^= 0x01
         path.write_bytes(bytes(data))
