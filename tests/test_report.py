@@ -400,11 +400,11 @@ def test_a_failed_report_keeps_the_run(runs: Runs, tmp_path: Path) -> None:
     (broken / "summary.json").write_text('{"points": [')  # cut short
     before = sorted(p.name for p in broken.iterdir())
     res = run_knee("report", str(broken))
-    assert res.returncode == 4
-    assert "the report failed" in res.stderr and "is intact" in res.stderr
+    assert res.returncode == 2  # refused before anything is read (tests/test_report_refuses.py)
+    assert f"{broken}: summary.json is not JSON" in res.stderr
     assert sorted(p.name for p in broken.iterdir()) == before
     res = run_knee("report", str(tmp_path / "no-such-run"))
-    assert res.returncode == 2 and "not a run directory" in res.stderr
+    assert res.returncode == 2 and "no such directory" in res.stderr
 
 
 # ------------------------------------------------------------------ small fixed data

@@ -181,14 +181,53 @@ class _RunDirDisplay(Display):
         super().run_started(run_dir, n_points)
 
 
+def _refused(*run_dirs: Path) -> bool:
+    """A directory that is not a readable run is refused in one line (knee.report.rundir),
+    before anything is read or written."""
+    from knee.report.rundir import RunDirError, check
+
+    for run_dir in run_dirs:
+        try:
+            check(run_dir)
+        except RunDirError as e:
+            print(f"knee: {e}", file=sys.stderr)
+            return True
+    return False
+
+
+def _unreadable(where: str, e: Exception) -> bool:
+    """Data that cannot be decoded (a damaged page in a Parquet file whose footer was fine:
+    its checksum or its encoding is wrong) is printed in one line, as a refused run
+    directory is. Such errors are raised by pyarrow itself (an ArrowException, or an
+    OSError from its own code); an OSError from anywhere else (a full disk while writing
+    the report) is a failed report."""
+    import pyarrow as pa
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    in_pyarrow = tb is not None and "pyarrow" in tb.tb_frame.f_code.co_filename
+    if not (isinstance(e, pa.ArrowException) or (isinstance(e, OSError) and in_pyarrow)):
+        return False
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(
+        f"knee: {where}: a run's data cannot be read, a file is damaged ({first})", file=sys.stderr
+    )
+    return True
+
+
 def _report(run_dir: Path, out: Path | None, console: Console) -> int:
     """Writes the report; a failure is printed and gives a non-zero exit code, and the run
     directory stays as it is."""
     from knee.report import build
 
+    if _refused(run_dir):
+        return EXIT_SPEC_ERROR
     try:
         written = build(run_dir, out)
     except Exception as e:  # any bug in a section must not look like a lost run
+        if _unreadable(str(run_dir), e):
+            return EXIT_SPEC_ERROR
         traceback.print_exc()
         print(f"knee: the report failed: {type(e).__name__}: {e}", file=sys.stderr)
         print(f"knee: the run directory {run_dir} is intact", file=sys.stderr)
@@ -202,16 +241,19 @@ def _report(run_dir: Path, out: Path | None, console: Console) -> int:
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
-    from knee.report.compare import build
+    from knee.report.compare import NothingMatched, build
 
-    for run in (args.run_a, args.run_b):
-        if not run.is_dir():
-            print(f"knee: {run}: not a run directory", file=sys.stderr)
-            return EXIT_SPEC_ERROR
+    if _refused(args.run_a, args.run_b):
+        return EXIT_SPEC_ERROR
     out = args.out or Path(f"compare-{args.run_a.resolve().name}-vs-{args.run_b.resolve().name}")
     try:
         written = build(args.run_a, args.run_b, out)
+    except NothingMatched as e:
+        print("\n".join(f"knee: {line}" for line in str(e).splitlines()), file=sys.stderr)
+        return EXIT_SPEC_ERROR
     except Exception as e:
+        if _unreadable(f"{args.run_a} or {args.run_b}", e):
+            return EXIT_SPEC_ERROR
         traceback.print_exc()
         print(f"knee: the comparison failed: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_REPORT_FAILED
@@ -255,9 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args, console)
     if args.command == "report":
-        if not args.run_dir.is_dir():
-            print(f"knee: {args.run_dir}: not a run directory", file=sys.stderr)
-            return EXIT_SPEC_ERROR
         return _report(args.run_dir, args.out, console)
     if args.command == "compare":
         return _compare(args, console)

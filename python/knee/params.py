@@ -82,6 +82,11 @@ EXPERIMENT: Schema = {
 #: connections, and more than this on one run is a configuration mistake, not a cluster.
 MAX_GENERATORS = 64
 
+#: The longest wait a spec may ask of one request (timeout, think time, lateness): an hour.
+#: knee-node turns these into durations, which need a finite bound, and a longer wait is a
+#: unit mistake rather than an experiment.
+MAX_WAIT_MS = 3_600_000
+
 LOAD: Schema = {
     "schedule": Param(
         "str", "poisson", "arrival schedule", choices=("poisson", "constant", "steps", "closed")
@@ -97,7 +102,11 @@ LOAD: Schema = {
     "steps": Param("list", OPTIONAL, "[[rate_per_s, duration_s], ...] (steps)"),
     "clients": Param("int", 1, "closed loop: number of clients", min=1, max=4096),
     "think_ms": Param(
-        "float", 0.0, "closed loop: think time between reply and next request", min=0
+        "float",
+        0.0,
+        "closed loop: think time between reply and next request",
+        min=0,
+        max=MAX_WAIT_MS,
     ),
     "think": Param(
         "str", "fixed", "closed loop: think-time distribution", choices=("fixed", "exponential")
@@ -121,7 +130,12 @@ LOAD: Schema = {
         max=1_000_000_000,
     ),
     "timeout_ms": Param(
-        "float", 5000.0, "per-request timeout, counted from the send", min=0, min_exclusive=True
+        "float",
+        5000.0,
+        "per-request timeout, counted from the send",
+        min=0,
+        min_exclusive=True,
+        max=MAX_WAIT_MS,
     ),
     "late_ms": Param(
         "float",
@@ -129,6 +143,7 @@ LOAD: Schema = {
         "a send this far behind its intended time counts as late",
         min=0,
         min_exclusive=True,
+        max=MAX_WAIT_MS,
     ),
     "max_outstanding": Param(
         "int",
@@ -138,9 +153,19 @@ LOAD: Schema = {
         max=10_000_000,
     ),
     "warmup_s": Param(
-        "float", 1.0, "seconds at the start of each point excluded from statistics", min=0
+        "float",
+        1.0,
+        "seconds at the start of each point excluded from statistics",
+        min=0,
+        max=86_400,  # as duration_s
     ),
-    "warmup_requests": Param("int", 0, "the first requests of each point excluded as well", min=0),
+    "warmup_requests": Param(
+        "int",
+        0,
+        "the first requests of each point excluded as well",
+        min=0,
+        max=1_000_000_000,  # as requests
+    ),
     "generators": Param(
         "int",
         1,

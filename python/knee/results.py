@@ -55,6 +55,9 @@ assert SAMPLE_DTYPE.itemsize == 96, "must match knee-node's recorder.rs"
 STATUS_NAMES = ("ok", "timeout", "drop", "error", "late")
 
 SAMPLES = "samples.parquet"
+#: Every Parquet file knee writes has a CRC per page, and every read checks them: a damaged
+#: page is an error, not silently wrong samples (files without them are read as before).
+VERIFY = {"page_checksum_verification": True}
 TIMESERIES = "timeseries.parquet"
 EVENTS = "events.parquet"
 SUMMARY = "summary.json"
@@ -221,7 +224,9 @@ def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
         for point_raws in by_point(raws).values():
             for table in _point_tables(run_dir, point_raws):
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, _unify_dictionaries(table.schema))
+                    writer = pq.ParquetWriter(
+                        tmp, _unify_dictionaries(table.schema), write_page_checksum=True
+                    )
                 writer.write_table(table.cast(writer.schema))
                 rows += table.num_rows
     finally:
@@ -295,7 +300,7 @@ def _unify_dictionaries(schema: pa.Schema) -> pa.Schema:
 def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
     """Writes rows (dicts) as Parquet, atomically (a reader never sees half a file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    pd.DataFrame(rows).to_parquet(tmp, index=False)
+    pd.DataFrame(rows).to_parquet(tmp, index=False, write_page_checksum=True)
     os.replace(tmp, path)
 
 
@@ -420,7 +425,8 @@ class Run:
 
 def _dataset(path: Path) -> ds.Dataset:
     fmt = ds.ParquetFileFormat(
-        read_options=ds.ParquetReadOptions(dictionary_columns=set(CATEGORY_COLUMNS))
+        read_options=ds.ParquetReadOptions(dictionary_columns=set(CATEGORY_COLUMNS)),
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(**VERIFY),
     )
     return ds.dataset(path, format=fmt)
 
@@ -438,7 +444,7 @@ def _parquet_points(path: Path) -> list[int]:
     for i in range(meta.num_row_groups):
         stats = meta.row_group(i).column(index).statistics
         if stats is None or not stats.has_min_max or stats.min != stats.max:
-            column = pq.read_table(path, columns=["point"])["point"].to_numpy()
+            column = pq.read_table(path, columns=["point"], **VERIFY)["point"].to_numpy()
             return list(dict.fromkeys(column.tolist()))  # first-seen order, no sort needed
         if stats.min not in points:
             points.append(int(stats.min))
@@ -466,7 +472,7 @@ def _select(
 def _all_samples(run_dir: Path) -> pd.DataFrame:
     """Every sample of a run: samples.parquet, else rebuilt from raw/ (a crashed run)."""
     if (run_dir / SAMPLES).exists():
-        samples = pd.read_parquet(run_dir / SAMPLES)
+        samples = pd.read_parquet(run_dir / SAMPLES, **VERIFY)
         for col in CATEGORY_COLUMNS:
             if col in samples:
                 samples[col] = samples[col].astype("category")
@@ -505,4 +511,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    return pd.read_parquet(path, **VERIFY) if path.exists() else pd.DataFrame()

@@ -59,6 +59,9 @@ Schemas = dict[str, Schema]  # {"server": ..., "load": ..., "driver": ...} of on
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _PAIR = "[rate_per_s, duration_s]"
 _PAIRS = f"a non-empty list of {_PAIR} pairs"
+#: An experiment's name is the start of its run directory's name (plus a 20-character
+#: timestamp): a file name has at most 255 bytes.
+MAX_NAME_CHARS = 100
 _TOML_TYPES = dict(boolean=bool, integer=int, float=float, string=str, array=list, table=dict)
 
 
@@ -147,9 +150,14 @@ def _given(value: Any) -> str:
     return f"{_show(value)} ({_toml_type(value)})"
 
 
+#: TOML's integers are 64-bit signed; Python's TOML reader takes any size, and knee-node
+#: (u64 and i64 fields) would refuse a larger one only after the run has started.
+_INT64 = range(-(2**63), 2**63)
+
+
 def _type_ok(kind: str, value: Any) -> bool:
     if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
     if kind == "float":
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         return number and math.isfinite(value)
@@ -170,7 +178,9 @@ def _coerce(key: str, param: Param, value: Any) -> Any:
         checked = float(value) if param.type == "float" else value
         if _in_range(param, checked):
             return checked
-    raise RuleError(key, f"expected {param.expected()}, got {_given(value)}")
+    too_big = isinstance(value, int) and not isinstance(value, bool) and value not in _INT64
+    where = " (TOML integers are 64-bit)" if too_big else ""
+    raise RuleError(key, f"expected {param.expected()}, got {_given(value)}{where}")
 
 
 def _did_you_mean(name: str, options: Sequence[str]) -> str:
@@ -316,6 +326,12 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
             raise RuleError(name, _unknown("section", name, _TOP_LEVEL))
     experiment = _check_section("experiment", EXPERIMENT, doc.get("experiment", {}))
     experiment = _require("experiment", EXPERIMENT, _fill(EXPERIMENT, experiment))
+    if not 0 < len(experiment["name"]) <= MAX_NAME_CHARS:
+        raise RuleError(
+            "experiment.name",
+            f"expected 1 to {MAX_NAME_CHARS} characters (it names the run directory), "
+            f"got {len(experiment['name'])}",
+        )
     if experiment["system"] not in SYSTEMS:
         raise RuleError(
             "experiment.system",

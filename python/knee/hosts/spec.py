@@ -53,7 +53,10 @@ HOST: dict[str, Schema] = {
         "loss_percent": Param(
             "float", None, "random loss of received packets (nftables)", min=0, max=100
         ),
-        "delay_ms": Param("float", None, "one-way delay (tc netem; not in every kernel)", min=0),
+        # A minute: far beyond any network's one-way delay (an unbounded float is a typo).
+        "delay_ms": Param(
+            "float", None, "one-way delay (tc netem; not in every kernel)", min=0, max=60_000
+        ),
     },
     "ssh": {
         **_COMMON,
@@ -151,7 +154,7 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
         if not isinstance(table, dict):
             raise RuleError(key, "expected a table")
         kind = table.get("kind")
-        if kind not in HOST:
+        if not isinstance(kind, str) or kind not in HOST:
             raise RuleError(f"{key}.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
         schema = HOST[kind]
         checked = check(key, schema, table)

@@ -95,8 +95,35 @@ def mean_diff(pa: dict[str, Any], pb: dict[str, Any]) -> Diff:
     return Diff(a, b, b - a - half, b - a + half)
 
 
+#: Labels a NothingMatched message lists per run at most (the rest are counted).
+SHOWN_LABELS = 8
+
+
+class NothingMatched(Exception):
+    """Two runs without a point of the same label: there is nothing to compare. ``str(err)``
+    says so, then one line per run with its points."""
+
+    def __init__(self, runs: list[tuple[str, Path, list[str]]]) -> None:
+        lines = ["nothing to compare: no point of A has the label of a point of B"]
+        for tag, path, labels in runs:
+            shown = ", ".join(repr(label) for label in labels[:SHOWN_LABELS])
+            more = len(labels) - SHOWN_LABELS
+            shown += f" and {more} more" if more > 0 else ""
+            lines.append(f"{tag} ({path}) has {len(labels)} points: {shown or '(none)'}")
+        super().__init__("\n".join(lines))
+
+
 def build(run_a: Path, run_b: Path, out_dir: Path) -> Written:
+    """The comparison page in `out_dir`; NothingMatched, before anything is written, when the
+    runs have no point in common."""
     a, b = data.load(run_a), data.load(run_b)
+    if not _matched(a, b):
+        raise NothingMatched(
+            [
+                (tag, rr.path, [str(p.get("label")) for p in rr.points])
+                for tag, rr in (("A", a), ("B", b))
+            ]
+        )
     sections = [_what(a, b), *_differences(a, b), *_overlays(a, b)]
     out_dir.mkdir(parents=True, exist_ok=True)
     return write(

@@ -23,6 +23,10 @@ from knee.systems.base import NodePlan, System, load_config
 DEFAULT_IMAGE_BYTES = 52 * 52 * 3
 
 
+#: Items in flight the slices client takes at most (knee-node's slices client.rs).
+MAX_OUTSTANDING = 1_000_000
+
+
 def items_per_s(mb_per_s: float, image_bytes: int) -> float:
     """The item rate that publishes `mb_per_s` (10^6 bytes/s) of images, as the report's
     rates are given (1.4, 4 and 10 MB/s)."""
@@ -39,6 +43,10 @@ def _slices_rule(s: Sections) -> None:
         )
     if load["generators"] != 1:
         raise RuleError("load.generators", "slices has one client (one sender id): use 1")
+    if load["max_outstanding"] > MAX_OUTSTANDING:  # the client node refuses more
+        raise RuleError(
+            "load.max_outstanding", f"at most {MAX_OUTSTANDING:,} items in flight in slices"
+        )
     if driver["image_bytes"] % 3:
         raise RuleError(
             "driver.image_bytes", f"RGB: a multiple of 3 bytes, got {driver['image_bytes']}"
@@ -212,7 +220,7 @@ SYSTEM = System(
             10,
             "re-publications of an item not acknowledged within load.timeout_ms (same id)",
             min=0,
-            max=1000,
+            max=100,  # knee-node's slices client takes at most this (MAX_RETRIES)
         ),
         "sender": Param("int", 1, "the client's sender id", min=0, max=(1 << 32) - 1),
         "junk_every": Param(

@@ -16,6 +16,9 @@ from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
 MAX_SIDE_PX = 4096
+#: The longest block timeout knee-node's stream client takes (systems/stream/config.rs): the
+#: run's end waits up to twice it for the last replies.
+MAX_TIMEOUT_MS = 60_000.0
 
 #: The report's streams differ in frame size; stream 7 is the smallest (192 blocks, which
 #: matches the report's ~1,900 samples for 10 frames).
@@ -158,6 +161,12 @@ def _stream_rule(s: Sections) -> None:
             "load.requests",
             "stream is bounded by driver.frames and load.duration_s (give duration_s, "
             "not requests)",
+        )
+    if load["timeout_ms"] > MAX_TIMEOUT_MS:
+        raise RuleError(
+            "load.timeout_ms",
+            f"at most {MAX_TIMEOUT_MS:g} ms in stream (a block's timeout), "
+            f"got {load['timeout_ms']:g}",
         )
     if driver["min_rto_ms"] > load["timeout_ms"]:
         raise RuleError("driver.min_rto_ms", "must be <= load.timeout_ms (the largest RTO)")
