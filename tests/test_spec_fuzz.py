@@ -378,8 +378,12 @@ def test_the_spec_takes_no_more_than_the_node(
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_every_shipped_spec_and_preset_is_startable(path: Path, tmp_path: Path) -> None:
-    """The fuzzer's baseline: unmutated, every shipped spec passes `startable`."""
+def test_every_shipped_spec_and_preset_is_startable(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fuzzer's baseline: unmutated, every shipped spec passes `startable` (chat-chaos's
+    PostgreSQL series reads its URL from $KNEE_PG_URL: a placeholder, nothing connects)."""
+    monkeypatch.setenv("KNEE_PG_URL", "postgresql://knee@127.0.0.1:1/knee")
     for preset in [None, *tomllib.loads(path.read_text()).get("presets", {})]:
         startable(load_spec(path, preset), tmp_path)
 
