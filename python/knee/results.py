@@ -482,6 +482,23 @@ def _all_samples(run_dir: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def node_lines(run_dir: Path, node: str, point: int) -> list[dict[str, Any]]:
+    """A node's stdout lines (JSON events) of one point, every life of it (a restarted node
+    appends), from nodes/<node>.pNNN.events.jsonl: [] when the run did not keep them."""
+    path = run_dir / "nodes" / f"{node}.p{point:03d}.events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
 def open_run(path: str | os.PathLike[str]) -> Run:
     """Opens a run directory: summary, spec and environment, time series and events as
     DataFrames; the samples are read when asked for (`Run.samples`, `Run.iter_points`).

@@ -16,7 +16,6 @@ applied), with arrays, never a per-sample loop.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from knee.contract import (
     STREAM_FLAG_RETRANSMISSION,
 )
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
-from knee.results import SUMMARY, Run, write_json
+from knee.results import SUMMARY, Run, node_lines, write_json
 from knee.run_params import point_params, setting
 
 Verdict = dict[str, Any]
@@ -53,22 +52,6 @@ def verdict(name: str, passed: bool, counts: dict[str, int], detail: str = "") -
         "counts": {k: int(v) for k, v in counts.items()},
         "detail": detail,
     }
-
-
-def node_lines(run_dir: Path, node: str, point: int) -> list[dict[str, Any]]:
-    """A node's stdout lines of one point, every life of it (a restarted node appends)."""
-    path = run_dir / "nodes" / f"{node}.p{point:03d}.events.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill
-        if isinstance(event, dict):
-            out.append(event)
-    return out
 
 
 def _statuses(status: pd.Series) -> dict[str, int]:

@@ -12,7 +12,6 @@ events as applied and the CPU samples. Times are seconds since the point's clien
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from knee.contract import SLICES_PN_LOG_RECORD_BYTES as LOG_RECORD_BYTES
-from knee.results import Run, by_point, read_manifest
+from knee.results import Run, by_point, node_lines, read_manifest
 from knee.run_params import PointParams, point_params, setting
 from knee.stats.intervals import mean_ci
 
@@ -113,20 +112,8 @@ def _run_start_ns(run: Run, point: int) -> int:
 
 
 def node_events(run: Run, point: int, node: str, kind: str) -> list[dict[str, Any]]:
-    """A node's own stdout events of one kind (e.g. the LB's "handoff"), from
-    nodes/<node>.pNNN.events.jsonl: [] when the run did not keep them."""
-    path = run.path / "nodes" / f"{node}.p{point:03d}.events.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill
-        if isinstance(event, dict) and event.get("event") == kind:
-            out.append(event)
-    return out
+    """A node's own stdout events of one kind (e.g. the LB's "handoff")."""
+    return [e for e in node_lines(run.path, node, point) if e.get("event") == kind]
 
 
 def killed_pns(params: PointParams | None) -> set[int]:
