@@ -76,7 +76,10 @@ def test_share_chaos_every_obtain_verified_or_failed_none_corrupt(
     assert c["peer_kills"] == 2
     assert c["verified"] > 0 and c["failed_drop"] > 0  # the kills landed during obtains
     assert c["corrupt_served"] > 0 and c["corrupt_not_refused"] == 0
-    assert c["refused_corrupt"] >= c["corrupt_served"]
+    # A corrupted obtain is refused by checksum, unless a kill broke its transfer off first
+    # (then it failed as a drop): CI once saw 914 refused of 915 served, one cut by a kill.
+    assert 0 < c["refused_corrupt"] <= c["corrupt_served"]
+    assert c["refused_corrupt"] + c["failed_drop"] >= c["corrupt_served"]
     assert c["accepted_with_mismatch"] == 0
     assert (
         c["obtains"] == c["verified"] + c["failed_drop"] + c["failed_error"] + c["failed_timeout"]
