@@ -21,7 +21,7 @@ from knee.results import SAMPLE_DTYPE, STATUS_NAMES, RawFile, SamplesError
 RECORD_BYTES = SAMPLE_DTYPE.itemsize
 NO_SERVER_TIME = 2**64 - 1
 #: Examples per property: the reader is vectorized, so each costs a file write and a frame.
-EXAMPLES = 150
+EXAMPLES = 100
 #: The file is rewritten in place by every example, so a function-scoped tmp_path is fine.
 FUZZ = settings(
     max_examples=EXAMPLES,
