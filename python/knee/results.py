@@ -64,12 +64,62 @@ SUMMARY = "summary.json"
 MANIFEST = "raw/manifest.jsonl"
 
 
+class SamplesError(ValueError):
+    """A sample file that is not knee-node's records (corrupt, or another layout)."""
+
+
+#: Fields that are ns or byte counts, signed 64-bit in samples.parquet: a value from 2^63
+#: up cannot be one knee-node wrote (server_ns may also be u64::MAX, "no server time").
+_SIGNED_FIELDS = (
+    "intended_ns",
+    "sent_ns",
+    "received_ns",
+    "queue_ns",
+    "service_ns",
+    "detail_ns",
+    "bytes_out",
+    "bytes_in",
+)
+_NO_SERVER_TIME = np.uint64(2**64 - 1)
+_SIGNED_LIMIT = np.uint64(2**63)
+
+
+def check_records(records: np.ndarray, path: str | os.PathLike[str]) -> np.ndarray:
+    """Returns `records` if every one could have been written by knee-node; raises
+    SamplesError naming the first record and field that could not (a value that would turn
+    negative in samples.parquet, a status code out of range, a pad that is not zero: the
+    marks of a corrupt file or of another record layout)."""
+    bad = records["pad"] != 0
+    why = np.where(bad, "pad", "")
+    server = records["server_ns"]
+    over = (server >= _SIGNED_LIMIT) & (server != _NO_SERVER_TIME)
+    why = np.where(~bad & over, "server_ns", why)
+    bad |= over
+    for name in _SIGNED_FIELDS:
+        over = records[name] >= _SIGNED_LIMIT
+        why = np.where(~bad & over, name, why)
+        bad |= over
+    over = records["status"] >= len(STATUS_NAMES)
+    why = np.where(~bad & over, "status", why)
+    bad |= over
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        field_name = str(why[first])
+        raise SamplesError(
+            f"{path}: record {first} (byte {first * SAMPLE_DTYPE.itemsize}) has "
+            f"{field_name} = {records[field_name][first]}, which knee-node never writes; "
+            f"{int(bad.sum())} of {len(records)} records are like it: not a knee-node "
+            "sample file, or a corrupt one"
+        )
+    return records
+
+
 def read_sample_records(path: str | os.PathLike[str]) -> np.ndarray:
     """The records of one node's sample file; a partial last record (killed mid-write) is
-    ignored."""
+    ignored. Raises SamplesError on records knee-node cannot have written (`check_records`)."""
     data = np.fromfile(path, dtype=np.uint8)
     whole = len(data) - len(data) % SAMPLE_DTYPE.itemsize
-    return data[:whole].view(SAMPLE_DTYPE)
+    return check_records(data[:whole].view(SAMPLE_DTYPE), path)
 
 
 def samples_frame(
@@ -229,6 +279,9 @@ def write_samples(run_dir: Path, raws: list[RawFile]) -> int:
                     )
                 writer.write_table(table.cast(writer.schema))
                 rows += table.num_rows
+    except SamplesError:
+        tmp.unlink(missing_ok=True)  # no half-written samples.parquet.tmp is left behind
+        raise
     finally:
         if writer is not None:
             writer.close()
@@ -270,7 +323,8 @@ def _chunks(run_dir: Path, raw: RawFile, n: int) -> Iterator[np.ndarray]:
     for start in range(0, n, WRITE_CHUNK):
         count = min(WRITE_CHUNK, n - start)
         offset = start * SAMPLE_DTYPE.itemsize
-        yield np.fromfile(run_dir / raw.samples, dtype=SAMPLE_DTYPE, count=count, offset=offset)
+        path = run_dir / raw.samples
+        yield check_records(np.fromfile(path, dtype=SAMPLE_DTYPE, count=count, offset=offset), path)
 
 
 def first_rows(values: np.ndarray, n: int) -> np.ndarray:

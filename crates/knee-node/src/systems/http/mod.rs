@@ -15,8 +15,8 @@ mod conn;
 mod engine;
 mod nginx;
 mod requests;
-mod response;
-mod timing;
+pub mod response;
+pub mod timing;
 
 pub const SYSTEM: super::System = super::System {
     name: "http",

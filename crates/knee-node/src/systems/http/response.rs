@@ -290,20 +290,28 @@ impl ResponseReader {
     /// reads: from `data` when nothing is buffered, else from the buffer with `data` added.
     /// Returns the bytes of `data` it took and the element's value, or None (all of `data`
     /// buffered: more is needed).
+    /// An element longer than `max_header_bytes` is refused whether it came in one read or
+    /// several: the limit must not depend on where reads end.
     fn element(&mut self, data: &[u8], parse: ElementParser) -> Parsed {
+        let max = self.limits.max_header_bytes;
         if self.buf.is_empty() {
-            if let Some(found) = parse(data)? {
-                return Ok(Some(found));
+            if let Some((n, value)) = parse(data)? {
+                return if n > max {
+                    Err(Reason::HeaderTooLarge)
+                } else {
+                    Ok(Some((n, value)))
+                };
             }
         }
         let before = self.buf.len();
         self.buf.extend_from_slice(data);
         match parse(&self.buf)? {
+            Some((n, _)) if n > max => Err(Reason::HeaderTooLarge),
             Some((n, value)) => {
                 self.buf.clear();
                 Ok(Some((n.saturating_sub(before), value)))
             }
-            None if self.buf.len() > self.limits.max_header_bytes => Err(Reason::HeaderTooLarge),
+            None if self.buf.len() > max => Err(Reason::HeaderTooLarge),
             None => Ok(None),
         }
     }
@@ -568,6 +576,21 @@ mod tests {
             both(false, endless_chunk_line.as_bytes()),
             Err(Reason::HeaderTooLarge)
         );
+        // A long chunk-size line or trailer section that does end: refused the same whether
+        // it came in one read or byte by byte (in one read it used to pass the limit).
+        let long_chunk_line = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1{}\r\nx\r\n0\r\n\r\n",
+            ";x".repeat(1000)
+        );
+        assert_eq!(
+            both(false, long_chunk_line.as_bytes()),
+            Err(Reason::HeaderTooLarge)
+        );
+        let long_trailers = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: {}\r\n\r\n",
+            "t".repeat(2000)
+        );
+        assert_eq!(both(false, long_trailers.as_bytes()), Err(Reason::HeaderTooLarge));
         let until_close = format!("HTTP/1.1 200 OK\r\n\r\n{}", "b".repeat(5000));
         assert_eq!(both(false, until_close.as_bytes()), Err(Reason::BodyTooLarge));
     }

@@ -38,14 +38,14 @@ impl TimingKeys {
             };
             if self.server.iter().any(|k| k.eq_ignore_ascii_case(name)) {
                 split.present = true;
-                split.server_ns = split.server_ns.saturating_add(ns);
+                split.server_ns = split.server_ns.saturating_add(ns).min(MAX_DURATION_NS);
             }
             if self
                 .detail
                 .as_deref()
                 .is_some_and(|d| d.eq_ignore_ascii_case(name))
             {
-                split.detail_ns = split.detail_ns.saturating_add(ns);
+                split.detail_ns = split.detail_ns.saturating_add(ns).min(MAX_DURATION_NS);
             }
         }
     }
@@ -92,10 +92,16 @@ fn metric(entry: &str) -> Option<(&str, Option<f64>)> {
     Some((name, dur))
 }
 
-/// ms (a finite number >= 0) to ns; anything else counts as 0.
+/// The largest time a header can give (292 years): a sample's times are signed 64-bit ns
+/// in samples.parquet, and `u64::MAX` is the recorder's "no server time" mark, so a server
+/// that sends a huge `dur` must not reach either.
+pub const MAX_DURATION_NS: u64 = i64::MAX as u64;
+
+/// ms (a finite number >= 0) to ns, at most [`MAX_DURATION_NS`]; anything else counts as 0.
 fn ms_to_ns(ms: f64) -> u64 {
     if ms.is_finite() && ms > 0.0 {
-        (ms * 1e6).round().min(u64::MAX as f64) as u64
+        // `as` saturates: a product beyond u64 is u64::MAX before the bound.
+        ((ms * 1e6).round() as u64).min(MAX_DURATION_NS)
     } else {
         0
     }
@@ -118,6 +124,18 @@ mod tests {
             k.add(v.as_bytes(), &mut s);
         }
         s
+    }
+
+    /// Found while fuzzing the samples reader: `dur=1e300` gave u64::MAX, the recorder's
+    /// "no server time" mark, and a sum of two huge entries a negative time in Python.
+    #[test]
+    fn huge_durations_stay_below_the_no_server_time_mark() {
+        let k = keys(&["app", "edge"], Some("db"));
+        let s = split(&k, &["app;dur=1e300, edge;dur=9e12, db;dur=1e300", "db;dur=9e12"]);
+        assert!(s.present);
+        assert_eq!(s.server_ns, MAX_DURATION_NS);
+        assert_eq!(s.detail_ns, MAX_DURATION_NS);
+        assert!(s.server_ns < crate::load::recorder::NO_SERVER_TIME);
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl Client {
             self.next_id += 1;
             match self.conns.request(&addr, self.next_id, OP_LIST, &[]) {
                 Ok((h, body, _)) if h.status == WireStatus::Ok as u16 => {
-                    if let Some(files) = decode_list(&body)? {
+                    if let Some(files) = codec::decode_list(&body)? {
                         return Ok(files);
                     }
                 }
@@ -597,22 +597,4 @@ impl Client {
         .into_bytes();
         a
     }
-}
-
-fn decode_list(body: &[u8]) -> Result<Option<Vec<SharedFile>>, String> {
-    let mut c = BodyReader::new(body);
-    if c.u8("ready")? == 0 {
-        return Ok(None);
-    }
-    let count = c.u32("count")? as usize;
-    let mut files = Vec::with_capacity(count.min(100_000));
-    for _ in 0..count {
-        files.push(SharedFile {
-            name: String::from_utf8_lossy(c.bytes16("name")?).into_owned(),
-            size_bytes: c.u64("size")?,
-            checksum: c.u64("checksum")?,
-        });
-    }
-    c.end()?;
-    Ok(Some(files))
 }

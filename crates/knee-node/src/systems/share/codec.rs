@@ -9,6 +9,8 @@
 //! list       (empty)                       reply: ready u8 | count u32 | (name str | size u64 | checksum u64)*
 //! ```
 
+pub use super::files::SharedFile;
+use super::names::check_name;
 pub use crate::wire::body::{put_str16, put_u64};
 use crate::wire::BodyReader;
 
@@ -47,6 +49,71 @@ pub fn register_body(out: &mut Vec<u8>, e: &Entry) {
 pub fn unregister_body(out: &mut Vec<u8>, peer: &str, name: &str) {
     put_str16(out, peer);
     put_str16(out, name);
+}
+
+/// A register request's entry; the error is the reason sent back.
+pub fn decode_register(body: &[u8]) -> Result<Entry, String> {
+    let mut c = BodyReader::new(body);
+    let peer = read_peer(&mut c)?;
+    let name = check_name(c.bytes16("name")?)?.to_string();
+    let (size_bytes, checksum) = (c.u64("size")?, c.u64("checksum")?);
+    c.end()?;
+    Ok(Entry {
+        peer,
+        name,
+        size_bytes,
+        checksum,
+    })
+}
+
+/// An unregister request: (peer, name).
+pub fn decode_unregister(body: &[u8]) -> Result<(String, &str), String> {
+    let mut c = BodyReader::new(body);
+    let peer = read_peer(&mut c)?;
+    let name = check_name(c.bytes16("name")?)?;
+    c.end()?;
+    Ok((peer, name))
+}
+
+/// A search or obtain request: one checked file name.
+pub fn decode_name(body: &[u8]) -> Result<&str, String> {
+    let mut c = BodyReader::new(body);
+    let name = check_name(c.bytes16("name")?)?;
+    c.end()?;
+    Ok(name)
+}
+
+/// A list reply: `ready u8 | count u32 | (name str | size u64 | checksum u64)*`; not
+/// ready (`None`) while the peer is still generating its files.
+pub fn list_reply(out: &mut Vec<u8>, files: Option<&[SharedFile]>) {
+    out.push(u8::from(files.is_some()));
+    let files = files.unwrap_or_default();
+    out.extend_from_slice(&(files.len() as u32).to_le_bytes());
+    for f in files {
+        put_str16(out, &f.name);
+        put_u64(out, f.size_bytes);
+        put_u64(out, f.checksum);
+    }
+}
+
+/// A list reply: `None` while the peer is still generating its files.
+pub fn decode_list(body: &[u8]) -> Result<Option<Vec<SharedFile>>, String> {
+    let mut c = BodyReader::new(body);
+    if c.u8("ready")? == 0 {
+        return Ok(None);
+    }
+    let count = c.u32("count")? as usize;
+    // No trust in `count` for the allocation: each entry takes at least 18 bytes.
+    let mut files = Vec::with_capacity(count.min(body.len() / 18));
+    for _ in 0..count {
+        files.push(SharedFile {
+            name: String::from_utf8_lossy(c.bytes16("name")?).into_owned(),
+            size_bytes: c.u64("size")?,
+            checksum: c.u64("checksum")?,
+        });
+    }
+    c.end()?;
+    Ok(Some(files))
 }
 
 pub fn search_reply(out: &mut Vec<u8>, holders: &[Entry]) {

@@ -12,7 +12,7 @@ use crate::rng::Rng;
 /// Chunk of generation and of buffered copies.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedFile {
     pub name: String,
     pub size_bytes: u64,

@@ -12,7 +12,7 @@
 //!   unregisters, recording one sample per operation.
 
 pub mod client;
-mod codec;
+pub mod codec;
 mod conn;
 mod fault;
 mod files;

@@ -8,11 +8,11 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use super::codec::{self, Entry};
+use super::codec;
 use super::fault::Corrupter;
 use super::files::{self, SharedFile};
 use super::index::{Index, ShardedIndex, MAX_ENTRIES};
-use super::names::{check_name, open_shared};
+use super::names::open_shared;
 use super::sqlite_index::SqliteIndex;
 use super::{OP_LIST, OP_OBTAIN, OP_REGISTER, OP_SEARCH, OP_UNREGISTER};
 use crate::serve::{FileTail, Handler, Outcome, Stop};
@@ -209,30 +209,15 @@ impl Handler<ShareStats> for ShareServer {
 }
 
 fn index_op(index: &dyn Index, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
-    let mut c = BodyReader::new(body);
     match op {
-        OP_REGISTER => {
-            let peer = codec::read_peer(&mut c)?;
-            let name = check_name(c.bytes16("name")?)?.to_string();
-            let (size_bytes, checksum) = (c.u64("size")?, c.u64("checksum")?);
-            c.end()?;
-            index.register(Entry {
-                peer,
-                name,
-                size_bytes,
-                checksum,
-            })
-        }
+        OP_REGISTER => index.register(codec::decode_register(body)?),
         OP_UNREGISTER => {
-            let peer = codec::read_peer(&mut c)?;
-            let name = check_name(c.bytes16("name")?)?;
-            c.end()?;
+            let (peer, name) = codec::decode_unregister(body)?;
             reply.push(u8::from(index.unregister(&peer, name)?));
             Ok(())
         }
         _ => {
-            let name = check_name(c.bytes16("name")?)?;
-            c.end()?;
+            let name = codec::decode_name(body)?;
             codec::search_reply(reply, &index.search(name)?);
             Ok(())
         }
@@ -241,9 +226,7 @@ fn index_op(index: &dyn Index, op: u16, body: &[u8], reply: &mut Vec<u8>) -> Res
 
 /// The reply says the size; the file follows it, sent by the server.
 fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<FileTail, String> {
-    let mut c = BodyReader::new(body);
-    let name = check_name(c.bytes16("name")?)?;
-    c.end()?;
+    let name = codec::decode_name(body)?;
     let file = open_shared(&share.dir, name)?;
     let size_bytes = file.metadata().map_err(|e| format!("{name:?}: {e}"))?.len();
     let file = share.corrupter.serve(name, file, size_bytes)?;
@@ -254,13 +237,6 @@ fn obtain(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<FileTail, S
 fn list(share: &Share, body: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
     BodyReader::new(body).end()?;
     let files = share.files.get();
-    reply.push(u8::from(files.is_some()));
-    let files = files.map(Vec::as_slice).unwrap_or_default();
-    reply.extend_from_slice(&(files.len() as u32).to_le_bytes());
-    for f in files {
-        codec::put_str16(reply, &f.name);
-        codec::put_u64(reply, f.size_bytes);
-        codec::put_u64(reply, f.checksum);
-    }
+    codec::list_reply(reply, files.map(Vec::as_slice));
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! (`client.rs`).
 
 mod client;
-mod codec;
+pub mod codec;
 mod gray;
 mod lb;
 mod ledger;

@@ -7,7 +7,7 @@
 mod accessor;
 mod client;
 mod config;
-mod datagram;
+pub mod datagram;
 mod frames;
 mod lines;
 mod link;

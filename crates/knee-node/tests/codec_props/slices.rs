@@ -1,0 +1,144 @@
+//! slices' item and reply (binary) and control messages (bounded JSON).
+
+use knee_node::systems::slices::codec::{
+    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took,
+    ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, VERSION,
+};
+use proptest::prelude::*;
+
+fn item() -> impl Strategy<Value = (u32, ItemHeader, Vec<u8>)> {
+    (
+        1u32..=65_536,
+        any::<u64>(),
+        any::<u32>(),
+        any::<u16>(),
+        1u16..20,
+        1u16..20,
+        any::<u64>(),
+    )
+        .prop_flat_map(|(slices, id, sender, attempt, width, height, timestamp_ns)| {
+            let h = ItemHeader {
+                slice: (id % slices as u64) as u32,
+                sender,
+                id,
+                attempt,
+                width,
+                height,
+                timestamp_ns,
+            };
+            let n = h.image_bytes();
+            (Just(slices), Just(h), prop::collection::vec(any::<u8>(), n..=n))
+        })
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    (any::<[u32; 3]>(), any::<[u64; 6]>()).prop_map(|(s, w)| Reply {
+        sender: s[0],
+        pn: s[1],
+        id: w[0],
+        slice: s[2],
+        epoch: w[1],
+        timestamp_ns: w[2],
+        queue_ns: w[3],
+        service_ns: w[4],
+        gray_checksum: w[5],
+    })
+}
+
+fn to_lb() -> impl Strategy<Value = ToLb> {
+    let took = (
+        any::<u32>(),
+        any::<u64>(),
+        any::<Option<u64>>(),
+        any::<Option<u64>>(),
+    )
+        .prop_map(|(slice, epoch, giver_last_id, taker_first_id)| Took {
+            slice,
+            epoch,
+            giver_last_id,
+            taker_first_id,
+        });
+    prop_oneof![
+        any::<u32>().prop_map(|pn| ToLb::Hello { pn }),
+        // Rates as a node writes them: finite, and exact in JSON (integers and halves).
+        (any::<u32>(), any::<u64>(), 0u32..1 << 30, any::<u32>()).prop_map(|(pn, queue_len, r, owned)| {
+            ToLb::Heartbeat {
+                pn,
+                queue_len,
+                processed_per_s: f64::from(r) / 2.0,
+                owned,
+            }
+        }),
+        any::<u32>().prop_map(|pn| ToLb::Leave { pn }),
+        (any::<u32>(), any::<u64>(), prop::collection::vec(took, 0..8))
+            .prop_map(|(pn, t_ns, slices)| ToLb::Took { pn, t_ns, slices }),
+    ]
+}
+
+fn to_pn() -> impl Strategy<Value = ToPn> {
+    let slices = || prop::collection::vec(any::<(u32, u64)>(), 0..8);
+    prop_oneof![
+        (slices(), any::<bool>()).prop_map(|(slices, crash)| ToPn::Assign { slices, crash }),
+        (any::<u32>(), slices()).prop_map(|(to, slices)| ToPn::Give { to, slices }),
+        slices().prop_map(|slices| ToPn::Revoke { slices }),
+    ]
+}
+
+fn handoff() -> impl Strategy<Value = Handoff> {
+    let pairs = || prop::collection::vec(any::<(u32, u64)>(), 0..6);
+    let slice = (any::<u32>(), any::<u64>(), pairs(), pairs()).prop_map(|(slice, epoch, watermark, owed)| {
+        HandoffSlice {
+            slice,
+            epoch,
+            watermark,
+            owed,
+        }
+    });
+    (any::<u32>(), prop::collection::vec(slice, 0..6)).prop_map(|(from, slices)| Handoff { from, slices })
+}
+
+proptest! {
+    #![proptest_config(crate::config())]
+
+    #[test]
+    fn items_and_replies_round_trip((slices, h, rgb) in item(), r in reply()) {
+        let mut b = Vec::new();
+        h.encode(&rgb, &mut b);
+        prop_assert_eq!(ItemHeader::decode(&b, slices), Ok(h));
+        prop_assert_eq!(&b[ITEM_HEADER_BYTES..], &rgb[..]);
+        b.clear();
+        r.encode(&mut b);
+        prop_assert_eq!(Reply::decode(&b), Ok(r));
+    }
+
+    #[test]
+    fn control_messages_round_trip(lb in to_lb(), pn in to_pn(), h in handoff()) {
+        prop_assert_eq!(decode_control::<ToLb>(&encode_control(&lb)), Ok(lb));
+        prop_assert_eq!(decode_control::<ToPn>(&encode_control(&pn)), Ok(pn));
+        prop_assert_eq!(decode_control::<Handoff>(&encode_control(&h)), Ok(h));
+    }
+
+    #[test]
+    fn any_bytes_decode_or_are_refused(mut b in prop::collection::vec(any::<u8>(), 0..200), kind in 0u8..3, slices in 0u32..70_000) {
+        if kind > 0 && b.len() >= 4 {
+            b[..2].copy_from_slice(&MAGIC);
+            b[2] = VERSION;
+            b[3] = if kind == 1 { KIND_ITEM } else { KIND_REPLY };
+        }
+        if let Ok(h) = ItemHeader::decode(&b, slices) {
+            prop_assert_eq!(h.id % slices as u64, h.slice as u64);
+            prop_assert_eq!(b.len(), ITEM_HEADER_BYTES + h.image_bytes());
+        }
+        let _ = Reply::decode(&b);
+        let _ = decode_control::<ToLb>(&b);
+        let _ = decode_control::<ToPn>(&b);
+        let _ = decode_control::<Handoff>(&b);
+    }
+
+    #[test]
+    fn any_json_decodes_or_is_refused(s in r#"\{"(kind|pn|from|slices|to|crash|epoch)": ?("hello"|"give"|"assign"|[0-9]{1,25}|\[\[1, ?2\]\]|true|-1|1e400), ?"(pn|slices|to|crash)": ?([0-9]{1,3}|\[\]|true)\}"#) {
+        let _ = decode_control::<ToLb>(s.as_bytes());
+        let _ = decode_control::<ToPn>(s.as_bytes());
+        let _ = decode_control::<Handoff>(s.as_bytes());
+    }
+}

@@ -1,0 +1,55 @@
+//! The slices control messages (bounded JSON, PN <-> LB and giver -> taker): what decodes
+//! encodes to JSON that decodes to the same message.
+#![no_main]
+
+use knee_node::systems::slices::codec::{decode_control, encode_control, Handoff, ToLb, ToPn};
+use libfuzzer_sys::fuzz_target;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// serde_json's default float parser may be 1 ULP off: a heartbeat's rate is compared
+/// with that tolerance, everything else exactly.
+fn same_lb(a: &ToLb, b: &ToLb) -> bool {
+    match (a, b) {
+        (
+            ToLb::Heartbeat {
+                pn,
+                queue_len,
+                processed_per_s,
+                owned,
+            },
+            ToLb::Heartbeat {
+                pn: pn2,
+                queue_len: q2,
+                processed_per_s: r2,
+                owned: o2,
+            },
+        ) => {
+            (pn, queue_len, owned) == (pn2, q2, o2)
+                && (processed_per_s == r2 || processed_per_s.to_bits().abs_diff(r2.to_bits()) <= 1)
+        }
+        _ => a == b,
+    }
+}
+
+fn round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(
+    bytes: &[u8],
+    same: impl Fn(&T, &T) -> bool,
+) {
+    if let Ok(m) = decode_control::<T>(bytes) {
+        let json = encode_control(&m);
+        assert!(!json.is_empty(), "{m:?} did not encode");
+        let back = decode_control::<T>(&json).unwrap_or_else(|e| panic!("{m:?}: {e}"));
+        assert!(same(&m, &back), "{m:?} came back as {back:?}");
+    }
+}
+
+fuzz_target!(|input: &[u8]| {
+    let [which, bytes @ ..] = input else {
+        return;
+    };
+    match which % 3 {
+        0 => round_trip::<ToLb>(bytes, same_lb),
+        1 => round_trip::<ToPn>(bytes, |a, b| a == b),
+        _ => round_trip::<Handoff>(bytes, |a, b| a == b),
+    }
+});
