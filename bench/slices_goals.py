@@ -58,6 +58,9 @@ STOP_GRACE_S = 2.5
 POLL_S = 0.02
 HEARTBEAT_MS = 100
 FAILURE_TIMEOUT_MS = 500
+# A PN that hears no items says hello after this (its default, 30 s, protects a taker's
+# ring; the overhead rounds start their PNs before the client and wait for the split).
+HELLO_AFTER_MS = 1000
 # 52 x 52 RGB, the system's default and the report's item size (~8 KB).
 ITEM_IMAGE_BYTES = 8112
 ITEM_HEADER_BYTES = 36
@@ -209,7 +212,8 @@ class Bench:
         server: dict[str, Any] = {
             "role": "pn", "pn": pn, "slices": slices, "threads": 1, "work_repeat": work_repeat,
             "queue_max": 10_000, "log_path": str(self.work / f"{self.seq + 1:03d}-pn-{pn}.log"),
-            "heartbeat_ms": HEARTBEAT_MS, "prefix": prefix, "connect": connect,
+            "heartbeat_ms": HEARTBEAT_MS, "hello_after_ms": HELLO_AFTER_MS, "prefix": prefix,
+            "connect": connect,
         }  # fmt: skip
         if static is not None:
             server["static_slices"] = static

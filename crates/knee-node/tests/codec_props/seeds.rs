@@ -263,6 +263,13 @@ fn slices_seeds(seeds: &mut Seeds) {
             },
         ),
         ("revoke", ToPn::Revoke { slices: vec![(4, 3)] }),
+        (
+            "want",
+            ToPn::Want {
+                from: 2,
+                items: vec![(1, 1204), (1, 1214)],
+            },
+        ),
     ];
     for (name, m) in to_pn {
         add(seeds, "slices_control", name, with(&[1], &encode_control(&m)));
