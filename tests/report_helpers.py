@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+REPO = Path(__file__).resolve().parents[1]
+
 #: Chromium with no network: names do not resolve, nothing runs in the background.
 CHROMIUM_FLAGS = (
     "--headless",
@@ -48,6 +50,22 @@ def only_dir(root: Path) -> Path:
     dirs = [d for d in root.iterdir() if d.is_dir()]
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+def smoke_run(experiment: str, root: Path) -> tuple[Path, str]:
+    """`experiments/<experiment>.toml`'s smoke run (report included) and its output.
+
+    scripts/test runs every experiment's smoke preset once from a plain install
+    (scripts/e2e) and keeps the runs that passed in `$KNEE_E2E_RUNS`; a test checking such a
+    run reads that one rather than running the same preset again. Without it (a test run on
+    its own), the run is made here, under `root`. The run directory is only read."""
+    kept = os.environ.get("KNEE_E2E_RUNS")
+    if kept and (log := Path(kept) / f"{experiment}.log").is_file():
+        return only_dir(Path(kept) / experiment), log.read_text()
+    spec = REPO / "experiments" / f"{experiment}.toml"
+    res = run_knee("run", str(spec), "--preset", "smoke", "--out", str(root), timeout_s=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return only_dir(root), res.stdout
 
 
 def figure_ids(html: str) -> list[str]:

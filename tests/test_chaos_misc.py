@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from conftest import Processes, StartServer
-from report_helpers import only_dir, run_knee
+from report_helpers import smoke_run
 from test_share import (
     OP_REGISTER,
     OP_SEARCH,
@@ -31,7 +33,6 @@ import knee
 from knee.analysis import chaos
 from knee.contract import SHARE_FLAG_CHECKSUM_MISMATCH as FLAG_MISMATCH
 
-REPO = Path(__file__).resolve().parents[1]
 OBTAIN = 4
 
 
@@ -44,17 +45,13 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each chaos experiment's smoke preset, run once with `knee run` (report included)."""
+    """Each chaos experiment's smoke preset through `knee run` (report included): scripts/
+    e2e's run when it kept one, else run here once."""
     out: dict[str, Path] = {}
     for system in ("share", "stream", "slices"):
-        root = tmp_path_factory.mktemp(f"{system}-chaos")
-        spec = REPO / "experiments" / f"{system}-chaos.toml"
-        res = run_knee(
-            "run", str(spec), "--preset", "smoke", "--out", str(root), timeout_s=300
-        )  # fmt: skip
-        assert res.returncode == 0, res.stderr[-3000:]
-        assert ": check PASS (" in res.stdout, res.stdout[-3000:]  # under the table
-        out[system] = only_dir(root)
+        run_dir, stdout = smoke_run(f"{system}-chaos", tmp_path_factory.mktemp(f"{system}-chaos"))
+        assert ": check PASS (" in stdout, stdout[-3000:]  # under the table
+        out[system] = run_dir
     return out
 
 
@@ -131,6 +128,18 @@ def test_share_checker_fails_on_a_corrupt_obtain_not_refused(
         f.write('{"event":"corrupted","name":"f1-0000.bin","n":1}\n' * 10_000)
     v = chaos.share_obtains(knee.open_run(run_dir), 0)
     assert v["verdict"] == "FAIL" and "not refused" in v["detail"], v
+
+
+def test_share_checker_fails_when_no_obtain_was_made(
+    smoke_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run whose clients never reached the obtain phase has nothing checked: FAIL, not a
+    PASS over zero obtains."""
+    run_dir = _copy(smoke_runs["share"], tmp_path)
+    table = pq.read_table(run_dir / "samples.parquet")
+    pq.write_table(table.filter(pc.not_equal(table["op"], OBTAIN)), run_dir / "samples.parquet")
+    v = chaos.share_obtains(knee.open_run(run_dir), 0)
+    assert v["verdict"] == "FAIL" and "no obtain" in v["detail"], v
 
 
 def test_stream_checker_fails_when_the_client_miscounts(

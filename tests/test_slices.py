@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import unavailable
-from report_helpers import check_in_browser, check_pngs, figure_ids, only_dir, run_knee
+from report_helpers import (
+    check_in_browser,
+    check_pngs,
+    figure_ids,
+    only_dir,
+    run_knee,
+    smoke_run,
+)
 from test_hosts_limits import _cgroups_usable
 
 import knee
@@ -137,12 +144,7 @@ def test_smoke_run_is_exactly_once_with_a_report(
 ) -> None:
     """Each experiment's smoke preset end to end (`knee run` writes report.html); every
     point passes the checker; the report's charts draw in Chromium."""
-    out = run_knee(
-        "run", str(REPO / "experiments" / f"{experiment}.toml"), "--preset", "smoke",
-        "--out", str(tmp_path / "runs"), timeout_s=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = only_dir(tmp_path / "runs")
+    run_dir, _ = smoke_run(experiment, tmp_path / "runs")
     run = knee.open_run(run_dir)
     for point in run.sample_points():
         verdict = analysis.exactly_once(run, point)

@@ -105,6 +105,8 @@ def share_obtains(run: Run, point: int) -> Verdict:
         "peer_kills": _kills(run, point, "peer-"),
     }
     problems = []
+    if not counts["obtains"]:
+        problems.append("no obtain was made: nothing to check")
     if counts["accepted_with_mismatch"]:
         problems.append(f"{counts['accepted_with_mismatch']} obtains ok despite a mismatch")
     if unrefused:

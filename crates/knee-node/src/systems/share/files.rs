@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -25,6 +25,11 @@ pub fn file_name(peer: usize, i: usize) -> String {
 }
 
 /// Writes `count` files of `size_bytes` into `dir` (created if needed).
+///
+/// Each file is written in `<dir>.partial/` and renamed into `dir` once whole: a restarted
+/// peer regenerates its files while it already serves, and must serve the previous life's
+/// (identical) copy meanwhile, never a truncated one. share-chaos saw a few obtains of a
+/// just-restarted peer refused by checksum for that reason before.
 pub fn generate(
     dir: &Path,
     peer: usize,
@@ -33,11 +38,15 @@ pub fn generate(
     seed: u64,
 ) -> Result<Vec<SharedFile>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mut partial = dir.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    std::fs::create_dir_all(&partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
     let mut chunk = vec![0u8; CHUNK_BYTES];
     (0..count)
         .map(|i| {
             let name = file_name(peer, i);
-            let path = dir.join(&name);
+            let path = partial.join(&name);
             let mut rng = Rng::new(seed ^ ((peer as u64) << 32) ^ i as u64);
             let mut file = File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
             let mut hasher = Xxh3::new();
@@ -53,6 +62,10 @@ pub fn generate(
                     .map_err(|e| format!("writing {}: {e}", path.display()))?;
                 left -= n as u64;
             }
+            drop(file);
+            let done = dir.join(&name);
+            std::fs::rename(&path, &done)
+                .map_err(|e| format!("renaming {} to {}: {e}", path.display(), done.display()))?;
             Ok(SharedFile {
                 name,
                 size_bytes,
