@@ -29,6 +29,11 @@ const PROGRESS_EVERY_NS: u64 = 1_000_000_000;
 /// How often the progress thread looks at the clock (and notices the run's end).
 const PROGRESS_TICK: Duration = Duration::from_millis(20);
 
+/// Whether the stop grace is over at `now_ns` for a stop first seen at `seen_ns`.
+fn grace_over_since(seen_ns: Option<u64>, now_ns: u64) -> bool {
+    seen_ns.is_some_and(|seen| now_ns >= seen.saturating_add(STOP_GRACE_NS))
+}
+
 /// When a role stops sending. Whichever bound comes first ends it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Bounds {
@@ -148,8 +153,7 @@ impl RunContext {
 
     /// The grace after a stop request has passed: what is still in flight is given up.
     pub fn grace_over(&self, now_ns: u64) -> bool {
-        self.stop_seen_ns()
-            .is_some_and(|seen| now_ns >= seen + STOP_GRACE_NS)
+        grace_over_since(self.stop_seen_ns(), now_ns)
     }
 
     fn stop_seen_ns(&self) -> Option<u64> {
@@ -337,6 +341,14 @@ mod tests {
         for d in [dir, dir2] {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+
+    #[test]
+    fn replies_in_flight_are_waited_for_1_s_after_a_stop() {
+        let s = 1_000_000_000;
+        assert!(!grace_over_since(None, u64::MAX), "no stop, no grace to end");
+        assert!(!grace_over_since(Some(5 * s), 6 * s - 1));
+        assert!(grace_over_since(Some(5 * s), 6 * s));
     }
 
     #[test]
