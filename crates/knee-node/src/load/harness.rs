@@ -29,6 +29,11 @@ const PROGRESS_EVERY_NS: u64 = 1_000_000_000;
 /// How often the progress thread looks at the clock (and notices the run's end).
 const PROGRESS_TICK: Duration = Duration::from_millis(20);
 
+/// Whether the stop grace is over at `now_ns` for a stop first seen at `seen_ns`.
+fn grace_over_since(seen_ns: Option<u64>, now_ns: u64) -> bool {
+    seen_ns.is_some_and(|seen| now_ns >= seen.saturating_add(STOP_GRACE_NS))
+}
+
 /// When a role stops sending. Whichever bound comes first ends it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Bounds {
@@ -148,8 +153,7 @@ impl RunContext {
 
     /// The grace after a stop request has passed: what is still in flight is given up.
     pub fn grace_over(&self, now_ns: u64) -> bool {
-        self.stop_seen_ns()
-            .is_some_and(|seen| now_ns >= seen + STOP_GRACE_NS)
+        grace_over_since(self.stop_seen_ns(), now_ns)
     }
 
     fn stop_seen_ns(&self) -> Option<u64> {
@@ -303,8 +307,10 @@ fn progress_loop<P: Serialize>(
 mod tests {
     use super::*;
 
-    fn context(late_ms: Option<f64>) -> (RunContext, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("knee-harness-{}-{late_ms:?}", std::process::id()));
+    /// A context whose recorder writes in its own folder (`tag`: one per test, since the
+    /// tests run in parallel and each removes its folder).
+    fn context(tag: &str, late_ms: Option<f64>) -> (RunContext, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("knee-harness-{}-{tag}-{late_ms:?}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let recorder = Recorder::create(dir.join("s.bin").to_str().unwrap()).unwrap();
         let ctx = RunContext {
@@ -324,14 +330,14 @@ mod tests {
 
     #[test]
     fn a_send_is_late_only_beyond_late_ms_and_a_resend_is_not_a_send() {
-        let (ctx, dir) = context(Some(1.0));
+        let (ctx, dir) = context("late", Some(1.0));
         ctx.count_send(0, 1_000_000, 10); // exactly late_ms behind: on time
         ctx.count_send(0, 1_000_001, 10);
         ctx.count_resend(3_000_000, 10);
         let c = ctx.counts();
         assert_eq!((c.sent, c.late_sends, c.bytes_tx), (2, 1, 30));
         assert_eq!(ctx.last_sent_ns.load(Ordering::Relaxed), 3_000_000);
-        let (never, dir2) = context(None);
+        let (never, dir2) = context("late", None);
         never.count_send(0, u64::MAX, 1);
         assert_eq!(never.counts().late_sends, 0);
         for d in [dir, dir2] {
@@ -340,8 +346,16 @@ mod tests {
     }
 
     #[test]
+    fn replies_in_flight_are_waited_for_1_s_after_a_stop() {
+        let s = 1_000_000_000;
+        assert!(!grace_over_since(None, u64::MAX), "no stop, no grace to end");
+        assert!(!grace_over_since(Some(5 * s), 6 * s - 1));
+        assert!(grace_over_since(Some(5 * s), 6 * s));
+    }
+
+    #[test]
     fn bounds_end_sending() {
-        let (ctx, dir) = context(None);
+        let (ctx, dir) = context("bounds", None);
         assert!(ctx.allows_request(1) && !ctx.allows_request(2));
         assert!(!ctx.past_end(4_999) && ctx.past_end(5_000));
         let _ = std::fs::remove_dir_all(dir);

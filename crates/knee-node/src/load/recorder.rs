@@ -157,6 +157,12 @@ pub struct Recorder {
     warmup_end_ns: AtomicU64,
 }
 
+/// Whether buffered samples are written now: 1 MiB of them, or 100 ms since the last write
+/// (a node killed with SIGKILL loses at most that).
+fn flush_due(buffered_bytes: usize, since_flush_ns: u64) -> bool {
+    buffered_bytes >= FLUSH_AT_BYTES || since_flush_ns >= FLUSH_EVERY_NS
+}
+
 /// Latencies above an hour are clamped: no request in a bounded run lasts longer.
 const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 
@@ -205,7 +211,7 @@ impl Recorder {
             inner.histogram.saturating_record(latency_ns);
         }
         let now = clock::now_ns();
-        if inner.buf.len() >= FLUSH_AT_BYTES || now - inner.last_flush_ns >= FLUSH_EVERY_NS {
+        if flush_due(inner.buf.len(), now.saturating_sub(inner.last_flush_ns)) {
             inner.flush(now);
         }
     }
@@ -274,6 +280,44 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_are_written_at_1_mib_or_after_100_ms() {
+        let ms = 1_000_000;
+        assert!(!flush_due(FLUSH_AT_BYTES - 1, 100 * ms - 1));
+        assert!(flush_due(1 << 20, 0), "1 MiB buffered");
+        assert!(flush_due(SAMPLE_BYTES, 100 * ms), "100 ms since the last write");
+        assert!(!flush_due((1 << 20) - SAMPLE_BYTES, 99 * ms));
+    }
+
+    #[test]
+    fn latencies_are_tracked_up_to_an_hour_and_clamped_beyond() {
+        let dir = std::env::temp_dir().join(format!("knee-recorder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("samples.bin");
+        let r = Recorder::create(path.to_str().unwrap()).unwrap();
+        r.set_warmup_end(0);
+        let hour_ns = 3_600_000_000_000u64;
+        let ok = |latency_ns: u64| Sample {
+            intended_ns: 1,
+            received_ns: 1 + latency_ns,
+            status: Status::Ok as u8,
+            ..Sample::default()
+        };
+        r.record(&ok(hour_ns / 2));
+        let half = r.quantile_ns(1.0);
+        assert!(
+            half.abs_diff(hour_ns / 2) <= hour_ns / 2 / 1000,
+            "30 min tracked as {half}"
+        );
+        r.record(&ok(2 * hour_ns));
+        let top = r.quantile_ns(1.0);
+        assert!(
+            top.abs_diff(hour_ns) <= hour_ns / 1000,
+            "2 h recorded as {top} ns, not 1 h"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn status_names_follow_the_codes() {

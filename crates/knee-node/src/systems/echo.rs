@@ -10,6 +10,7 @@ use super::{framed, framed_client, parse, ServerParts, System};
 use crate::contract::SystemContract;
 use crate::load::driver::{Driver, DriverFactory};
 use crate::serve::{Handler, Outcome};
+use crate::wire::{DEFAULT_MAX_FRAME_BYTES, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
 
 pub const OP_ECHO: u16 = 1;
 
@@ -26,14 +27,19 @@ pub const SYSTEM: System = System {
     contract: || {
         SystemContract::new()
             .op("echo", OP_ECHO)
-            .max("driver.request_bytes", MAX_REPLY_BYTES as f64)
-            .max("driver.reply_bytes", MAX_REPLY_BYTES as f64)
+            .max("driver.request_bytes", MAX_DRIVER_REQUEST_BYTES as f64)
+            .max("driver.reply_bytes", MAX_DRIVER_REPLY_BYTES as f64)
             .with_default("driver.request_bytes", default_bytes())
             .with_default("driver.reply_bytes", default_bytes())
     },
 };
 /// Largest reply the server will build for one request.
 const MAX_REPLY_BYTES: usize = 16 << 20;
+/// The driver's largest request and reply bodies: with their headers, their frames fit the
+/// default frame limit of both ends (a 16 MiB body did not: every request, or every reply,
+/// was refused as an oversized frame and the whole load was drops).
+const MAX_DRIVER_REQUEST_BYTES: usize = DEFAULT_MAX_FRAME_BYTES - REQUEST_HEADER_BYTES;
+const MAX_DRIVER_REPLY_BYTES: usize = DEFAULT_MAX_FRAME_BYTES - REPLY_HEADER_BYTES;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,9 +98,11 @@ pub struct EchoDriverFactory {
 
 impl EchoDriverFactory {
     pub fn new(cfg: EchoDriverConfig) -> Result<Self, String> {
-        if cfg.reply_bytes > MAX_REPLY_BYTES || cfg.request_bytes > MAX_REPLY_BYTES {
+        if cfg.request_bytes > MAX_DRIVER_REQUEST_BYTES || cfg.reply_bytes > MAX_DRIVER_REPLY_BYTES {
             return Err(format!(
-                "request_bytes and reply_bytes must be <= {MAX_REPLY_BYTES}"
+                "request_bytes must be <= {MAX_DRIVER_REQUEST_BYTES} and reply_bytes <= \
+                 {MAX_DRIVER_REPLY_BYTES}: with their headers, frames of at most \
+                 {DEFAULT_MAX_FRAME_BYTES} bytes"
             ));
         }
         let mut body = (cfg.reply_bytes as u32).to_le_bytes().to_vec();

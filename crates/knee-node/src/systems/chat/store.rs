@@ -367,10 +367,56 @@ impl StorePool {
             None => Store::open(&self.cfg, false)?,
         };
         let out = store.transaction(f)?;
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE {
-            idle.push(store);
-        }
+        keep_idle(
+            &mut self.idle.lock().unwrap_or_else(|p| p.into_inner()),
+            store,
+            MAX_IDLE,
+        );
         Ok(out)
+    }
+}
+
+/// Keeps a connection for reuse unless `max_idle` are kept already (it is then closed).
+fn keep_idle<S>(idle: &mut Vec<S>, store: S, max_idle: usize) {
+    if idle.len() < max_idle {
+        idle.push(store);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A fresh SQLite database in the temp folder, its tables made.
+    pub(crate) fn sqlite_pool(tag: &str) -> (StorePool, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("knee-chat-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = DbConfig {
+            sqlite_path: Some(dir.join("chat.db").to_string_lossy().into_owned()),
+            postgres_url: None,
+            postgres_schema: default_schema(),
+        };
+        Store::open(&cfg, true).unwrap();
+        (StorePool::new(cfg), dir)
+    }
+
+    #[test]
+    fn at_most_64_idle_connections_are_kept() {
+        assert_eq!(MAX_IDLE, 64);
+        let mut idle = Vec::new();
+        for i in 0..MAX_IDLE + 10 {
+            keep_idle(&mut idle, i, MAX_IDLE);
+        }
+        assert_eq!(idle, (0..64).collect::<Vec<_>>(), "the 65th and later are closed");
+    }
+
+    #[test]
+    fn a_pooled_connection_is_kept_and_reused() {
+        let (pool, dir) = sqlite_pool("reuse");
+        for _ in 0..3 {
+            pool.transaction(|tx| tx.rows("SELECT 1", &[])).unwrap();
+        }
+        assert_eq!(pool.idle.lock().unwrap().len(), 1, "one connection, reused");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

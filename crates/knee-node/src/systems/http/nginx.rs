@@ -99,10 +99,10 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
                 )
             })?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        match wait_accepting(&mut child, addr) {
+        match wait_accepting(&mut child, addr, START_TIMEOUT_NS) {
             Ok(()) => return supervise(child, addr, dir),
             Err(e) => {
-                stop(&mut child);
+                stop(&mut child, STOP_TIMEOUT_NS);
                 last_err = format!("{e}: {}", log_tail(dir));
             }
         }
@@ -165,8 +165,8 @@ fn free_port() -> Result<u16, String> {
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
-fn wait_accepting(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
-    let deadline = clock::now_ns() + START_TIMEOUT_NS;
+fn wait_accepting(child: &mut Child, addr: SocketAddr, timeout_ns: u64) -> Result<(), String> {
+    let deadline = clock::now_ns() + timeout_ns;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("nginx exited ({status})"));
@@ -175,7 +175,10 @@ fn wait_accepting(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
             return Ok(());
         }
         if clock::now_ns() >= deadline {
-            return Err("nginx did not accept connections within 10 s".into());
+            return Err(format!(
+                "nginx did not accept connections within {} s",
+                timeout_ns as f64 / 1e9
+            ));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -188,7 +191,7 @@ fn supervise(mut child: Child, addr: SocketAddr, dir: &std::path::Path) -> Resul
             t_ns: clock::now_ns(),
             ..Default::default()
         }) {
-            stop(&mut child);
+            stop(&mut child, STOP_TIMEOUT_NS);
             return end;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -198,12 +201,13 @@ fn supervise(mut child: Child, addr: SocketAddr, dir: &std::path::Path) -> Resul
     }
 }
 
-/// SIGQUIT (nginx finishes what is in flight), then SIGKILL to its process group.
-fn stop(child: &mut Child) {
+/// SIGQUIT (nginx finishes what is in flight), then SIGKILL to its process group once
+/// `timeout_ns` has passed (or once the master is gone).
+fn stop(child: &mut Child, timeout_ns: u64) {
     let pid = child.id() as libc::pid_t;
     // SAFETY: signalling our own child's process group (set at spawn); no memory involved.
     unsafe { libc::kill(-pid, libc::SIGQUIT) };
-    let deadline = clock::now_ns() + STOP_TIMEOUT_NS;
+    let deadline = clock::now_ns() + timeout_ns;
     while clock::now_ns() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             // Workers may still be finishing: the group goes with the master.
@@ -230,4 +234,70 @@ fn log_tail(dir: &std::path::Path) -> String {
     );
     let _ = f.take(LOG_TAIL_BYTES).read_to_string(&mut text);
     text.trim().replace('\n', " | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A child in its own process group, as nginx is started.
+    fn child(script: &str) -> Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_start_and_stop_timeouts_are_10_s_and_5_s() {
+        assert_eq!(START_TIMEOUT_NS, 10_000 * MS);
+        assert_eq!(STOP_TIMEOUT_NS, 5_000 * MS);
+    }
+
+    #[test]
+    fn a_server_that_never_accepts_fails_the_start_after_its_timeout() {
+        let mut c = child("exec sleep 30");
+        let addr = {
+            // A port nothing listens on: connects are refused at once.
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let started = clock::now_ns();
+        let err = wait_accepting(&mut c, addr, 300 * MS).unwrap_err();
+        let took_ns = clock::now_ns() - started;
+        assert_eq!(err, "nginx did not accept connections within 0.3 s");
+        assert!(took_ns >= 300 * MS, "gave up after {took_ns} ns");
+        assert!(c.try_wait().unwrap().is_none(), "the child is left to `stop`");
+        stop(&mut c, 300 * MS);
+        assert!(c.try_wait().unwrap().is_some());
+    }
+
+    #[test]
+    fn a_server_that_ignores_sigquit_is_killed_after_the_stop_timeout() {
+        // Ignored signals stay ignored across exec: `sleep` ignores SIGQUIT too.
+        let mut c = child("trap '' QUIT; exec sleep 30");
+        // Once `sleep` runs, the shell has set the trap.
+        let comm = format!("/proc/{}/comm", c.id());
+        for _ in 0..1000 {
+            if std::fs::read_to_string(&comm).is_ok_and(|name| name.trim() == "sleep") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let started = clock::now_ns();
+        stop(&mut c, 300 * MS);
+        let took_ns = clock::now_ns() - started;
+        let status = c.try_wait().unwrap().expect("reaped by stop");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+        assert!(
+            took_ns >= 300 * MS,
+            "killed after {took_ns} ns, before the timeout"
+        );
+    }
 }

@@ -216,3 +216,115 @@ impl Conns {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::os::fd::AsRawFd;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::wire::{REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A one-connection server: reads one empty-bodied request, then writes a reply frame
+    /// whose length prefix says `length` bytes and whose payload is `payload_bytes` long (a
+    /// valid header, then zeros), and holds the connection until the client closes it.
+    fn replying_with(length: u32, payload_bytes: usize) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut request = [0u8; LENGTH_BYTES + REQUEST_HEADER_BYTES];
+            s.read_exact(&mut request).unwrap();
+            let mut frame = length.to_le_bytes().to_vec();
+            if payload_bytes > 0 {
+                let header = ReplyHeader {
+                    request_id: 7,
+                    status: 0,
+                    flags: 0,
+                    server_ns: 0,
+                    queue_ns: 0,
+                    service_ns: 0,
+                    detail_ns: 0,
+                };
+                frame.extend_from_slice(&header.encode());
+                frame.resize(LENGTH_BYTES + payload_bytes, 0);
+            }
+            // The client may close first (a refused length): a failed write is fine then.
+            let _ = s.write_all(&frame);
+            let _ = s.read(&mut [0u8; 1]);
+        });
+        (addr, server)
+    }
+
+    #[test]
+    fn a_reply_frame_over_64_mib_is_refused_before_it_is_allocated() {
+        let over = (MAX_REPLY_FRAME_BYTES + 1) as u32;
+        let (addr, server) = replying_with(over, 0);
+        let mut conns = Conns::new(TIMEOUT);
+        match conns.request(&addr, 7, 1, &[]) {
+            Err(OpError::Bad(why)) => assert_eq!(why, format!("reply frame of {over} bytes")),
+            other => panic!("expected a refusal, got {:?}", other.map(|r| r.2)),
+        }
+        drop(conns);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_reply_frame_of_exactly_64_mib_is_read() {
+        assert_eq!(MAX_REPLY_FRAME_BYTES, 64 << 20);
+        let (addr, server) = replying_with(MAX_REPLY_FRAME_BYTES as u32, MAX_REPLY_FRAME_BYTES);
+        let mut conns = Conns::new(TIMEOUT);
+        let (header, body, bytes) = conns
+            .request(&addr, 7, 1, &[])
+            .map_err(|e| e.to_string())
+            .unwrap();
+        assert_eq!(header.request_id, 7);
+        assert_eq!(body.len(), MAX_REPLY_FRAME_BYTES - REPLY_HEADER_BYTES);
+        assert_eq!(bytes, MAX_REPLY_FRAME_BYTES + LENGTH_BYTES);
+        drop(conns);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_client_keeps_at_most_256_connections() {
+        // 257 listeners that never accept: each connection waits in its listener's queue.
+        let listeners: Vec<TcpListener> = (0..=MAX_CONNS)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect();
+        let mut conns = Conns::new(TIMEOUT);
+        for addr in &addrs[..MAX_CONNS] {
+            conns.get(addr).map_err(|e| e.to_string()).unwrap();
+        }
+        assert_eq!(conns.open.len(), 256);
+        conns.get(&addrs[MAX_CONNS]).map_err(|e| e.to_string()).unwrap();
+        assert!(conns.open.len() <= 256, "{} connections kept", conns.open.len());
+        assert!(conns.open.contains_key(&addrs[MAX_CONNS]));
+    }
+
+    #[test]
+    fn a_connect_that_gets_no_answer_fails_after_2_s() {
+        // A listener whose accept queue (backlog 0: one connection) is full drops further
+        // SYNs, as a dead or overloaded host does: connect() waits until the timeout.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: listen(2) again on a descriptor the listener owns, to shrink its queue.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let addr = listener.local_addr().unwrap();
+        let _queued = TcpStream::connect(addr).unwrap();
+        let started = Instant::now();
+        let result = Conn::open(&addr.to_string(), TIMEOUT);
+        let took = started.elapsed();
+        assert!(matches!(result, Err(OpError::Timeout)), "{:?}", result.err());
+        assert!(
+            took >= Duration::from_secs(2),
+            "gave up after {took:?}, before 2 s"
+        );
+        assert!(took < Duration::from_secs(2 + 10), "still waiting after {took:?}");
+    }
+}

@@ -86,6 +86,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn records_are_written_at_64_kib_or_after_100_ms() {
+        let path = std::env::temp_dir().join(format!("knee-pnlog-{}", std::process::id()));
+        let mut log = PnLog::create(path.to_str().unwrap()).unwrap();
+        let t0 = log.last_flush_ns;
+        let ms = 1_000_000;
+        let on_disk = || std::fs::metadata(&path).unwrap().len() as usize;
+        let record = |done_ns| Record {
+            pn: 0,
+            slice: 0,
+            sender: 0,
+            kind: PROCESSED,
+            id: 1,
+            epoch: 0,
+            done_ns,
+        };
+        // Within 100 ms: buffered until 64 KiB.
+        let fit = (64 << 10) / RECORD_BYTES;
+        for _ in 0..fit {
+            log.append(&record(t0 + 99 * ms));
+        }
+        assert_eq!(
+            on_disk(),
+            0,
+            "{} bytes buffered, under 64 KiB",
+            fit * RECORD_BYTES
+        );
+        log.append(&record(t0 + 99 * ms));
+        assert_eq!(on_disk(), (fit + 1) * RECORD_BYTES, "64 KiB reached: written");
+        // One record, 100 ms after that write: written too.
+        log.append(&record(t0 + 199 * ms - 1));
+        assert_eq!(on_disk(), (fit + 1) * RECORD_BYTES);
+        log.append(&record(t0 + 199 * ms));
+        assert_eq!(on_disk(), (fit + 3) * RECORD_BYTES);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
     fn a_record_is_40_bytes_at_fixed_offsets() {
         let mut out = Vec::new();
         Record {

@@ -183,6 +183,34 @@ mod tests {
     }
 
     #[test]
+    fn the_zenoh_config_carries_knees_bounds_and_zenohs_documented_defaults() {
+        let c = config(Mode::Peer, "tcp/127.0.0.1:7447", &["tcp/127.0.0.1:7448".into()]).unwrap();
+        let get = |key: &str| c.get_json(key).unwrap();
+        // Set by knee (docs/limits.md, "Zenoh endpoints").
+        assert_eq!(
+            get("transport/link/tx/queue/congestion_control/block/wait_before_close"),
+            "60000000"
+        );
+        assert_eq!(get("scouting/multicast/enabled"), "false");
+        assert_eq!(get("listen/endpoints"), r#"["tcp/127.0.0.1:7447"]"#);
+        // Zenoh's own, as the table states them: a zenoh upgrade that moves one fails here.
+        assert_eq!(get("transport/unicast/max_sessions"), "1000");
+        assert_eq!(get("transport/unicast/max_links"), "1");
+        assert_eq!(get("transport/unicast/accept_pending"), "100");
+        assert_eq!(get("transport/unicast/accept_timeout"), "10000");
+        assert_eq!(get("transport/unicast/open_timeout"), "10000");
+        assert_eq!(get("transport/link/tx/lease"), "10000");
+        assert_eq!(get("transport/link/tx/batch_size"), "65535");
+        assert_eq!(get("transport/link/tx/queue/size/data"), "2");
+        assert_eq!(
+            get("transport/link/tx/queue/congestion_control/drop/wait_before_drop"),
+            "1000"
+        );
+        assert_eq!(get("transport/link/rx/max_message_size"), "1073741824");
+        assert_eq!(LISTEN_ATTEMPTS, 5);
+    }
+
+    #[test]
     fn a_free_port_is_picked_for_port_zero() {
         let a = pick("127.0.0.1:0").unwrap();
         assert!(a.port() != 0 && a.ip().is_loopback());

@@ -178,19 +178,21 @@ impl Service {
         }
     }
 
-    fn read_all(&mut self, buf: &mut [u8], out: &mut Vec<u8>) {
-        for _ in 0..MAX_READS_PER_PASS {
+    /// Reads and handles at most `MAX_READS_PER_PASS` waiting datagrams; how many it read.
+    fn read_all(&mut self, buf: &mut [u8], out: &mut Vec<u8>) -> usize {
+        for read in 0..MAX_READS_PER_PASS {
             match self.socket.recv_from(buf) {
                 Ok((n, from)) => {
                     self.counts.received += 1;
                     self.counts.bytes_rx += n as u64;
                     self.handle(&buf[..n], from, out);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return read,
                 // A UDP read error concerns one datagram (e.g. an ICMP report): go on.
-                Err(_) => return,
+                Err(_) => return read,
             }
         }
+        MAX_READS_PER_PASS
     }
 
     fn handle(&mut self, datagram: &[u8], from: std::net::SocketAddr, out: &mut Vec<u8>) {
@@ -288,5 +290,59 @@ impl Service {
                 last,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pass_reads_at_most_256_datagrams_and_the_next_pass_the_rest() {
+        let cfg: ServiceConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        // The default receive buffer holds about 256 small datagrams: room for 300 and more.
+        let rcvbuf: libc::c_int = 1 << 20;
+        // SAFETY: setsockopt on our own socket with a c_int option value.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&rcvbuf as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0);
+        let addr = socket.local_addr().unwrap();
+        let mut service = Service {
+            rng: Rng::new(1),
+            loss: LossProcess::new(cfg.loss.clone()),
+            queue: TimerQueue::new(cfg.max_pending),
+            cfg,
+            socket,
+            counts: Counts::default(),
+        };
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut datagram = Vec::new();
+        for request_id in 0..300 {
+            let id = BlockId {
+                stream: 0,
+                frame: 0,
+                block: 0,
+            };
+            Request { id, request_id }.encode(&mut datagram);
+            sender.send_to(&datagram, addr).unwrap();
+        }
+        let (mut buf, mut out) = (vec![0u8; RECV_BUFFER_BYTES], Vec::new());
+        assert_eq!(
+            service.read_all(&mut buf, &mut out),
+            256,
+            "one pass, then the timers"
+        );
+        assert_eq!(service.read_all(&mut buf, &mut out), 44);
+        assert_eq!(service.read_all(&mut buf, &mut out), 0);
+        assert_eq!(service.counts.received, 300);
     }
 }
