@@ -344,6 +344,20 @@ def silent_server() -> Iterator[str]:
     listener.close()
 
 
+def _started_load(
+    knee_node: str, processes: Processes, config: dict[str, Any], stderr: int
+) -> subprocess.Popen[bytes]:
+    """An echo load generator, once it printed its `start` line."""
+    proc = processes.spawn(
+        [knee_node, "load", "echo", "--name", "gen", "--config", json.dumps(config)],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["event"] == "start"
+    return proc
+
+
 def test_a_stopped_load_waits_1_s_for_replies_in_flight_then_drops_them(
     knee_node: str, processes: Processes, load_configs: LoadConfigs, silent_server: str
 ) -> None:
@@ -353,13 +367,7 @@ def test_a_stopped_load_waits_1_s_for_replies_in_flight_then_drops_them(
     config = load_configs.make(
         silent_server, {"kind": "constant", "rate_per_s": 50}, duration_s=30, timeout_ms=60_000
     )
-    proc = processes.spawn(
-        [knee_node, "load", "echo", "--name", "gen", "--config", json.dumps(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    assert json.loads(proc.stdout.readline())["event"] == "start"
+    proc = _started_load(knee_node, processes, config, stderr=subprocess.PIPE)
     time.sleep(0.5)
     stopped = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
@@ -387,13 +395,7 @@ def test_a_load_killed_with_sigkill_loses_about_100_ms_of_samples(
         server.addr, {"kind": "constant", "rate_per_s": 1000}, duration_s=30, timeout_ms=5000
     )
     samples = Path(config["samples_path"])
-    proc = processes.spawn(
-        [knee_node, "load", "echo", "--name", "gen", "--config", json.dumps(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    assert json.loads(proc.stdout.readline())["event"] == "start"
+    proc = _started_load(knee_node, processes, config, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
 
     def age_of_newest_ns() -> int:
