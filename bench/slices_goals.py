@@ -18,7 +18,7 @@ Every node is a real `knee-node serve|load slices` ($KNEE_NODE, else PATH, else 
 repository's release build) on 127.0.0.1, stopped by its PID. Exits 0 even when a target is
 missed (this is a measurement), 1 when something broke.
 
-    python3 bench/slices_goals.py [--quick]
+    python3 bench/slices_goals.py [--quick] [--only balancing|overhead|rtd ...]
 """
 
 from __future__ import annotations
@@ -730,20 +730,23 @@ def bench_rtd(b: Bench, plan: Plan, pingpong: Path) -> Section:
 # --- report ----------------------------------------------------------------------------
 
 
-def run_all(plan: Plan) -> list[Section]:
+GOALS = ("balancing", "overhead", "rtd")
+
+
+def run_all(plan: Plan, only: tuple[str, ...] = GOALS) -> list[Section]:
     knee = find_knee_node()
-    t0 = time.monotonic()
-    pingpong = build_pingpong()
-    print(f"knee-node: {knee}; ping-pong built in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"knee-node: {knee}", flush=True)
     with tempfile.TemporaryDirectory(prefix="knee-slices-bench-") as tmp:
         b = Bench(knee, Path(tmp))
         try:
             sections = []
-            for what, step in (
-                ("balancing time", lambda: bench_balancing(b, plan)),
-                ("LB overhead", lambda: bench_overhead(b, plan)),
-                ("RTD vs ping-pong", lambda: bench_rtd(b, plan, pingpong)),
+            for goal, what, step in (
+                ("balancing", "balancing time", lambda: bench_balancing(b, plan)),
+                ("overhead", "LB overhead", lambda: bench_overhead(b, plan)),
+                ("rtd", "RTD vs ping-pong", lambda: bench_rtd(b, plan, build_pingpong())),
             ):
+                if goal not in only:
+                    continue
                 t = time.monotonic()
                 sections.append(step())
                 print(f"{what}: {time.monotonic() - t:.0f} s", flush=True)
@@ -755,10 +758,13 @@ def run_all(plan: Plan) -> list[Section]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~2 min)")
+    parser.add_argument(
+        "--only", choices=GOALS, action="append", help="this goal alone (repeatable)"
+    )
     args = parser.parse_args()
     t0 = time.monotonic()
     try:
-        sections = run_all(QUICK if args.quick else FULL)
+        sections = run_all(QUICK if args.quick else FULL, tuple(args.only or GOALS))
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"slices_goals: broken: {e}", file=sys.stderr)
         return 1
