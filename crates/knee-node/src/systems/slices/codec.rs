@@ -271,8 +271,7 @@ pub struct HandoffSlice {
 /// A control message from its bytes, bounded.
 ///
 /// JSON cost about 0.4 ms a join at 500 slices (encoding and decoding the give, the handoff
-/// and the took), which made a 1,000-slice join 1.5 x a 10-slice one; postcard does the same
-/// in a few tens of µs.
+/// and the took), a third of a 1,000-slice join; postcard does the same in under 0.1 ms.
 pub fn decode_control<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, String> {
     if bytes.len() > MAX_CONTROL_BYTES {
         return Err(format!(
