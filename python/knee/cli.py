@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from rich.console import Console
 
@@ -108,14 +107,10 @@ def _http_parser(sub: Any) -> None:
     h.add_argument("--no-report", action="store_true", help="do not write report.html")
 
 
-def _on_sigterm(signum: int, frame: object) -> NoReturn:
-    raise KeyboardInterrupt
-
-
 def _run(args: argparse.Namespace, console: Console) -> int:
     from knee.hosts import HostError, Unsupported
     from knee.results import SUMMARY
-    from knee.runner import NodeFailed, run_experiment
+    from knee.runner import NodeFailed, interrupt, run_experiment
     from knee.runner.display import point_notes, summary_table
     from knee.spec import SpecError, load_spec
 
@@ -124,7 +119,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     except SpecError as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupt.install()
     display = _RunDirDisplay(console, enabled=not args.no_progress)
     try:
         run_dir = run_experiment(spec, args.out, display, keep_scratch=args.keep_scratch)

@@ -33,6 +33,7 @@ from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
 from knee.run_params import PointParams
+from knee.runner import interrupt
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import PRIMARY, Spec
@@ -118,6 +119,7 @@ def run_experiment(
             # What each host is (addresses, links, limits, clock offsets) as made.
             results.write_json(run_dir / "env.json", {**machine, "hosts": hosts.describe()})
         for point in spec.points:
+            interrupt.check()
             _run_point(spec, point, state, display)
         status = "complete"
     except KeyboardInterrupt:
@@ -444,6 +446,7 @@ def _drive(
     progress: dict[str, dict[str, Any]] = {}
     next_sample = t0 + SAMPLE_INTERVAL_S
     while True:
+        interrupt.check()
         now = time.monotonic()
         while pending and now - t0 >= pending[0]["at_s"]:
             _apply_event(state, point, nodes, pending.pop(0), system)
