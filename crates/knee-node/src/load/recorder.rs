@@ -281,6 +281,14 @@ impl Inner {
 mod tests {
     use super::*;
 
+    /// A folder of the test's own: tests run in parallel, and one removing a shared folder
+    /// made another's `Recorder::create` fail (CI).
+    fn test_dir(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("knee-recorder-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn samples_are_written_at_1_mib_or_after_100_ms() {
         let ms = 1_000_000;
@@ -292,8 +300,7 @@ mod tests {
 
     #[test]
     fn latencies_are_tracked_up_to_an_hour_and_clamped_beyond() {
-        let dir = std::env::temp_dir().join(format!("knee-recorder-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("hour");
         let path = dir.join("samples.bin");
         let r = Recorder::create(path.to_str().unwrap()).unwrap();
         r.set_warmup_end(0);
@@ -368,8 +375,7 @@ mod tests {
 
     #[test]
     fn a_late_reply_is_counted_apart_from_errors() {
-        let dir = std::env::temp_dir().join(format!("knee-recorder-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("late");
         let path = dir.join("late.samples.bin");
         let r = Recorder::create(path.to_str().unwrap()).unwrap();
         for status in [Status::Ok, Status::Late, Status::Late, Status::Error] {
