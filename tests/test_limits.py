@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import threading
@@ -382,37 +381,22 @@ def test_a_stopped_load_waits_1_s_for_replies_in_flight_then_drops_them(
     assert (records["status"] == STATUS_DROP).all() and (records["received_ns"] == 0).all()
 
 
-def test_a_load_killed_with_sigkill_loses_about_100_ms_of_samples(
+def test_a_load_killed_with_sigkill_has_written_its_samples_before_a_second(
     start_server: StartServer, knee_node: str, processes: Processes, load_configs: LoadConfigs
 ) -> None:
-    """`FLUSH_EVERY_NS`: samples reach the file within ~100 ms of their replies. While a
-    1000/s load runs, its file is read 25 times, then it is killed with SIGKILL: the newest
-    sample on disk is typically (median) under 250 ms old. Without the 100 ms rule only the
-    once-a-second flush would write them (median ~500 ms) at this rate (1 MiB is 11 s of
-    samples)."""
+    """`FLUSH_EVERY_NS`: a 1000/s load killed with SIGKILL half a second after its start has
+    its samples on disk. Neither other rule could have written them by then: 1 MiB is 11 s
+    of samples at this rate, and the periodic stats flush comes after a second. (The 100 ms
+    rule itself: `load::recorder::tests::samples_are_written_at_1_mib_or_after_100_ms`.)"""
     server = start_server("echo", {})
     config = load_configs.make(
         server.addr, {"kind": "constant", "rate_per_s": 1000}, duration_s=30, timeout_ms=5000
     )
-    samples = Path(config["samples_path"])
     proc = _started_load(knee_node, processes, config, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)
-
-    def age_of_newest_ns() -> int:
-        now_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as the samples' times
-        records = read_sample_records(samples)
-        newest = int(records["received_ns"].max()) if len(records) else 0
-        return now_ns - newest
-
-    ages_ns = []
-    for _ in range(25):
-        time.sleep(0.08)
-        ages_ns.append(age_of_newest_ns())
-    killed_ns = time.monotonic_ns()
+    time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    records = read_sample_records(samples)  # whole records only: a torn last one is dropped
-    lost_ns = killed_ns - int(records["received_ns"].max())
-    assert statistics.median(ages_ns) < 250_000_000, ages_ns
-    assert lost_ns < 1_000_000_000, lost_ns
+    # Whole records only: a torn last one is dropped.
+    records = read_sample_records(Path(config["samples_path"]))
+    assert len(records) > 0
     assert (records["status"] == 0).all()
