@@ -279,7 +279,7 @@ fn slices_seeds(seeds: &mut Seeds) {
         slices: vec![HandoffSlice {
             slice: 4,
             epoch: 2,
-            watermark: vec![(1, 1200), (2, 900)],
+            watermark: [(1, 1200), (2, 900)].into_iter().collect(),
             owed: vec![(1, 1190)],
         }],
     };

@@ -90,7 +90,7 @@ fn handoff() -> impl Strategy<Value = Handoff> {
         HandoffSlice {
             slice,
             epoch,
-            watermark,
+            watermark: watermark.into(),
             owed,
         }
     });

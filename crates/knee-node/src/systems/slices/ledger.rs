@@ -8,9 +8,9 @@
 //! owner, so the client will publish it again). After a crash the dead owner's watermark
 //! is unknown: the new owner then accepts any id it has not seen itself (`seen`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
-use super::codec::HandoffSlice;
+use super::codec::{HandoffSlice, Watermark};
 
 /// Owed ids kept per slice: beyond, an id dropped on a full queue is forgotten (counted),
 /// and its re-publish is then ignored by a later owner (the client times it out).
@@ -80,7 +80,9 @@ impl Seen {
 struct Slice {
     epoch: u64,
     owned: bool,
-    watermark: HashMap<u32, u64>,
+    /// (sender, last accepted id), sorted by sender: a slice hears few senders, and a
+    /// handoff moves this vector as it is (no map to build per slice moved).
+    watermark: Watermark,
     owed: HashSet<(u32, u64)>,
     /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
     seen: Option<Seen>,
@@ -127,6 +129,13 @@ impl Ledger {
         (0..self.slices.len() as u32).filter(|&s| self.owned(s)).collect()
     }
 
+    /// The last id of `sender` the slice's owners accepted, as far as this PN knows.
+    pub fn watermark(&self, slice: u32, sender: u32) -> Option<u64> {
+        let s = self.slices.get(slice as usize)?;
+        let at = s.watermark.binary_search_by_key(&sender, |&(x, _)| x).ok()?;
+        Some(s.watermark[at].1)
+    }
+
     /// Decides on an item and, when it is accepted, records it.
     pub fn decide(&mut self, slice: u32, sender: u32, id: u64) -> Verdict {
         let (stride, mut overflow) = (self.stride, 0);
@@ -137,7 +146,8 @@ impl Ledger {
             return Verdict::NotOwned;
         }
         let key = (sender, id);
-        let prev = s.watermark.get(&sender).copied();
+        let at = s.watermark.binary_search_by_key(&sender, |&(x, _)| x);
+        let prev = at.ok().map(|i| s.watermark[i].1);
         let fresh = match &mut s.seen {
             Some(seen) => seen.insert(key),
             None => prev.is_none_or(|w| id > w) || s.owed.remove(&key),
@@ -161,8 +171,10 @@ impl Ledger {
             }
             overflow = missing.saturating_sub(room) as u64;
         }
-        let w = s.watermark.entry(sender).or_insert(id);
-        *w = (*w).max(id);
+        match at {
+            Ok(i) => s.watermark[i].1 = s.watermark[i].1.max(id),
+            Err(i) => s.watermark.insert(i, (sender, id)),
+        }
         s.owed.remove(&key);
         self.owed_overflow += overflow;
         Verdict::Accept
@@ -197,7 +209,7 @@ impl Ledger {
         Some(HandoffSlice {
             slice,
             epoch,
-            watermark: sorted(std::mem::take(&mut s.watermark)),
+            watermark: std::mem::take(&mut s.watermark),
             owed: {
                 let mut v: Vec<_> = std::mem::take(&mut s.owed).into_iter().collect();
                 v.sort_unstable();
@@ -207,18 +219,26 @@ impl Ledger {
     }
 
     /// Owns the slice from the giver's handoff, if its epoch is newer than any seen here.
-    pub fn take(&mut self, h: &HandoffSlice) -> bool {
+    /// Its watermark is kept as it came (a giver sends it sorted by sender); one from
+    /// elsewhere is sorted, with a sender named twice kept at its highest id.
+    pub fn take(&mut self, h: HandoffSlice) -> bool {
         let Some(s) = self.slices.get_mut(h.slice as usize) else {
             return false;
         };
         if h.epoch <= s.epoch {
             return false;
         }
+        let mut watermark = h.watermark;
+        if !watermark.is_sorted_by(|a, b| a.0 < b.0) {
+            // Highest id first within a sender, so that dedup keeps it.
+            watermark.sort_unstable_by_key(|&(sender, id)| (sender, std::cmp::Reverse(id)));
+            watermark.dedup_by_key(|&mut (sender, _)| sender);
+        }
         *s = Slice {
             epoch: h.epoch,
             owned: true,
-            watermark: h.watermark.iter().copied().collect(),
-            owed: h.owed.iter().copied().collect(),
+            watermark,
+            owed: h.owed.into_iter().collect(),
             seen: None,
             handed: true,
         };
@@ -267,26 +287,13 @@ impl Ledger {
     }
 }
 
-fn sorted(m: HashMap<u32, u64>) -> Vec<(u32, u64)> {
-    let mut v: Vec<_> = m.into_iter().collect();
-    v.sort_unstable();
-    v
-}
-
-/// Items a taker's ring misses right after a watermark: for each sender whose watermark is
-/// `w`, the slice's next id is `w + slices` (a client numbers its items 0, 1, 2, ...); if
-/// the ring's first later id of that sender is further on, the ones between are missing
-/// (their re-publish brings them). `ring_first` is (sender, first ring id above the
-/// watermark) for the senders the ring holds.
-pub fn gap_items(watermark: &[(u32, u64)], ring_first: &HashMap<u32, u64>, slices: u32) -> u64 {
-    watermark
-        .iter()
-        .filter_map(|&(sender, w)| {
-            let first = *ring_first.get(&sender)?;
-            let next = w.checked_add(slices as u64)?;
-            Some(first.saturating_sub(next) / slices.max(1) as u64)
-        })
-        .sum()
+/// Items a taker's ring misses right after a sender's watermark `w`: the slice's next id is
+/// `w + slices` (a client numbers its items 0, 1, 2, ...); if the ring's first later id of
+/// that sender, `first`, is further on, the ones between are missing (their re-publish
+/// brings them).
+pub fn gap_items(w: u64, first: u64, slices: u32) -> u64 {
+    w.checked_add(slices as u64)
+        .map_or(0, |next| first.saturating_sub(next) / slices.max(1) as u64)
 }
 
 /// One item held for a slice this PN may be given: its whole message.
@@ -367,12 +374,13 @@ impl Ring {
             .collect()
     }
 
-    /// Removes and returns the items of `slices`, in (slice, sender, id) order.
-    pub fn take(&mut self, slices: &HashSet<u32>) -> Vec<RingItem> {
+    /// Removes and returns the items of the slices marked in `slices` (indexed by slice),
+    /// in (slice, sender, id) order.
+    pub fn take(&mut self, slices: &[bool]) -> Vec<RingItem> {
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(self.items.len());
         for i in self.items.drain(..) {
-            if slices.contains(&i.slice) {
+            if slices.get(i.slice as usize).copied().unwrap_or(false) {
                 taken.push(i);
             } else {
                 kept.push_back(i);
@@ -407,10 +415,10 @@ mod tests {
             assert_eq!(taker.decide(3, 7, id), Verdict::NotOwned);
         }
         let h = handoff_of(&mut giver, 3, 2);
-        assert_eq!(h.watermark, vec![(7, before[7])]);
+        assert_eq!(h.watermark.to_vec(), vec![(7, before[7])]);
         // Items after the give: the giver no longer owns the slice.
         assert_eq!(giver.decide(3, 7, after[0]), Verdict::NotOwned);
-        assert!(taker.take(&h));
+        assert!(taker.take(h));
         // The taker replays its ring (every id) and then live ones: only those above.
         for &id in ids.iter() {
             if taker.decide(3, 7, id) == Verdict::Accept {
@@ -430,7 +438,7 @@ mod tests {
         giver.assign(3, 1, false);
         assert_eq!(giver.decide(3, 7, 3), Verdict::Accept);
         let h = handoff_of(&mut giver, 3, 2);
-        assert!(taker.take(&h));
+        assert!(taker.take(h));
         // The taker heard the client only from 33 on: 13 and 23 never reached an owner.
         assert_eq!(taker.decide(3, 7, 33), Verdict::Accept);
         assert_eq!(taker.take_missing(), vec![(3, 7, 23), (3, 7, 13)]);
@@ -458,7 +466,7 @@ mod tests {
         giver.dropped(1, 0, 5);
         let h = handoff_of(&mut giver, 1, 2);
         assert_eq!(h.owed, vec![(0, 5)]);
-        taker.take(&h);
+        taker.take(h);
         assert_eq!(taker.decide(1, 0, 9), Verdict::Already);
         assert_eq!(taker.decide(1, 0, 5), Verdict::Accept, "the re-publish");
         assert_eq!(taker.decide(1, 0, 5), Verdict::Already);
@@ -489,7 +497,7 @@ mod tests {
             epoch: 2,
             ..Default::default()
         };
-        assert!(!l.take(&stale));
+        assert!(!l.take(stale));
         assert!(l.revoke(0, 4));
         assert!(!l.owned(0));
         assert_eq!(l.decide(0, 1, 1), Verdict::NotOwned);
@@ -510,14 +518,37 @@ mod tests {
         assert!(l.assign(1, 6, true));
         assert_eq!(l.decide(1, 0, 11), Verdict::Already);
         let h = l.give(1, 7).unwrap();
-        assert_eq!(h.watermark, vec![(0, 11)]);
+        assert_eq!(h.watermark.to_vec(), vec![(0, 11)]);
     }
 
     #[test]
     fn gaps_count_the_ids_missing_after_the_watermark() {
-        let first: HashMap<u32, u64> = [(1, 53), (2, 13)].into_iter().collect();
-        // Sender 1: watermark 3, next 13, ring starts at 53: 13, 23, 33, 43 missing.
-        assert_eq!(gap_items(&[(1, 3), (2, 3), (9, 3)], &first, 10), 4);
+        // Watermark 3, next 13, ring starts at 53: 13, 23, 33, 43 missing.
+        assert_eq!(gap_items(3, 53, 10), 4);
+        assert_eq!(gap_items(3, 13, 10), 0);
+        assert_eq!(gap_items(u64::MAX, 13, 10), 0);
+    }
+
+    #[test]
+    fn a_watermark_from_elsewhere_is_sorted_with_each_sender_once_at_its_highest() {
+        let mut l = Ledger::new(4);
+        let h = HandoffSlice {
+            slice: 2,
+            epoch: 1,
+            watermark: [(9, 6), (1, 10), (9, 30), (1, 2)].into_iter().collect(),
+            owed: vec![],
+        };
+        assert!(l.take(h));
+        assert_eq!(
+            (l.watermark(2, 1), l.watermark(2, 9), l.watermark(2, 5)),
+            (Some(10), Some(30), None)
+        );
+        assert_eq!(l.decide(2, 9, 26), Verdict::Already);
+        assert_eq!(l.decide(2, 5, 2), Verdict::Accept, "a sender new to the slice");
+        assert_eq!(
+            l.give(2, 2).unwrap().watermark.to_vec(),
+            vec![(1, 10), (5, 2), (9, 30)]
+        );
     }
 
     #[test]
@@ -535,7 +566,7 @@ mod tests {
         }
         r.push(item(2, 9, 3));
         assert_eq!((r.len(), r.evicted_full), (3, 1));
-        let taken = r.take(&[1].into_iter().collect());
+        let taken = r.take(&[false, true, false]);
         assert_eq!(taken.iter().map(|i| i.id).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!((r.len(), r.bytes()), (1, 10));
         r.expire(104);

@@ -158,12 +158,14 @@ struct State {
     leaving: bool,
     /// Items some PN acknowledged (heard on `P/replies/*`).
     acked: Seen,
-    /// The last handoff this PN sent for each slice it gave (one per slice: bounded by
-    /// the slice count), sent again if the LB gives the slice again at the same epoch.
-    handed: HashMap<u32, HandoffSlice>,
-    /// Who gave this PN each slice it took by a handoff: whom to ask for missing items
-    /// (one per slice: bounded by the slice count).
-    givers: HashMap<u32, u32>,
+    /// The last handoff this PN sent for each slice it gave, indexed by slice, sent again
+    /// if the LB gives the slice again at the same epoch. Per-slice state lives in vectors
+    /// indexed by slice (bounded by the slice count): a join at 1,000 slices touches
+    /// hundreds of them, and a hash map per slice moved was a visible part of its time.
+    handed: Vec<Option<HandoffSlice>>,
+    /// Who gave this PN each slice it took by a handoff (indexed by slice): whom to ask
+    /// for missing items.
+    givers: Vec<Option<u32>>,
     /// As a giver: items a taker wants and this PN has not heard yet, (sender, id) ->
     /// (taker, until_ns); forwarded when heard.
     wanted: HashMap<(u32, u64), (u32, u64)>,
@@ -174,7 +176,7 @@ impl State {
     fn wants(&mut self) -> HashMap<u32, Vec<(u32, u64)>> {
         let mut by_giver: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         for (slice, sender, id) in self.ledger.take_missing() {
-            if let Some(&giver) = self.givers.get(&slice) {
+            if let Some(&Some(giver)) = self.givers.get(slice as usize) {
                 by_giver.entry(giver).or_default().push((sender, id));
             }
         }
@@ -384,12 +386,12 @@ impl Shared {
                     .into_iter()
                     .filter(|&(s, e)| st.ledger.assign(s, e, crash))
                     .collect();
-                let took = self.replay(&mut st, &newly, &HashMap::new());
+                let took = self.replay(&mut st, &newly, false);
                 drop(st);
                 self.took(took);
             }
             ToPn::Give { to, slices } => {
-                let mut given = Vec::new();
+                let mut given = Vec::with_capacity(slices.len());
                 let mut again = Vec::new();
                 for (s, e) in slices {
                     match st.ledger.give(s, e) {
@@ -397,30 +399,43 @@ impl Shared {
                         // The LB gives again when the taker never said it took the slice:
                         // the handoff is sent again, as it was (it may not have reached a
                         // taker this PN was not yet connected to).
-                        None => again.extend(st.handed.get(&s).filter(|h| h.epoch == e).cloned()),
+                        None => again.extend(
+                            st.handed
+                                .get(s as usize)
+                                .and_then(Option::as_ref)
+                                .filter(|h| h.epoch == e)
+                                .cloned(),
+                        ),
                     }
                 }
                 if st.leaving {
                     self.release(&mut st, &mut given);
                 }
-                for h in &given {
-                    st.handed.insert(h.slice, h.clone());
-                }
-                drop(st);
-                self.c.gave.fetch_add(given.len() as u64, Ordering::Relaxed);
-                self.c.gave_again.fetch_add(again.len() as u64, Ordering::Relaxed);
-                given.extend(again);
-                if given.is_empty() {
+                let (gave, gave_again) = (given.len(), again.len());
+                if gave + gave_again == 0 {
                     return;
                 }
-                if self.cfg.give_delay_ms > 0 {
-                    std::thread::sleep(Duration::from_millis(self.cfg.give_delay_ms));
-                }
-                let h = Handoff {
+                given.extend(again);
+                let mut h = Handoff {
                     from: self.cfg.pn,
                     slices: given,
                 };
-                self.send(&self.keys.handoff(to), codec::encode_control(&h));
+                // Encoded under the lock so that the slices given now are kept by moving
+                // them, not copying them (a copy per slice, a join at 1,000 slices).
+                let bytes = codec::encode_control(&h);
+                h.slices.truncate(gave);
+                for hs in h.slices {
+                    if let Some(kept) = st.handed.get_mut(hs.slice as usize) {
+                        *kept = Some(hs);
+                    }
+                }
+                drop(st);
+                self.c.gave.fetch_add(gave as u64, Ordering::Relaxed);
+                self.c.gave_again.fetch_add(gave_again as u64, Ordering::Relaxed);
+                if self.cfg.give_delay_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(self.cfg.give_delay_ms));
+                }
+                self.send(&self.keys.handoff(to), bytes);
             }
             ToPn::Revoke { slices } => {
                 let gone: HashSet<u32> = slices
@@ -462,25 +477,32 @@ impl Shared {
 
     fn on_handoff(&self, h: Handoff) {
         let mut st = self.lock();
-        let mut taken = Vec::new();
-        let mut watermarks = HashMap::new();
+        let mut taken = Vec::with_capacity(h.slices.len());
+        let mut last_ids = Vec::with_capacity(h.slices.len());
         let mut already = Vec::new();
-        for hs in &h.slices {
+        for hs in h.slices {
+            let (slice, epoch) = (hs.slice, hs.epoch);
+            let last_id = hs.watermark.iter().map(|&(_, id)| id).max();
             if st.ledger.take(hs) {
-                taken.push((hs.slice, hs.epoch));
-                st.givers.insert(hs.slice, h.from);
-                watermarks.insert(hs.slice, hs.watermark.clone());
-            } else if st.ledger.owned(hs.slice) && st.ledger.epoch(hs.slice) == hs.epoch {
+                taken.push((slice, epoch));
+                last_ids.push(last_id);
+                if let Some(g) = st.givers.get_mut(slice as usize) {
+                    *g = Some(h.from);
+                }
+            } else if st.ledger.owned(slice) && st.ledger.epoch(slice) == epoch {
                 // A handoff sent again: taken before, so only the LB is told again.
                 already.push(Took {
-                    slice: hs.slice,
-                    epoch: hs.epoch,
+                    slice,
+                    epoch,
                     giver_last_id: None,
                     taker_first_id: None,
                 });
             }
         }
-        let mut took = self.replay(&mut st, &taken, &watermarks);
+        let mut took = self.replay(&mut st, &taken, true);
+        for (t, last_id) in took.iter_mut().zip(last_ids) {
+            t.giver_last_id = last_id;
+        }
         let wants = st.wants();
         drop(st);
         took.extend(already);
@@ -489,30 +511,34 @@ impl Shared {
     }
 
     /// Newly owned slices: their ring items, in id order per sender, go through the
-    /// ledger (those above the watermark, or owed, are accepted); gaps are counted.
-    fn replay(
-        &self,
-        st: &mut State,
-        slices: &[(u32, u64)],
-        watermarks: &HashMap<u32, Vec<(u32, u64)>>,
-    ) -> Vec<Took> {
-        let set: HashSet<u32> = slices.iter().map(|&(s, _)| s).collect();
-        let items = st.ring.take(&set);
-        let mut first: HashMap<u32, u64> = HashMap::new();
-        let mut ring_first: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
+    /// ledger (those above the watermark, or owed, are accepted). After a handoff
+    /// (`by_handoff`), the ids missing between each sender's watermark and its first ring
+    /// item above it are counted as gaps. The `Took`s have no `giver_last_id`.
+    fn replay(&self, st: &mut State, slices: &[(u32, u64)], by_handoff: bool) -> Vec<Took> {
+        let n = self.cfg.slices as usize;
+        let mut marked = vec![false; n];
+        for &(s, _) in slices {
+            if let Some(m) = marked.get_mut(s as usize) {
+                *m = true;
+            }
+        }
+        let items = st.ring.take(&marked);
+        let mut first: Vec<Option<u64>> = vec![None; if items.is_empty() { 0 } else { n }];
+        // Items come in (slice, sender, id) order: the first one above a sender's
+        // watermark is the first of its run past it. Until then the watermark is the
+        // giver's (ids at or below it leave it as it is).
+        let mut gap_done: Option<(u32, u32)> = None;
+        let mut gap = 0;
         let mut queued = false;
         for item in items {
-            let above = watermarks.get(&item.slice).is_none_or(|w| {
-                w.iter()
-                    .find(|(s, _)| *s == item.sender)
-                    .is_none_or(|&(_, wm)| item.id > wm)
-            });
-            if above {
-                ring_first
-                    .entry(item.slice)
-                    .or_default()
-                    .entry(item.sender)
-                    .or_insert(item.id);
+            let run = Some((item.slice, item.sender));
+            if by_handoff && gap_done != run {
+                if let Some(w) = st.ledger.watermark(item.slice, item.sender) {
+                    if item.id > w {
+                        gap += gap_items(w, item.id, self.cfg.slices);
+                        gap_done = run;
+                    }
+                }
             }
             // Acknowledged already (by a PN that crashed since): not to be done again.
             if st.acked.contains(&(item.sender, item.id)) {
@@ -521,7 +547,9 @@ impl Shared {
             if st.ledger.decide(item.slice, item.sender, item.id) != Verdict::Accept {
                 continue;
             }
-            first.entry(item.slice).or_insert(item.id);
+            if let Some(f) = first.get_mut(item.slice as usize) {
+                f.get_or_insert(item.id);
+            }
             let Ok(h) = ItemHeader::decode(&item.bytes, self.cfg.slices) else {
                 continue;
             };
@@ -532,24 +560,15 @@ impl Shared {
         if queued {
             self.work.notify_all();
         }
-        for (slice, wm) in watermarks {
-            let gap = gap_items(
-                wm,
-                ring_first.get(slice).unwrap_or(&HashMap::new()),
-                self.cfg.slices,
-            );
-            self.c.gaps.fetch_add(gap, Ordering::Relaxed);
-        }
+        self.c.gaps.fetch_add(gap, Ordering::Relaxed);
         self.c.took.fetch_add(slices.len() as u64, Ordering::Relaxed);
         slices
             .iter()
             .map(|&(slice, epoch)| Took {
                 slice,
                 epoch,
-                giver_last_id: watermarks
-                    .get(&slice)
-                    .and_then(|w| w.iter().map(|&(_, id)| id).max()),
-                taker_first_id: first.get(&slice).copied(),
+                giver_last_id: None,
+                taker_first_id: first.get(slice as usize).copied().flatten(),
             })
             .collect()
     }
@@ -734,8 +753,8 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
             stop_workers: false,
             leaving: false,
             acked: Seen::with_max(MAX_ACKED),
-            handed: HashMap::new(),
-            givers: HashMap::new(),
+            handed: vec![None; cfg.slices as usize],
+            givers: vec![None; cfg.slices as usize],
             wanted: HashMap::new(),
         }),
         work: Condvar::new(),

@@ -119,8 +119,10 @@ impl Table {
     /// about as long as moving 5 of 10.
     fn counts(&self) -> BTreeMap<u32, usize> {
         let mut counts: BTreeMap<u32, usize> = self.pns.keys().map(|&p| (p, 0)).collect();
-        for owner in self.slices.iter().filter_map(|e| e.owner) {
-            *counts.entry(owner).or_default() += 1;
+        for (owner, run) in runs(self.slices.iter().map(|e| e.owner)) {
+            if let Some(owner) = owner {
+                *counts.entry(owner).or_default() += run.len();
+            }
         }
         counts
     }
@@ -129,9 +131,10 @@ impl Table {
     /// last one first.
     fn settled(&self) -> BTreeMap<u32, Vec<usize>> {
         let mut settled: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (s, e) in self.slices.iter().enumerate() {
-            if let (Some(owner), None) = (e.owner, &e.moving) {
-                settled.entry(owner).or_default().push(s);
+        let settled_owner = self.slices.iter().map(|e| e.owner.filter(|_| e.moving.is_none()));
+        for (owner, run) in runs(settled_owner) {
+            if let Some(owner) = owner {
+                settled.entry(owner).or_default().extend(run);
             }
         }
         settled
@@ -240,53 +243,60 @@ impl Table {
     /// A newcomer's fair share, floor(S / N), taken one slice at a time from the PN with
     /// the most slices (then the longest queue); slices already moving stay put.
     fn join(&mut self, pn: u32, now_ns: u64) -> Vec<Out> {
+        /// A PN that can give: its slice count, its queue, its settled slices.
+        struct Giver {
+            pn: u32,
+            count: usize,
+            queue_len: u64,
+            settled: Vec<usize>,
+            gives: Vec<SliceEpoch>,
+        }
         let live = self.pns.values().filter(|p| !p.leaving()).count().max(1);
         let share = self.slices.len() / live;
-        let mut gives: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
-        let mut counts = self.counts();
+        let counts = self.counts();
         let mut settled = self.settled();
-        while counts.get(&pn).copied().unwrap_or(0) < share {
-            let giver = self
-                .pns
-                .iter()
-                .filter(|(&p, _)| p != pn && settled.get(&p).is_some_and(|v| !v.is_empty()))
-                .max_by_key(|(&p, s)| {
-                    (
-                        counts.get(&p).copied().unwrap_or(0),
-                        s.queue_len,
-                        std::cmp::Reverse(p),
-                    )
+        // The candidates in a vector: the choice below is made once per slice moved.
+        let mut givers: Vec<Giver> = self
+            .pns
+            .iter()
+            .filter(|(&p, _)| p != pn)
+            .filter_map(|(&p, s)| {
+                Some(Giver {
+                    pn: p,
+                    count: counts.get(&p).copied().unwrap_or(0),
+                    queue_len: s.queue_len,
+                    settled: settled.remove(&p).filter(|v| !v.is_empty())?,
+                    gives: Vec::new(),
                 })
-                .map(|(&p, _)| p);
-            let Some(giver) = giver else { break };
-            let Some(s) = settled.get_mut(&giver).and_then(Vec::pop) else {
-                break;
-            };
-            *counts.entry(giver).or_default() -= 1;
-            *counts.entry(pn).or_default() += 1;
-            gives
-                .entry(giver)
-                .or_default()
-                .push(self.start_move(s, giver, pn, Reason::Join, now_ns));
+            })
+            .collect();
+        let mut mine = counts.get(&pn).copied().unwrap_or(0);
+        while mine < share {
+            let giver = givers
+                .iter_mut()
+                .filter(|g| !g.settled.is_empty())
+                .max_by_key(|g| (g.count, g.queue_len, std::cmp::Reverse(g.pn)));
+            let Some(g) = giver else { break };
+            let Some(s) = g.settled.pop() else { break };
+            g.count -= 1;
+            mine += 1;
+            let (giver_pn, e) = (g.pn, &mut self.slices[s]);
+            self.moves += 1;
+            g.gives.push(start_move(e, s, giver_pn, pn, Reason::Join, now_ns));
         }
-        gives
+        givers
             .into_iter()
-            .map(|(giver, slices)| Out::Send(giver, ToPn::Give { to: pn, slices }))
+            .filter(|g| !g.gives.is_empty())
+            .map(|g| {
+                Out::Send(
+                    g.pn,
+                    ToPn::Give {
+                        to: pn,
+                        slices: g.gives,
+                    },
+                )
+            })
             .collect()
-    }
-
-    fn start_move(&mut self, s: usize, from: u32, to: u32, reason: Reason, now_ns: u64) -> SliceEpoch {
-        self.moves += 1;
-        let e = &mut self.slices[s];
-        e.owner = Some(to);
-        e.epoch += 1;
-        e.moving = Some(Move {
-            from: Some(from),
-            reason,
-            t_ns_start: now_ns,
-            sent_ns: now_ns,
-        });
-        (s as u32, e.epoch)
     }
 
     /// Gives every settled slice of `pn` to the emptiest others (a planned leave).
@@ -300,7 +310,8 @@ impl Table {
             };
             settled.pop();
             *counts.entry(to).or_default() += 1;
-            let se = self.start_move(s, pn, to, reason, now_ns);
+            self.moves += 1;
+            let se = start_move(&mut self.slices[s], s, pn, to, reason, now_ns);
             gives.entry(to).or_default().push(se);
         }
         gives
@@ -441,6 +452,34 @@ impl Table {
         }
         out
     }
+}
+
+/// Starts moving slice `s` (its entry `e`) from `from` to `to`: the taker owns it at the
+/// next epoch.
+fn start_move(e: &mut Entry, s: usize, from: u32, to: u32, reason: Reason, now_ns: u64) -> SliceEpoch {
+    e.owner = Some(to);
+    e.epoch += 1;
+    e.moving = Some(Move {
+        from: Some(from),
+        reason,
+        t_ns_start: now_ns,
+        sent_ns: now_ns,
+    });
+    (s as u32, e.epoch)
+}
+
+/// Consecutive equal values, each with the range of positions it covers: slices are owned
+/// in runs (the first PN gets them all, a joiner takes a block from each giver), so a
+/// tally by owner costs a map update per run, not per slice.
+fn runs<T: PartialEq + Copy>(values: impl Iterator<Item = T>) -> Vec<(T, std::ops::Range<usize>)> {
+    let mut out: Vec<(T, std::ops::Range<usize>)> = Vec::new();
+    for (i, v) in values.enumerate() {
+        match out.last_mut() {
+            Some((last, range)) if *last == v => range.end = i + 1,
+            _ => out.push((v, i..i + 1)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
