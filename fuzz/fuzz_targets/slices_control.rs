@@ -2,7 +2,9 @@
 //! giver -> taker): what decodes encodes to bytes that decode to the same message.
 #![no_main]
 
-use knee_node::systems::slices::codec::{decode_control, encode_control, Handoff, ToLb, ToPn};
+use knee_node::systems::slices::codec::{
+    decode_control, encode_control, Handoff, HandoffSlice, ToLb, ToPn,
+};
 use libfuzzer_sys::fuzz_target;
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -47,6 +49,15 @@ fuzz_target!(|input: &[u8]| {
     match which % 3 {
         0 => round_trip::<ToLb>(bytes, same_lb),
         1 => round_trip::<ToPn>(bytes, |a, b| a == b),
-        _ => round_trip::<Handoff>(bytes, |a, b| a == b),
+        _ => {
+            round_trip::<Handoff>(bytes, |a, b| a == b);
+            // A handoff whose columns agree gives back each slice's own entries.
+            if let Ok(h) = decode_control::<Handoff>(bytes) {
+                if let Ok(slices) = h.clone().slices() {
+                    let slices: Vec<HandoffSlice> = slices.collect();
+                    assert_eq!(Handoff::new(h.from, &slices), h);
+                }
+            }
+        }
     }
 });

@@ -274,15 +274,23 @@ fn slices_seeds(seeds: &mut Seeds) {
     for (name, m) in to_pn {
         add(seeds, "slices_control", name, with(&[1], &encode_control(&m)));
     }
-    let handoff = Handoff {
-        from: 1,
-        slices: vec![HandoffSlice {
-            slice: 4,
-            epoch: 2,
-            watermark: [(1, 1200), (2, 900)].into_iter().collect(),
-            owed: vec![(1, 1190)],
-        }],
-    };
+    let handoff = Handoff::new(
+        1,
+        &[
+            HandoffSlice {
+                slice: 4,
+                epoch: 2,
+                watermark: [(1, 1200), (2, 900)].into_iter().collect(),
+                owed: vec![(1, 1190)],
+            },
+            HandoffSlice {
+                slice: 5,
+                epoch: 2,
+                watermark: [(1, 1201)].into_iter().collect(),
+                owed: vec![],
+            },
+        ],
+    );
     add(
         seeds,
         "slices_control",
@@ -351,7 +359,7 @@ fn decodes(target: &str, b: &[u8]) -> bool {
         "slices_control" => match b[0] {
             0 => decode_control::<ToLb>(&b[1..]).is_ok(),
             1 => decode_control::<ToPn>(&b[1..]).is_ok(),
-            _ => decode_control::<Handoff>(&b[1..]).is_ok(),
+            _ => decode_control::<Handoff>(&b[1..]).is_ok_and(|h| h.slices().is_ok()),
         },
         // Checked by their targets' own runs (framing and HTTP need the read loop).
         _ => true,

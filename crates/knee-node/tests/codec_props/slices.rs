@@ -84,7 +84,8 @@ fn to_pn() -> impl Strategy<Value = ToPn> {
     ]
 }
 
-fn handoff() -> impl Strategy<Value = Handoff> {
+/// A handoff's slices (the taker reads them back from the columns).
+fn handoff() -> impl Strategy<Value = (u32, Vec<HandoffSlice>)> {
     let pairs = || prop::collection::vec(any::<(u32, u64)>(), 0..6);
     let slice = (any::<u32>(), any::<u64>(), pairs(), pairs()).prop_map(|(slice, epoch, watermark, owed)| {
         HandoffSlice {
@@ -94,7 +95,7 @@ fn handoff() -> impl Strategy<Value = Handoff> {
             owed,
         }
     });
-    (any::<u32>(), prop::collection::vec(slice, 0..6)).prop_map(|(from, slices)| Handoff { from, slices })
+    (any::<u32>(), prop::collection::vec(slice, 0..6))
 }
 
 proptest! {
@@ -112,10 +113,13 @@ proptest! {
     }
 
     #[test]
-    fn control_messages_round_trip(lb in to_lb(), pn in to_pn(), h in handoff()) {
+    fn control_messages_round_trip(lb in to_lb(), pn in to_pn(), (from, slices) in handoff()) {
         prop_assert_eq!(decode_control::<ToLb>(&encode_control(&lb)), Ok(lb));
         prop_assert_eq!(decode_control::<ToPn>(&encode_control(&pn)), Ok(pn));
-        prop_assert_eq!(decode_control::<Handoff>(&encode_control(&h)), Ok(h));
+        let h = decode_control::<Handoff>(&encode_control(&Handoff::new(from, &slices)));
+        let h = h.map_err(TestCaseError::fail)?;
+        prop_assert_eq!(h.from, from);
+        prop_assert_eq!(h.slices().map(|s| s.collect::<Vec<_>>()), Ok(slices));
     }
 
     #[test]
@@ -148,7 +152,12 @@ proptest! {
             prop_assert_eq!(decode_control::<ToPn>(&encode_control(&m)), Ok(m));
         }
         if let Ok(m) = decode_control::<Handoff>(&b) {
-            prop_assert_eq!(decode_control::<Handoff>(&encode_control(&m)), Ok(m));
+            prop_assert_eq!(decode_control::<Handoff>(&encode_control(&m)), Ok(m.clone()));
+            // Columns that agree give each slice its own entries; others are refused.
+            if let Ok(slices) = m.clone().slices() {
+                let slices: Vec<HandoffSlice> = slices.collect();
+                prop_assert_eq!(Handoff::new(m.from, &slices), m);
+            }
         }
     }
 }

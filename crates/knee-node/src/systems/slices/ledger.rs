@@ -83,12 +83,37 @@ struct Slice {
     /// (sender, last accepted id), sorted by sender: a slice hears few senders, and a
     /// handoff moves this vector as it is (no map to build per slice moved).
     watermark: Watermark,
-    owed: HashSet<(u32, u64)>,
-    /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
-    seen: Option<Seen>,
     /// Owned through a giver's handoff: ids found missing above its watermark may still
     /// reach the giver (which heard the clients later than this PN), so they are noted.
     handed: bool,
+    /// Owed ids and the crash dedupe, None while there are none: kept apart so that a
+    /// slice's usual state is one cache line (a 1,000-slice join touches 500 of them).
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Default, Debug)]
+struct Rare {
+    owed: HashSet<(u32, u64)>,
+    /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
+    seen: Option<Seen>,
+}
+
+impl Slice {
+    fn seen_mut(&mut self) -> Option<&mut Seen> {
+        self.rare.as_mut().and_then(|r| r.seen.as_mut())
+    }
+
+    fn owed_len(&self) -> usize {
+        self.rare.as_ref().map_or(0, |r| r.owed.len())
+    }
+
+    fn owed_remove(&mut self, key: &(u32, u64)) -> bool {
+        self.rare.as_mut().is_some_and(|r| r.owed.remove(key))
+    }
+
+    fn owed_insert(&mut self, key: (u32, u64)) {
+        self.rare.get_or_insert_default().owed.insert(key);
+    }
 }
 
 #[derive(Debug)]
@@ -148,23 +173,24 @@ impl Ledger {
         let key = (sender, id);
         let at = s.watermark.binary_search_by_key(&sender, |&(x, _)| x);
         let prev = at.ok().map(|i| s.watermark[i].1);
-        let fresh = match &mut s.seen {
+        let crashed = s.seen_mut().is_some();
+        let fresh = match s.seen_mut() {
             Some(seen) => seen.insert(key),
-            None => prev.is_none_or(|w| id > w) || s.owed.remove(&key),
+            None => prev.is_none_or(|w| id > w) || s.owed_remove(&key),
         };
         if !fresh {
             return Verdict::Already;
         }
-        if s.seen.is_none() && prev.is_none_or(|w| id > w) {
+        if !crashed && prev.is_none_or(|w| id > w) {
             // Ids of this slice skipped on the way up never reached an owner (published
             // before this PN heard the client, or missing from its ring): owed, so that
             // their re-publish is accepted.
             let from = prev.map_or(slice as u64, |w| w.saturating_add(stride));
             let missing = (id.saturating_sub(from) / stride) as usize;
-            let room = MAX_OWED_PER_SLICE.saturating_sub(s.owed.len());
+            let room = MAX_OWED_PER_SLICE.saturating_sub(s.owed_len());
             for k in 1..=missing.min(room) as u64 {
                 let skipped = id - k * stride;
-                s.owed.insert((sender, skipped));
+                s.owed_insert((sender, skipped));
                 if s.handed && self.missing.len() < MAX_MISSING_PENDING {
                     self.missing.push((slice, sender, skipped));
                 }
@@ -175,7 +201,7 @@ impl Ledger {
             Ok(i) => s.watermark[i].1 = s.watermark[i].1.max(id),
             Err(i) => s.watermark.insert(i, (sender, id)),
         }
-        s.owed.remove(&key);
+        s.owed_remove(&key);
         self.owed_overflow += overflow;
         Verdict::Accept
     }
@@ -186,13 +212,13 @@ impl Ledger {
         let Some(s) = self.slices.get_mut(slice as usize) else {
             return;
         };
-        if let Some(seen) = &mut s.seen {
+        if let Some(seen) = s.seen_mut() {
             seen.forget(&(sender, id));
         }
-        if s.owed.len() >= MAX_OWED_PER_SLICE {
+        if s.owed_len() >= MAX_OWED_PER_SLICE {
             self.owed_overflow += 1;
         } else {
-            s.owed.insert((sender, id));
+            s.owed_insert((sender, id));
         }
     }
 
@@ -205,16 +231,17 @@ impl Ledger {
         }
         s.owned = false;
         s.epoch = epoch;
-        s.seen = None;
+        let mut owed: Vec<_> = s
+            .rare
+            .take()
+            .map(|r| r.owed.into_iter().collect())
+            .unwrap_or_default();
+        owed.sort_unstable();
         Some(HandoffSlice {
             slice,
             epoch,
             watermark: std::mem::take(&mut s.watermark),
-            owed: {
-                let mut v: Vec<_> = std::mem::take(&mut s.owed).into_iter().collect();
-                v.sort_unstable();
-                v
-            },
+            owed,
         })
     }
 
@@ -238,9 +265,13 @@ impl Ledger {
             epoch: h.epoch,
             owned: true,
             watermark,
-            owed: h.owed.into_iter().collect(),
-            seen: None,
             handed: true,
+            rare: (!h.owed.is_empty()).then(|| {
+                Box::new(Rare {
+                    owed: h.owed.into_iter().collect(),
+                    seen: None,
+                })
+            }),
         };
         true
     }
@@ -262,7 +293,12 @@ impl Ledger {
         if !s.owned {
             *s = Slice {
                 owned: true,
-                seen: crash.then(Seen::default),
+                rare: crash.then(|| {
+                    Box::new(Rare {
+                        seen: Some(Seen::default()),
+                        ..Rare::default()
+                    })
+                }),
                 ..Slice::default()
             };
         }

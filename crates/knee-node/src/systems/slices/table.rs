@@ -513,6 +513,17 @@ mod tests {
     }
 
     #[test]
+    fn runs_cover_every_position_once_in_order() {
+        let owners = [Some(1), Some(1), None, Some(2), Some(1), Some(1)];
+        let got = runs(owners.into_iter());
+        assert_eq!(
+            got,
+            vec![(Some(1), 0..2), (None, 2..3), (Some(2), 3..4), (Some(1), 4..6)]
+        );
+        assert!(runs(std::iter::empty::<u32>()).is_empty());
+    }
+
+    #[test]
     fn the_first_pn_gets_every_slice_and_joiners_a_fair_share() {
         let mut t = Table::new(10);
         let out = sends(&t.on_message(ToLb::Hello { pn: 0 }, 1));
