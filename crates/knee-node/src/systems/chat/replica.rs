@@ -7,6 +7,12 @@
 //! heartbeats succeed. Heartbeats go through the database rather than replica-to-replica
 //! sockets because the database is where the state lives: a replica that cannot reach it
 //! cannot serve, so "alive" means "alive and connected to the state".
+//!
+//! A heartbeat waits at most one period for the database, then counts as failed: on SQLite
+//! a replica frozen mid-transaction holds the one write lock and stops every heartbeat, and
+//! a detector waiting behind it would keep its last view, blind, for the whole freeze. A
+//! stretch of failed heartbeats is not counted against the others' counters (they may have
+//! been stopped by the same lock).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,10 +46,26 @@ struct Detector {
     timeout_ns: u64,
     /// Per replica: its last counter and when (our clock) we saw it change.
     seen: HashMap<u32, (i64, u64)>,
+    /// When our last heartbeat succeeded (we last looked at the counters).
     last_ok_ns: u64,
+    /// Heartbeats failed in a row since the last one that succeeded.
+    failed: u64,
 }
 
 impl Detector {
+    fn new(me: u32, timeout_ns: u64) -> Self {
+        Detector {
+            me,
+            timeout_ns,
+            seen: HashMap::new(),
+            last_ok_ns: clock::now_ns(),
+            failed: 0,
+        }
+    }
+
+    /// One heartbeat: increments our counter, reads everyone's and returns who is primary.
+    /// A failed one (the database unreachable, or its write lock held longer than the
+    /// connection may wait) changes nothing but the count of failures.
     fn beat(&mut self, store: &mut Store) -> Result<u32, String> {
         let me = Value::Int(self.me as i64);
         let rows = store.transaction(|tx| {
@@ -53,8 +75,20 @@ impl Detector {
                 std::slice::from_ref(&me),
             )?;
             tx.rows("SELECT id, beat FROM replicas", &[])
-        })?;
+        });
+        let rows = rows.inspect_err(|_| self.failed += 1)?;
         let now = clock::now_ns();
+        if self.failed > 0 {
+            // We could not look since `last_ok_ns`: a counter that did not move meanwhile
+            // is no evidence, since what stopped us may have stopped its owner too (SQLite
+            // has one write lock: a replica frozen while holding it stops every heartbeat).
+            // The silence seen before the gap still counts; the gap does not.
+            let gap = now - self.last_ok_ns;
+            for (_, changed_ns) in self.seen.values_mut() {
+                *changed_ns += gap;
+            }
+            self.failed = 0;
+        }
         self.last_ok_ns = now;
         for row in rows {
             let [id, beat] = row.as_slice() else {
@@ -70,6 +104,11 @@ impl Detector {
             (*id == self.me || now - changed_ns < self.timeout_ns).then_some(*id)
         };
         Ok(self.seen.iter().filter_map(live).min().unwrap_or(self.me))
+    }
+
+    /// Cut off from the state: no heartbeat succeeded for the failure timeout.
+    fn cut_off(&self) -> bool {
+        clock::now_ns() - self.last_ok_ns > self.timeout_ns
     }
 }
 
@@ -91,16 +130,16 @@ pub fn start(
         ));
     }
     let mut store = Store::open(db, true)?;
-    let mut detector = Detector {
-        me,
-        timeout_ns: failure_timeout_ms * 1_000_000,
-        seen: HashMap::new(),
-        last_ok_ns: clock::now_ns(),
-    };
+    let mut detector = Detector::new(me, failure_timeout_ms * 1_000_000);
     let view = Arc::new(View {
         me,
         primary: AtomicU32::new(detector.beat(&mut store)?),
     });
+    // From now on a heartbeat waits at most one period for the database (SQLite's write
+    // lock, say, held by a replica frozen mid-transaction), then counts as failed, so the
+    // detector keeps running and a replica cut off for `failure_timeout_ms` says so, rather
+    // than waiting out SQLite's busy timeout (10 s) with its last view.
+    store.limit_waits(Duration::from_millis(heartbeat_ms))?;
     stdio::log(&format!("replica {me}: primary is {}", view.primary()));
     // The first view too, so a runner resolving "the current primary" knows every replica's.
     events::emit(&Primary {
@@ -115,11 +154,19 @@ pub fn start(
         .spawn(move || loop {
             std::thread::sleep(Duration::from_millis(heartbeat_ms));
             let before = shared.primary();
+            let failed_before = detector.failed;
             let now_primary = match detector.beat(&mut store) {
-                Ok(p) => p,
+                Ok(p) => {
+                    if failed_before > 0 {
+                        stdio::log(&format!("heartbeat ok again, after {failed_before} failed"));
+                    }
+                    p
+                }
                 Err(e) => {
-                    stdio::log(&format!("heartbeat failed: {e}"));
-                    if clock::now_ns() - detector.last_ok_ns > detector.timeout_ns {
+                    if failed_before == 0 {
+                        stdio::log(&format!("heartbeat failed: {e}"));
+                    }
+                    if detector.cut_off() {
                         UNKNOWN // cut off from the state: stop serving
                     } else {
                         before
@@ -141,4 +188,70 @@ pub fn start(
         })
         .map_err(|e| e.to_string())?;
     Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh SQLite database in the temp folder, its tables made.
+    fn sqlite(tag: &str) -> (DbConfig, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("knee-replica-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = DbConfig {
+            sqlite_path: Some(dir.join("chat.db").to_string_lossy().into_owned()),
+            postgres_url: None,
+            postgres_schema: "knee_chat".into(),
+        };
+        Store::open(&cfg, true).unwrap();
+        (cfg, dir)
+    }
+
+    /// Beats every 5 ms until `d` has passed; returns the last beat's answer.
+    fn beat_for(detector: &mut Detector, store: &mut Store, d: Duration) -> Result<u32, String> {
+        let end = std::time::Instant::now() + d;
+        loop {
+            let out = detector.beat(store);
+            if std::time::Instant::now() >= end {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_stretch_when_nobody_could_beat_is_no_evidence_against_the_others() {
+        let timeout = Duration::from_millis(100);
+        let (cfg, dir) = sqlite("blind");
+        let (mut s0, mut s1) = (
+            Store::open(&cfg, false).unwrap(),
+            Store::open(&cfg, false).unwrap(),
+        );
+        s1.limit_waits(Duration::from_millis(5)).unwrap();
+        let mut d0 = Detector::new(0, timeout.as_nanos() as u64);
+        let mut d1 = Detector::new(1, timeout.as_nanos() as u64);
+        assert_eq!(d0.beat(&mut s0), Ok(0));
+        assert_eq!(d1.beat(&mut s1), Ok(0));
+        // Replica 0 frozen while holding SQLite's write lock: nobody can beat.
+        let holder = rusqlite::Connection::open(cfg.sqlite_path.as_ref().unwrap()).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let blocked = beat_for(&mut d1, &mut s1, timeout * 3);
+        assert!(
+            blocked.unwrap_err().contains("locked"),
+            "a beat waits, then fails"
+        );
+        assert!(
+            d1.cut_off(),
+            "no beat for the failure timeout: cut off from the state"
+        );
+        holder.execute_batch("COMMIT").unwrap();
+        // Replica 1 looks first: 0's counter has not moved, but it could not have.
+        assert_eq!(d1.beat(&mut s1), Ok(0), "no false suspicion after the gap");
+        assert!(!d1.cut_off());
+        // A counter that stays still while replica 1 watches is suspected as before.
+        assert_eq!(beat_for(&mut d1, &mut s1, timeout * 2), Ok(1));
+        assert_eq!(d0.beat(&mut s0), Ok(0), "replica 0 beats again: primary again");
+        assert_eq!(d1.beat(&mut s1), Ok(0));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
