@@ -167,6 +167,48 @@ def test_a_backup_points_to_the_primary(start_server: Any, tmp_path: Path) -> No
     assert (r.status, r.flags, struct.unpack("<I", r.body)[0]) == (SERVER_ERROR, NOT_PRIMARY, 0)
 
 
+UNKNOWN = 2**32 - 1  # a replica's view when it is cut off from the state
+
+
+def test_a_held_write_lock_cuts_every_replica_off_and_casts_no_suspicion(
+    start_server: Any, tmp_path: Path
+) -> None:
+    """SQLite has one write lock, and a heartbeat is a write: a replica frozen (SIGSTOP) in
+    the middle of a transaction holds it and stops every replica's heartbeat (CI saw the
+    backups' detectors wait out the 10 s busy timeout, blind, through a 2 s freeze). Here
+    the test holds the lock, as such a replica would. Each replica must notice it cannot
+    beat and say it is cut off; once the lock is free, the counters that could not move
+    meanwhile are no evidence: every view goes back to replica 0, none names another."""
+    db = {"sqlite_path": str(tmp_path / "chat.db")}
+    timing = {"heartbeat_ms": 50, "failure_timeout_ms": 400}
+    replicas = [replica(start_server, db, i, **timing) for i in range(3)]
+
+    def view(r: Any, primary: int, timeout_s: float, skip: int = 0) -> None:
+        """Waits for the replica's view to become `primary` (its `skip`+1-th time)."""
+        r.stdout.wait_for(
+            lambda e: e.get("event") == "primary" and e["primary"] == primary, timeout_s, skip
+        )
+
+    holder = sqlite3.connect(db["sqlite_path"], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for r in replicas:
+            # A bound, not a speed: well under SQLite's 10 s busy timeout, which a detector
+            # waiting on the lock would sit through (cut off is declared after 0.4 s).
+            view(r, UNKNOWN, 8)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for r in replicas:
+        view(r, 0, 30, skip=1)  # the first was at its start
+    with Client(replicas[0].addr) as c:
+        assert c.request(LOGIN, body("c1", 4, s16("ann"), s16("pw"))).status == OK
+    for r in replicas:
+        seen = [e["primary"] for e in r.stdout.snapshot() if e.get("event") == "primary"]
+        assert set(seen) == {0, UNKNOWN}, (seen, r.stderr())
+        assert "heartbeat failed" in r.stderr() and "heartbeat ok again" in r.stderr()
+
+
 def test_failover_loses_no_acknowledged_operation_and_applies_none_twice(
     start_server: Any, knee_node: str, db: dict[str, Any], tmp_path: Path
 ) -> None:

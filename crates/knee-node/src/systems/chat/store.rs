@@ -157,6 +157,40 @@ impl Store {
         }
     }
 
+    /// Bounds how long one statement on this connection may wait, on SQLite for another
+    /// connection's write lock (instead of `SQLITE_BUSY_TIMEOUT`), on PostgreSQL in all
+    /// (`statement_timeout`). A statement that would wait longer fails.
+    pub fn limit_waits(&mut self, limit: Duration) -> Result<(), String> {
+        match self {
+            Store::Sqlite(conn) => conn.busy_timeout(limit).map_err(|e| e.to_string()),
+            Store::Postgres { client, .. } => {
+                let ms = limit.as_millis().max(1);
+                // A number, formatted: no text from outside goes into the SQL.
+                client
+                    .batch_execute(&format!("SET statement_timeout = {ms}"))
+                    .map_err(|e| format!("statement_timeout: {e}"))
+            }
+        }
+    }
+
+    /// Runs `f` in a transaction that only reads. On SQLite it takes no write lock (WAL
+    /// readers never wait for the writer), so it answers while another connection holds
+    /// the lock, even one of a stopped process.
+    pub fn read<T>(&mut self, mut f: impl FnMut(&mut dyn Tx) -> Result<T, String>) -> Result<T, String> {
+        match self {
+            Store::Sqlite(conn) => {
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)
+                    .map_err(|e| format!("begin: {e}"))?;
+                let mut wrapped = SqliteTx(tx);
+                let out = f(&mut wrapped)?;
+                wrapped.0.commit().map_err(|e| format!("commit: {e}"))?;
+                Ok(out)
+            }
+            Store::Postgres { .. } => self.transaction(f),
+        }
+    }
+
     /// Runs `f` in one transaction (a write transaction from its start on SQLite, so two
     /// writers never deadlock upgrading); commits if it returns Ok, rolls back otherwise.
     pub fn transaction<T>(
