@@ -3,7 +3,7 @@
 #![no_main]
 
 use knee_node::systems::slices::codec::{
-    decode_control, encode_control, Handoff, HandoffSlice, ToLb, ToPn,
+    decode_control, encode_control, Check, Handoff, HandoffSlice, ToLb, ToPn,
 };
 use libfuzzer_sys::fuzz_target;
 use serde::{de::DeserializeOwned, Serialize};
@@ -30,7 +30,7 @@ fn same_lb(a: &ToLb, b: &ToLb) -> bool {
     }
 }
 
-fn round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(
+fn round_trip<T: Serialize + DeserializeOwned + Check + std::fmt::Debug>(
     bytes: &[u8],
     same: impl Fn(&T, &T) -> bool,
 ) {
@@ -51,11 +51,14 @@ fuzz_target!(|input: &[u8]| {
         1 => round_trip::<ToPn>(bytes, |a, b| a == b),
         _ => {
             round_trip::<Handoff>(bytes, |a, b| a == b);
-            // A handoff whose columns agree gives back each slice's own entries.
+            // A handoff whose columns agree gives back each slice's own entries, which
+            // written again read back the same.
             if let Ok(h) = decode_control::<Handoff>(bytes) {
-                if let Ok(slices) = h.clone().slices() {
-                    let slices: Vec<HandoffSlice> = slices.collect();
-                    assert_eq!(Handoff::new(h.from, &slices), h);
+                if let Ok(checked) = h.clone().checked() {
+                    let slices: Vec<HandoffSlice> = checked.iter().map(|s| s.to_owned()).collect();
+                    let again = Handoff::new(h.from, &slices).checked().expect("written by knee");
+                    let back: Vec<HandoffSlice> = again.iter().map(|s| s.to_owned()).collect();
+                    assert_eq!(back, slices);
                 }
             }
         }

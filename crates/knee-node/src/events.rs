@@ -33,6 +33,11 @@ pub fn emit<T: NodeEvent>(event: &T) {
     });
 }
 
+/// Prints events of one kind as JSON lines, in as few writes as whole lines allow.
+pub fn emit_all<'a, T: NodeEvent + 'a>(events: impl IntoIterator<Item = &'a T>) {
+    crate::stdio::emit_lines(events.into_iter().map(|body| Line { event: T::NAME, body }));
+}
+
 /// A server (or peer, replica, service) listens: printed once, before anything is served.
 #[derive(Serialize, Debug)]
 pub struct Ready<E: Serialize = NoExtra> {

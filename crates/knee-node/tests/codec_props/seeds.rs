@@ -251,7 +251,7 @@ fn slices_seeds(seeds: &mut Seeds) {
         (
             "assign",
             ToPn::Assign {
-                slices: vec![(0, 1), (1, 1)],
+                slices: [(0, 1), (1, 1), (3, 2)].into_iter().collect(),
                 crash: true,
             },
         ),
@@ -259,10 +259,15 @@ fn slices_seeds(seeds: &mut Seeds) {
             "give",
             ToPn::Give {
                 to: 2,
-                slices: vec![(4, 2)],
+                slices: [(4, 2), (5, 2)].into_iter().collect(),
             },
         ),
-        ("revoke", ToPn::Revoke { slices: vec![(4, 3)] }),
+        (
+            "revoke",
+            ToPn::Revoke {
+                slices: [(4, 3)].into_iter().collect(),
+            },
+        ),
         (
             "want",
             ToPn::Want {
@@ -359,7 +364,7 @@ fn decodes(target: &str, b: &[u8]) -> bool {
         "slices_control" => match b[0] {
             0 => decode_control::<ToLb>(&b[1..]).is_ok(),
             1 => decode_control::<ToPn>(&b[1..]).is_ok(),
-            _ => decode_control::<Handoff>(&b[1..]).is_ok_and(|h| h.slices().is_ok()),
+            _ => decode_control::<Handoff>(&b[1..]).is_ok_and(|h| h.checked().is_ok()),
         },
         // Checked by their targets' own runs (framing and HTTP need the read loop).
         _ => true,

@@ -1,8 +1,8 @@
 //! slices' item and reply (binary) and control messages (bounded postcard).
 
 use knee_node::systems::slices::codec::{
-    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took,
-    CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, VERSION,
+    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, SliceRuns, ToLb, ToPn, Took,
+    CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, MAX_SLICES, VERSION,
 };
 use proptest::prelude::*;
 
@@ -75,8 +75,24 @@ fn to_lb() -> impl Strategy<Value = ToLb> {
     ]
 }
 
+/// Slices below MAX_SLICES (beyond, a message is refused), in runs or not.
+fn slice_runs() -> impl Strategy<Value = SliceRuns> {
+    prop::collection::vec((0..MAX_SLICES, any::<u64>(), any::<bool>()), 0..8).prop_map(|v| {
+        let mut runs = SliceRuns::new();
+        for (slice, epoch, next) in v {
+            // Half the time the next slice at the same epoch: a run grows.
+            let last = runs.runs().last().copied();
+            match last {
+                Some((first, n, e)) if next && first + n < MAX_SLICES => runs.push(first + n, e),
+                _ => runs.push(slice, epoch),
+            }
+        }
+        runs
+    })
+}
+
 fn to_pn() -> impl Strategy<Value = ToPn> {
-    let slices = || prop::collection::vec(any::<(u32, u64)>(), 0..8);
+    let slices = slice_runs;
     prop_oneof![
         (slices(), any::<bool>()).prop_map(|(slices, crash)| ToPn::Assign { slices, crash }),
         (any::<u32>(), slices()).prop_map(|(to, slices)| ToPn::Give { to, slices }),
@@ -87,14 +103,15 @@ fn to_pn() -> impl Strategy<Value = ToPn> {
 /// A handoff's slices (the taker reads them back from the columns).
 fn handoff() -> impl Strategy<Value = (u32, Vec<HandoffSlice>)> {
     let pairs = || prop::collection::vec(any::<(u32, u64)>(), 0..6);
-    let slice = (any::<u32>(), any::<u64>(), pairs(), pairs()).prop_map(|(slice, epoch, watermark, owed)| {
-        HandoffSlice {
-            slice,
-            epoch,
-            watermark: watermark.into(),
-            owed,
-        }
-    });
+    let slice =
+        (0..MAX_SLICES, any::<u64>(), pairs(), pairs()).prop_map(|(slice, epoch, watermark, owed)| {
+            HandoffSlice {
+                slice,
+                epoch,
+                watermark: watermark.into(),
+                owed,
+            }
+        });
     (any::<u32>(), prop::collection::vec(slice, 0..6))
 }
 
@@ -119,7 +136,8 @@ proptest! {
         let h = decode_control::<Handoff>(&encode_control(&Handoff::new(from, &slices)));
         let h = h.map_err(TestCaseError::fail)?;
         prop_assert_eq!(h.from, from);
-        prop_assert_eq!(h.slices().map(|s| s.collect::<Vec<_>>()), Ok(slices));
+        let h = h.checked().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(h.iter().map(|s| s.to_owned()).collect::<Vec<_>>(), slices);
     }
 
     #[test]
@@ -153,10 +171,12 @@ proptest! {
         }
         if let Ok(m) = decode_control::<Handoff>(&b) {
             prop_assert_eq!(decode_control::<Handoff>(&encode_control(&m)), Ok(m.clone()));
-            // Columns that agree give each slice its own entries; others are refused.
-            if let Ok(slices) = m.clone().slices() {
-                let slices: Vec<HandoffSlice> = slices.collect();
-                prop_assert_eq!(Handoff::new(m.from, &slices), m);
+            // Columns that agree give each slice its own entries, which written again
+            // read back the same (the columns may differ: runs a writer would have joined).
+            if let Ok(checked) = m.clone().checked() {
+                let slices: Vec<HandoffSlice> = checked.iter().map(|s| s.to_owned()).collect();
+                let again = Handoff::new(m.from, &slices).checked().map_err(TestCaseError::fail)?;
+                prop_assert_eq!(again.iter().map(|s| s.to_owned()).collect::<Vec<_>>(), slices);
             }
         }
     }

@@ -2,6 +2,8 @@
 //! on `P/items/<id mod S>`, hears replies on `P/replies/<sender>`, and records each item
 //! once, with its first reply. An item not acknowledged within `timeout_ms` is published
 //! again with the same id (attempt + 1), at most `retries` times; then it is a timeout.
+//! Every `ack_ms` it tells the PNs which ids it was answered for (`codec::Acks` on
+//! `P/acks/<sender>`): a PN taking over a crashed one's slices does none of those again.
 //!
 //! One thread sends, expires and records; zenoh's callback only queues replies.
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
 
-use super::codec::{self, ItemHeader, Reply};
+use super::codec::{self, Acks, ItemHeader, Reply};
 use super::gray;
 use super::session::{self, Keys, Mode, Opened};
 use crate::clock;
@@ -41,6 +43,12 @@ fn default_retries() -> u32 {
 fn default_sender() -> u32 {
     1
 }
+fn default_ack_ms() -> u64 {
+    50
+}
+/// The longest ack interval: a crash takeover (`failure_timeout_ms` after a PN's last
+/// heartbeat) must come after the acks of what the dead PN answered.
+pub const MAX_ACK_MS: u64 = 10_000;
 fn default_listen() -> String {
     crate::config_defaults::listen()
 }
@@ -69,6 +77,11 @@ pub struct DriverConfig {
     pub retries: u32,
     #[serde(default = "default_sender")]
     pub sender: u32,
+    /// How often the client tells the PNs which ids it was answered for (ms); the spec
+    /// keeps `2 x ack_ms <= failure_timeout_ms - heartbeat_ms` (the acks come before a
+    /// crash takeover).
+    #[serde(default = "default_ack_ms")]
+    pub ack_ms: u64,
     /// Fault injection (0: none): after every Nth item, one malformed message on a topic
     /// the PNs or the LB read (`Junk`), which they must count and drop, never crash on.
     #[serde(default)]
@@ -95,6 +108,9 @@ impl ClientConfig {
         let d = &self.driver;
         super::check_slices(d.slices)?;
         codec::image_shape(d.image_bytes)?;
+        if !(1..=MAX_ACK_MS).contains(&d.ack_ms) {
+            return Err(format!("ack_ms must be 1..={MAX_ACK_MS}"));
+        }
         if d.retries > MAX_RETRIES {
             return Err(format!("retries must be <= {MAX_RETRIES}"));
         }
@@ -250,6 +266,12 @@ struct Engine<'a> {
     /// Ids acknowledged or given up, below `next_id`: anything else is not ours.
     next_id: u64,
     timeout_ns: u64,
+    acks_key: String,
+    /// Ids answered since the last `Acks`, and when they are due out (the first's
+    /// arrival plus `ack_ms`).
+    acks: Vec<u64>,
+    acks_due_ns: Option<u64>,
+    ack_ns: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -284,6 +306,10 @@ impl<'a> Engine<'a> {
             epochs: vec![0; d.slices as usize],
             next_id: 0,
             timeout_ns: (cfg.load.timeout_ms * 1e6) as u64,
+            acks_key: keys.acks(d.sender),
+            acks: Vec::new(),
+            acks_due_ns: None,
+            ack_ns: d.ack_ms * 1_000_000,
         })
     }
 
@@ -322,6 +348,9 @@ impl<'a> Engine<'a> {
         loop {
             let now = clock::now_ns();
             self.expire(now);
+            if self.acks_due_ns.is_some_and(|t| now >= t) {
+                self.send_acks();
+            }
             if ctx.stopping() {
                 due = None;
             }
@@ -334,13 +363,16 @@ impl<'a> Engine<'a> {
                 continue;
             }
             if due.is_none() && self.in_flight.is_empty() {
+                self.send_acks();
                 return;
             }
             if ctx.grace_over(now) {
                 self.abandon_all();
+                self.send_acks();
                 return;
             }
-            let wait_ns = due.map_or(u64::MAX, |d| d.saturating_sub(now));
+            let next_ns = due.into_iter().chain(self.acks_due_ns).min();
+            let wait_ns = next_ns.map_or(u64::MAX, |d| d.saturating_sub(now));
             let wait = Duration::from_nanos(wait_ns).min(MAX_WAIT);
             if let Ok(r) = replies.recv_timeout(wait) {
                 self.on_reply(&r);
@@ -348,6 +380,34 @@ impl<'a> Engine<'a> {
                     self.on_reply(&r);
                 }
             }
+        }
+    }
+
+    /// Tells the PNs the ids answered since the last time (in parts of `MAX_ACKS`).
+    fn send_acks(&mut self) {
+        self.acks_due_ns = None;
+        for ids in self.acks.chunks(codec::MAX_ACKS) {
+            let mut bytes = Vec::with_capacity(codec::ACKS_HEADER_BYTES + 8 * ids.len());
+            Acks {
+                sender: self.cfg.driver.sender,
+                ids: ids.to_vec(),
+            }
+            .encode(&mut bytes);
+            if let Err(e) = session::put(self.session, &self.acks_key, bytes) {
+                crate::stdio::log(&e);
+            }
+        }
+        self.acks.clear();
+    }
+
+    /// An id some PN answered: the PNs hear of it within `ack_ms`.
+    fn ack(&mut self, id: u64, now_ns: u64) {
+        if self.acks.is_empty() {
+            self.acks_due_ns = Some(now_ns + self.ack_ns);
+        }
+        self.acks.push(id);
+        if self.acks.len() >= codec::MAX_ACKS {
+            self.send_acks();
         }
     }
 
@@ -485,6 +545,8 @@ impl<'a> Engine<'a> {
                 return;
             }
         };
+        // Every answer, also a late or repeated one: a PN processed the item.
+        self.ack(r.id, received_ns);
         if let Some(top) = self.epochs.get_mut(r.slice as usize) {
             if r.epoch < *top {
                 self.live.stale.fetch_add(1, Ordering::Relaxed);

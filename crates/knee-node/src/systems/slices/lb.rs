@@ -124,13 +124,13 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
             return end;
         }
         // Every message already waiting is heard before the silence check: a heartbeat
-        // queued behind another must not leave its PN looking silent.
-        let mut all = Vec::new();
+        // queued behind another must not leave its PN looking silent. What a message asks
+        // for goes out at once (a join's gives do not wait for the tick's scans).
         let mut next = rx.recv_timeout(TICK).ok();
         let mut heard = 0;
         while let Some(bytes) = next {
             match codec::decode_control::<ToLb>(&bytes) {
-                Ok(msg) => all.extend(table.on_message(msg, clock::now_ns())),
+                Ok(msg) => emit(&session, &keys, table.on_message(msg, clock::now_ns())),
                 Err(why) => bad.note(&why),
             }
             heard += 1;
@@ -143,17 +143,26 @@ pub fn run(opts: &ServeOptions, cfg: LbConfig) -> Result<(), String> {
             table.paused(gap_ns);
         }
         if cfg.balance {
-            all.extend(table.on_tick(now, failure_ns));
+            emit(&session, &keys, table.on_tick(now, failure_ns));
         }
-        for o in all {
-            match o {
-                Out::Send(pn, msg) => {
-                    if let Err(e) = session::put(&session, &keys.pn(pn), codec::encode_control(&msg)) {
-                        stdio::log(&e);
-                    }
+    }
+}
+
+/// Sends the table's messages, then prints its events (a `took` of 500 slices is 500
+/// `handoff` lines, printed in a few writes).
+fn emit(session: &zenoh::Session, keys: &Keys, out: Vec<Out>) {
+    let mut handoffs = Vec::new();
+    for o in out {
+        match o {
+            Out::Send(pn, msg) => {
+                if let Err(e) = session::put(session, &keys.pn(pn), codec::encode_control(&msg)) {
+                    stdio::log(&e);
                 }
-                Out::Event(h) => events::emit(&h),
             }
+            Out::Event(h) => handoffs.push(h),
         }
+    }
+    if !handoffs.is_empty() {
+        events::emit_all(&handoffs);
     }
 }

@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 use zenoh::{Session, Wait};
 
 use super::codec::{
-    self, Handoff, HandoffSlice, HandoffSlices, ItemHeader, Reply, ToLb, ToPn, Took, ITEM_HEADER_BYTES,
+    self, CheckedHandoff, Handoff, HandoffBuilder, HandoffSlice, ItemHeader, Reply, SliceEpoch, SliceRuns,
+    ToLb, ToPn, Took, ITEM_HEADER_BYTES,
 };
 use super::gray;
 use super::ledger::{gap_items, Ledger, Ring, RingItem, Seen, Verdict};
@@ -40,8 +41,8 @@ const MAIN_TICK: Duration = Duration::from_millis(5);
 /// A planned leave waits this long at most for its slices to move and its workers to
 /// finish, well within the runner's 3 s stop grace.
 const LEAVE_WAIT_NS: u64 = 2_000_000_000;
-/// Acknowledged ids remembered (every PN hears every reply): a crash takeover skips the
-/// ring items already acknowledged. 2^20 covers minutes at the report's rates.
+/// Acknowledged ids remembered (every PN hears every client's acks): a crash takeover
+/// skips the ring items already acknowledged. 2^20 covers minutes at the report's rates.
 const MAX_ACKED: usize = 1 << 20;
 /// Items a giver waits to hear for a taker that missed them (each for the ring's age at
 /// most); beyond, a want is not kept and the client's re-publish is the only way back.
@@ -158,13 +159,8 @@ struct State {
     stop_workers: bool,
     /// Set once this PN asked to leave: what it gives away then, it does not drain.
     leaving: bool,
-    /// Items some PN acknowledged (heard on `P/replies/*`).
+    /// Items a client was answered for (its `Acks`, on `P/acks/*`).
     acked: Seen,
-    /// The last handoff this PN sent for each slice it gave, indexed by slice, sent again
-    /// if the LB gives the slice again at the same epoch. Per-slice state lives in vectors
-    /// indexed by slice (bounded by the slice count): a join at 1,000 slices touches
-    /// hundreds of them, and a hash map per slice moved was a visible part of its time.
-    handed: Vec<Option<HandoffSlice>>,
     /// Who gave this PN each slice it took by a handoff (indexed by slice): whom to ask
     /// for missing items.
     givers: Vec<Option<u32>>,
@@ -300,12 +296,13 @@ impl Shared {
                     st.wanted.remove(&(h.sender, h.id)).map(|(taker, _)| taker)
                 };
                 if self.cfg.static_slices.is_none() {
+                    let copy = st.ring.copy_of(bytes);
                     st.ring.push(RingItem {
                         slice: h.slice,
                         sender: h.sender,
                         id: h.id,
                         arrived_ns: clock::now_ns(),
-                        bytes: bytes.to_vec(),
+                        bytes: copy,
                     });
                 }
                 drop(st);
@@ -315,6 +312,26 @@ impl Shared {
             }
             Verdict::Already => {
                 c.already.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A client's acks: the ids it was answered for (a crash takeover does none of them
+    /// again).
+    fn on_acks(&self, bytes: &[u8]) {
+        match codec::Acks::decode(bytes) {
+            Ok(a) => {
+                let mut st = self.lock();
+                for id in a.ids {
+                    st.acked.insert((a.sender, id));
+                }
+            }
+            Err(why) => {
+                self.c.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                self.bad_items
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .note(&format!("acks: {why}"));
             }
         }
     }
@@ -375,7 +392,7 @@ impl Shared {
         }
     }
 
-    fn on_control(&self, msg: ToPn) {
+    fn on_control(&self, msg: ToPn, handed: &mut Handed, tooks: &mut Tooks) {
         let mut st = self.lock();
         // Stopping: a late revoke or give must not take away what is about to be logged as
         // held (the LB calls a stopped PN crashed and moves its slices on by itself).
@@ -384,60 +401,67 @@ impl Shared {
         }
         match msg {
             ToPn::Assign { slices, crash } => {
-                let newly: Vec<(u32, u64)> = slices
-                    .into_iter()
+                let newly: SliceRuns = slices
+                    .iter()
                     .filter(|&(s, e)| st.ledger.assign(s, e, crash))
                     .collect();
-                let took = self.replay(&mut st, &newly, false);
-                drop(st);
-                self.took(took);
+                let (t_ns, firsts) = self.replay(&mut st, &newly, false);
+                let took = newly
+                    .iter()
+                    .map(|(slice, epoch)| Took {
+                        slice,
+                        epoch,
+                        giver_last_id: None,
+                        taker_first_id: first_of(&firsts, slice),
+                    })
+                    .collect();
+                tooks.push(t_ns, took);
             }
             ToPn::Give { to, slices } => {
-                let mut given = Vec::with_capacity(slices.len());
+                // A leaving giver does not drain: its queued items of the slices it gives
+                // go to the taker as owed (`release`).
+                let released = if st.leaving {
+                    self.release(&mut st, &slices)
+                } else {
+                    HashMap::new()
+                };
+                let mut handoff = HandoffBuilder::new(self.cfg.pn);
                 let mut again = Vec::new();
-                for (s, e) in slices {
-                    match st.ledger.give(s, e) {
-                        Some(h) => given.push(h),
-                        // The LB gives again when the taker never said it took the slice:
-                        // the handoff is sent again, as it was (it may not have reached a
-                        // taker this PN was not yet connected to).
-                        None => again.extend(
-                            st.handed
-                                .get(s as usize)
-                                .and_then(Option::as_ref)
-                                .filter(|h| h.epoch == e)
-                                .cloned(),
-                        ),
-                    }
-                }
-                if st.leaving {
-                    self.release(&mut st, &mut given);
-                }
-                let (gave, gave_again) = (given.len(), again.len());
-                if gave + gave_again == 0 {
-                    return;
-                }
-                given.extend(again);
-                // Encoded under the lock so that the slices given now are kept by moving
-                // them, not copying them (a copy per slice, a join at 1,000 slices).
-                let bytes = codec::encode_control(&Handoff::new(self.cfg.pn, &given));
-                given.truncate(gave);
-                for hs in given {
-                    if let Some(kept) = st.handed.get_mut(hs.slice as usize) {
-                        *kept = Some(hs);
+                for (s, e) in slices.iter() {
+                    let owed = released.get(&s).map_or(&[][..], Vec::as_slice);
+                    if !st.ledger.give(s, e, owed, &mut handoff) {
+                        // The LB gives again when the taker never said it took the slice.
+                        again.push((s, e));
                     }
                 }
                 drop(st);
+                let gave = handoff.len();
+                let handoff = handoff.finish();
+                let given = handoff.slices.clone();
+                let sent = (gave > 0).then(|| Arc::new(codec::encode_control(&handoff)));
+                let resent = handed.again(&again);
+                if sent.is_none() && resent.is_empty() {
+                    return;
+                }
                 self.c.gave.fetch_add(gave as u64, Ordering::Relaxed);
-                self.c.gave_again.fetch_add(gave_again as u64, Ordering::Relaxed);
+                self.c
+                    .gave_again
+                    .fetch_add(resent.len() as u64, Ordering::Relaxed);
                 if self.cfg.give_delay_ms > 0 {
                     std::thread::sleep(Duration::from_millis(self.cfg.give_delay_ms));
                 }
-                self.send(&self.keys.handoff(to), bytes);
+                let key = self.keys.handoff(to);
+                for bytes in sent.iter().chain(&resent) {
+                    self.send(&key, bytes.to_vec());
+                }
+                // Kept after the send, off the join's path: what to send again.
+                if let Some(bytes) = sent {
+                    handed.keep(&given, &bytes);
+                }
             }
             ToPn::Revoke { slices } => {
                 let gone: HashSet<u32> = slices
-                    .into_iter()
+                    .iter()
                     .filter(|&(s, e)| st.ledger.revoke(s, e))
                     .map(|(s, _)| s)
                     .collect();
@@ -455,41 +479,68 @@ impl Shared {
         }
     }
 
-    /// A leaving giver does not drain: its queued items of the given slices become owed to
-    /// the taker (which finds them in its ring, or gets them re-published), so it can exit
-    /// within the stop grace.
-    fn release(&self, st: &mut State, given: &mut [HandoffSlice]) {
-        let index: HashMap<u32, usize> = given.iter().enumerate().map(|(i, h)| (h.slice, i)).collect();
+    /// A leaving giver does not drain: its queued items of the slices it gives now (owned
+    /// below the give's epoch) become owed to the taker (which finds them in its ring, or
+    /// gets them re-published), so it can exit within the stop grace. By slice, sorted.
+    fn release(&self, st: &mut State, slices: &SliceRuns) -> HashMap<u32, Vec<(u32, u64)>> {
+        let mut giving = vec![false; self.cfg.slices as usize];
+        for (s, e) in slices.iter() {
+            if st.ledger.owned(s) && st.ledger.epoch(s) < e {
+                if let Some(g) = giving.get_mut(s as usize) {
+                    *g = true;
+                }
+            }
+        }
+        let mut released: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         let mut kept = VecDeque::with_capacity(st.queue.len());
         for j in st.queue.drain(..) {
-            match index.get(&j.h.slice) {
-                Some(&i) => {
-                    given[i].owed.push((j.h.sender, j.h.id));
-                    self.c.released.fetch_add(1, Ordering::Relaxed);
-                }
-                None => kept.push_back(j),
+            if giving.get(j.h.slice as usize).copied().unwrap_or(false) {
+                released.entry(j.h.slice).or_default().push((j.h.sender, j.h.id));
+                self.c.released.fetch_add(1, Ordering::Relaxed);
+            } else {
+                kept.push_back(j);
             }
         }
         st.queue = kept;
+        for owed in released.values_mut() {
+            owed.sort_unstable();
+        }
+        released
     }
 
-    fn on_handoff(&self, from: u32, slices: HandoffSlices) {
+    /// A giver's handoff. Until the slices are owned and their ring items queued (the
+    /// `took`'s time), nothing per slice is written but the ledger's own state: the
+    /// `Took`s are made afterwards (at 500 slices, fresh vectors of them cost more than
+    /// the take itself, in cache misses).
+    fn on_handoff(&self, h: CheckedHandoff, tooks: &mut Tooks) {
         let mut st = self.lock();
-        let mut taken = Vec::with_capacity(slices.len());
-        let mut last_ids = Vec::with_capacity(slices.len());
-        let mut already = Vec::new();
-        for hs in slices {
+        let mut taken = SliceRuns::new();
+        let mut was_taken = Vec::with_capacity(h.len());
+        for hs in h.iter() {
             let (slice, epoch) = (hs.slice, hs.epoch);
-            let last_id = hs.watermark.iter().map(|&(_, id)| id).max();
-            if st.ledger.take(hs) {
-                taken.push((slice, epoch));
-                last_ids.push(last_id);
+            let took = st.ledger.take(hs);
+            if took {
+                taken.push(slice, epoch);
                 if let Some(g) = st.givers.get_mut(slice as usize) {
-                    *g = Some(from);
+                    *g = Some(h.from);
                 }
+            }
+            was_taken.push(took);
+        }
+        let (t_ns, firsts) = self.replay(&mut st, &taken, true);
+        let mut took = Vec::with_capacity(h.len());
+        for (hs, taken) in h.iter().zip(was_taken) {
+            let (slice, epoch) = (hs.slice, hs.epoch);
+            if taken {
+                took.push(Took {
+                    slice,
+                    epoch,
+                    giver_last_id: hs.watermark.iter().map(|&(_, id)| id).max(),
+                    taker_first_id: first_of(&firsts, slice),
+                });
             } else if st.ledger.owned(slice) && st.ledger.epoch(slice) == epoch {
                 // A handoff sent again: taken before, so only the LB is told again.
-                already.push(Took {
+                took.push(Took {
                     slice,
                     epoch,
                     giver_last_id: None,
@@ -497,31 +548,27 @@ impl Shared {
                 });
             }
         }
-        let mut took = self.replay(&mut st, &taken, true);
-        for (t, last_id) in took.iter_mut().zip(last_ids) {
-            t.giver_last_id = last_id;
-        }
         let wants = st.wants();
         drop(st);
-        took.extend(already);
-        self.took(took);
+        tooks.push(t_ns, took);
         self.ask(wants);
     }
 
     /// Newly owned slices: their ring items, in id order per sender, go through the
     /// ledger (those above the watermark, or owed, are accepted). After a handoff
     /// (`by_handoff`), the ids missing between each sender's watermark and its first ring
-    /// item above it are counted as gaps. The `Took`s have no `giver_last_id`.
-    fn replay(&self, st: &mut State, slices: &[(u32, u64)], by_handoff: bool) -> Vec<Took> {
-        let n = self.cfg.slices as usize;
-        let mut marked = vec![false; n];
-        for &(s, _) in slices {
+    /// item above it are counted as gaps. Returns when the slices were owned with their
+    /// ring items queued (the `took`'s time), and the first id accepted from the ring of
+    /// each slice that had one, by slice.
+    fn replay(&self, st: &mut State, slices: &SliceRuns, by_handoff: bool) -> (u64, Vec<(u32, u64)>) {
+        let mut marked = vec![false; self.cfg.slices as usize];
+        for (s, _) in slices.iter() {
             if let Some(m) = marked.get_mut(s as usize) {
                 *m = true;
             }
         }
         let items = st.ring.take(&marked);
-        let mut first: Vec<Option<u64>> = vec![None; if items.is_empty() { 0 } else { n }];
+        let mut firsts: Vec<(u32, u64)> = Vec::new();
         // Items come in (slice, sender, id) order: the first one above a sender's
         // watermark is the first of its run past it. Until then the watermark is the
         // giver's (ids at or below it leave it as it is).
@@ -545,8 +592,8 @@ impl Shared {
             if st.ledger.decide(item.slice, item.sender, item.id) != Verdict::Accept {
                 continue;
             }
-            if let Some(f) = first.get_mut(item.slice as usize) {
-                f.get_or_insert(item.id);
+            if firsts.last().map(|&(s, _)| s) != Some(item.slice) {
+                firsts.push((item.slice, item.id));
             }
             let Ok(h) = ItemHeader::decode(&item.bytes, self.cfg.slices) else {
                 continue;
@@ -558,28 +605,23 @@ impl Shared {
         if queued {
             self.work.notify_all();
         }
+        let t_ns = clock::now_ns();
         self.c.gaps.fetch_add(gap, Ordering::Relaxed);
         self.c.took.fetch_add(slices.len() as u64, Ordering::Relaxed);
-        slices
-            .iter()
-            .map(|&(slice, epoch)| Took {
-                slice,
-                epoch,
-                giver_last_id: None,
-                taker_first_id: first.get(slice as usize).copied().flatten(),
-            })
-            .collect()
+        (t_ns, firsts)
     }
 
-    fn took(&self, slices: Vec<Took>) {
-        if slices.is_empty() || self.cfg.static_slices.is_some() {
-            return;
+    /// Tells the LB which slices are owned here, and since when.
+    fn send_tooks(&self, tooks: &mut Tooks) {
+        for (t_ns, slices) in tooks.0.drain(..) {
+            if !slices.is_empty() && self.cfg.static_slices.is_none() {
+                self.to_lb(&ToLb::Took {
+                    pn: self.cfg.pn,
+                    t_ns,
+                    slices,
+                });
+            }
         }
-        self.to_lb(&ToLb::Took {
-            pn: self.cfg.pn,
-            t_ns: clock::now_ns(),
-            slices,
-        });
     }
 
     fn worker(&self) {
@@ -674,6 +716,7 @@ impl Shared {
                 owed_overflow: st.ledger.owed_overflow,
                 ring_items: st.ring.len() as u64,
                 ring_bytes: st.ring.bytes() as u64,
+                ring_spare_bytes: st.ring.spare_bytes() as u64,
                 ring_evicted_full: st.ring.evicted_full,
                 bad_control: get(&c.bad_control),
                 threads: self.threads(),
@@ -702,7 +745,8 @@ struct PnStats {
     /// Items ignored because they were already accepted (here or by an earlier owner).
     already: u64,
     handoffs_gave: u64,
-    /// Handoffs sent again because the LB gave their slice again (its taker never said).
+    /// Handoff messages sent again because the LB gave one of their slices again (its
+    /// taker never said it took it).
     handoffs_sent_again: u64,
     handoffs_took: u64,
     /// Items a taker's ring missed after a watermark (asked of the giver; the client's
@@ -718,6 +762,8 @@ struct PnStats {
     owed_overflow: u64,
     ring_items: u64,
     ring_bytes: u64,
+    /// Buffers of items that left the ring, kept for the next ones (bounded).
+    ring_spare_bytes: u64,
     ring_evicted_full: u64,
     bad_control: u64,
     threads: usize,
@@ -751,7 +797,6 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
             stop_workers: false,
             leaving: false,
             acked: Seen::with_max(MAX_ACKED),
-            handed: vec![None; cfg.slices as usize],
             givers: vec![None; cfg.slices as usize],
             wanted: HashMap::new(),
         }),
@@ -848,16 +893,12 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
         .wait()
         .map_err(|e| format!("subscribing to items: {e}"))?;
     let s = shared.clone();
-    let replies = shared
+    let acks = shared
         .session
-        .declare_subscriber(format!("{}/replies/*", shared.keys.prefix))
-        .callback(move |sample| {
-            if let Ok(r) = Reply::decode(&sample.payload().to_bytes()) {
-                s.lock().acked.insert((r.sender, r.id));
-            }
-        })
+        .declare_subscriber(shared.keys.all_acks())
+        .callback(move |sample| s.on_acks(&sample.payload().to_bytes()))
         .wait()
-        .map_err(|e| format!("subscribing to replies: {e}"))?;
+        .map_err(|e| format!("subscribing to acks: {e}"))?;
     let tx = ctl.clone();
     let pn = sub(
         shared.keys.pn(shared.cfg.pn),
@@ -880,10 +921,54 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
         .map_err(|e| format!("subscribing to forwarded items: {e}"))?;
     let mut subs = vec![items, pn, handoff];
     if shared.cfg.static_slices.is_none() {
-        subs.push(replies);
+        subs.push(acks);
         subs.push(forwarded);
     }
     Ok(subs)
+}
+
+/// The first id accepted from the ring of `slice` (`replay`'s list, by slice).
+fn first_of(firsts: &[(u32, u64)], slice: u32) -> Option<u64> {
+    let at = firsts.binary_search_by_key(&slice, |&(s, _)| s).ok()?;
+    Some(firsts[at].1)
+}
+
+/// The handoffs this PN sent, by the slices they gave, kept to be sent again when the LB
+/// gives a slice again at the same epoch: its taker never said it took it (a handoff sent
+/// before the giver is connected to a new taker goes nowhere). A handoff is sent again
+/// whole; the taker answers the slices it took already with `took` alone. Only the control
+/// thread uses it; a handoff is dropped once no slice refers to it (at most one per slice).
+struct Handed {
+    by_slice: Vec<Option<(u64, Arc<Vec<u8>>)>>,
+}
+
+impl Handed {
+    fn new(slices: u32) -> Handed {
+        Handed {
+            by_slice: vec![None; slices as usize],
+        }
+    }
+
+    fn keep(&mut self, given: &SliceRuns, bytes: &Arc<Vec<u8>>) {
+        for (s, e) in given.iter() {
+            if let Some(kept) = self.by_slice.get_mut(s as usize) {
+                *kept = Some((e, bytes.clone()));
+            }
+        }
+    }
+
+    /// The handoffs that gave these slices at these epochs, each once.
+    fn again(&self, slices: &[SliceEpoch]) -> Vec<Arc<Vec<u8>>> {
+        let mut out: Vec<Arc<Vec<u8>>> = Vec::new();
+        for &(s, e) in slices {
+            if let Some(Some((epoch, bytes))) = self.by_slice.get(s as usize) {
+                if *epoch == e && !out.iter().any(|b| Arc::ptr_eq(b, bytes)) {
+                    out.push(bytes.clone());
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Before the first control message, the control thread encodes and decodes a handoff and
@@ -891,23 +976,18 @@ fn subscribe(shared: &Arc<Shared>, ctl: mpsc::SyncSender<Control>) -> Result<Vec
 /// mapped in this thread's heap, not page-faulted in while a join waits (on this machine a
 /// fresh 500-slice take paid about 40 us of faults).
 fn warm_up(slices: u32) {
-    let all: Vec<HandoffSlice> = (0..slices)
-        .map(|slice| HandoffSlice {
+    let mut b = HandoffBuilder::new(0);
+    for slice in 0..slices {
+        b.push(slice, 1, &[(0, slice as u64)], &[]);
+    }
+    let bytes = codec::encode_control(&b.finish());
+    if let Ok(h) = codec::decode_control::<Handoff>(&bytes).and_then(Handoff::checked) {
+        std::hint::black_box(h.iter().map(|s| s.to_owned()).collect::<Vec<HandoffSlice>>());
+    }
+    let took: Vec<Took> = (0..slices)
+        .map(|slice| Took {
             slice,
             epoch: 1,
-            watermark: [(0, slice as u64)].into_iter().collect(),
-            owed: Vec::new(),
-        })
-        .collect();
-    let bytes = codec::encode_control(&Handoff::new(0, &all));
-    if let Ok(h) = codec::decode_control::<Handoff>(&bytes) {
-        std::hint::black_box(h.slices().map(|s| s.count()).ok());
-    }
-    let took: Vec<Took> = all
-        .iter()
-        .map(|h| Took {
-            slice: h.slice,
-            epoch: h.epoch,
             giver_last_id: Some(1),
             taker_first_id: Some(1),
         })
@@ -919,23 +999,58 @@ fn warm_up(slices: u32) {
     }));
 }
 
+/// `took` messages waiting to go to the LB: the control thread sends them once no other
+/// control message waits (or `MAX_PENDING_TOOKS` wait). A join takes slices from every PN
+/// above its share, and their handoffs arrive together: the last one is then taken without
+/// waiting behind the puts of the others' `took`s (a put is tens of us here).
+struct Tooks(Vec<(u64, Vec<Took>)>);
+
+/// Bounds how long `took`s wait when control messages keep coming.
+const MAX_PENDING_TOOKS: usize = 64;
+
+impl Tooks {
+    fn push(&mut self, t_ns: u64, slices: Vec<Took>) {
+        if !slices.is_empty() {
+            self.0.push((t_ns, slices));
+        }
+    }
+}
+
 fn control_loop(shared: &Shared, rx: mpsc::Receiver<Control>) {
     warm_up(shared.cfg.slices);
+    let mut handed = Handed::new(shared.cfg.slices);
+    let mut tooks = Tooks(Vec::new());
     let mut bad = Throttled::new("pn control");
-    // Ends when the subscriptions (the senders) are dropped.
-    while let Ok(msg) = rx.recv() {
+    loop {
+        let msg = match rx.try_recv() {
+            Ok(msg) => msg,
+            Err(mpsc::TryRecvError::Empty) => {
+                shared.send_tooks(&mut tooks);
+                // Ends when the subscriptions (the senders) are dropped.
+                match rx.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                }
+            }
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        };
         let result = match msg {
-            Control::Pn(b) => codec::decode_control::<ToPn>(&b).map(|m| shared.on_control(m)),
-            Control::Handoff(b) => codec::decode_control::<Handoff>(&b).and_then(|h| {
-                let from = h.from;
-                h.slices().map(|slices| shared.on_handoff(from, slices))
-            }),
+            Control::Pn(b) => {
+                codec::decode_control::<ToPn>(&b).map(|m| shared.on_control(m, &mut handed, &mut tooks))
+            }
+            Control::Handoff(b) => codec::decode_control::<Handoff>(&b)
+                .and_then(Handoff::checked)
+                .map(|h| shared.on_handoff(h, &mut tooks)),
         };
         if let Err(why) = result {
             shared.c.bad_control.fetch_add(1, Ordering::Relaxed);
             bad.note(&why);
         }
+        if tooks.0.len() >= MAX_PENDING_TOOKS {
+            shared.send_tooks(&mut tooks);
+        }
     }
+    shared.send_tooks(&mut tooks);
 }
 
 /// Hello, heartbeats, log flushes and ring expiry until the stop; then a planned leave.
@@ -1022,4 +1137,35 @@ fn leave(shared: &Shared) {
 /// at a quarter core runs one worker (tests/test_slices.py checks it).
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_given_again_sends_its_handoff_again_whole_and_once() {
+        let mut handed = Handed::new(10);
+        let first = Arc::new(vec![1u8]);
+        let second = Arc::new(vec![2u8]);
+        handed.keep(&[(2, 5), (3, 5), (4, 5)].into_iter().collect(), &first);
+        handed.keep(&[(4, 6), (7, 2)].into_iter().collect(), &second);
+        // Slices 2 and 3 came in one handoff: it goes once.
+        let again = handed.again(&[(2, 5), (3, 5)]);
+        assert_eq!(again.len(), 1);
+        assert!(Arc::ptr_eq(&again[0], &first));
+        // Slice 4 was given again later, at epoch 6: its old epoch finds nothing.
+        assert!(handed.again(&[(4, 5)]).is_empty());
+        let both = handed.again(&[(3, 5), (4, 6), (7, 2), (9, 1)]);
+        assert_eq!(both.len(), 2);
+        assert!(handed.again(&[(99, 1)]).is_empty(), "no such slice");
+    }
+
+    #[test]
+    fn the_first_id_of_a_slice_is_found_by_slice() {
+        let firsts = [(1, 11), (4, 14), (9, 29)];
+        assert_eq!(first_of(&firsts, 4), Some(14));
+        assert_eq!(first_of(&firsts, 5), None);
+        assert_eq!(first_of(&[], 1), None);
+    }
 }

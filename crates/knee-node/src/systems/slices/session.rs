@@ -153,6 +153,13 @@ impl Keys {
     pub fn replies(&self, sender: u32) -> String {
         format!("{}/replies/{sender}", self.prefix)
     }
+    /// The ids a client was answered for (`codec::Acks`).
+    pub fn acks(&self, sender: u32) -> String {
+        format!("{}/acks/{sender}", self.prefix)
+    }
+    pub fn all_acks(&self) -> String {
+        format!("{}/acks/*", self.prefix)
+    }
     pub fn lb(&self) -> String {
         format!("{}/ctl/lb", self.prefix)
     }

@@ -2,10 +2,11 @@
 //! under way, and what to send when a PN joins, leaves or goes silent. `lb.rs` runs it.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde::Serialize;
 
-use super::codec::{SliceEpoch, ToLb, ToPn};
+use super::codec::{SliceEpoch, SliceRuns, ToLb, ToPn};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -127,14 +128,14 @@ impl Table {
         counts
     }
 
-    /// Each PN's settled slices (owned, not moving), in slice order: what it can give, the
-    /// last one first.
-    fn settled(&self) -> BTreeMap<u32, Vec<usize>> {
-        let mut settled: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    /// Each PN's settled slices (owned, not moving), as ranges in slice order: what it can
+    /// give, the last one first.
+    fn settled(&self) -> BTreeMap<u32, Vec<Range<usize>>> {
+        let mut settled: BTreeMap<u32, Vec<Range<usize>>> = BTreeMap::new();
         let settled_owner = self.slices.iter().map(|e| e.owner.filter(|_| e.moving.is_none()));
         for (owner, run) in runs(settled_owner) {
             if let Some(owner) = owner {
-                settled.entry(owner).or_default().extend(run);
+                settled.entry(owner).or_default().push(run);
             }
         }
         settled
@@ -209,6 +210,9 @@ impl Table {
 
     /// Slices with no owner (none yet, or every PN died) go to the emptiest PNs.
     fn assign_orphans(&mut self, now_ns: u64) -> Vec<Out> {
+        if self.slices.iter().all(|e| e.owner.is_some()) {
+            return Vec::new();
+        }
         let mut by_pn: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
         let mut counts = self.counts();
         for s in 0..self.slices.len() {
@@ -235,21 +239,25 @@ impl Table {
             .into_iter()
             .map(|(pn, slices)| {
                 let crash = slices.iter().any(|&(_, e)| e > 1);
+                let slices = sorted_runs(slices);
                 Out::Send(pn, ToPn::Assign { slices, crash })
             })
             .collect()
     }
 
     /// A newcomer's fair share, floor(S / N), taken one slice at a time from the PN with
-    /// the most slices (then the longest queue); slices already moving stay put.
+    /// the most slices (then the longest queue), each giver's last settled slices; slices
+    /// already moving stay put.
     fn join(&mut self, pn: u32, now_ns: u64) -> Vec<Out> {
-        /// A PN that can give: its slice count, its queue, its settled slices.
+        /// A PN that can give: its slice count, its queue, its settled slices, how many of
+        /// them it gives.
         struct Giver {
             pn: u32,
             count: usize,
             queue_len: u64,
-            settled: Vec<usize>,
-            gives: Vec<SliceEpoch>,
+            settled: Vec<Range<usize>>,
+            left: usize,
+            gives: usize,
         }
         let live = self.pns.values().filter(|p| !p.leaving()).count().max(1);
         let share = self.slices.len() / live;
@@ -261,12 +269,14 @@ impl Table {
             .iter()
             .filter(|(&p, _)| p != pn)
             .filter_map(|(&p, s)| {
+                let settled = settled.remove(&p).filter(|v| !v.is_empty())?;
                 Some(Giver {
                     pn: p,
                     count: counts.get(&p).copied().unwrap_or(0),
                     queue_len: s.queue_len,
-                    settled: settled.remove(&p).filter(|v| !v.is_empty())?,
-                    gives: Vec::new(),
+                    left: settled.iter().map(ExactSizeIterator::len).sum(),
+                    settled,
+                    gives: 0,
                 })
             })
             .collect();
@@ -274,36 +284,37 @@ impl Table {
         while mine < share {
             let giver = givers
                 .iter_mut()
-                .filter(|g| !g.settled.is_empty())
+                .filter(|g| g.left > 0)
                 .max_by_key(|g| (g.count, g.queue_len, std::cmp::Reverse(g.pn)));
             let Some(g) = giver else { break };
-            let Some(s) = g.settled.pop() else { break };
-            g.count -= 1;
+            (g.left, g.count, g.gives) = (g.left - 1, g.count - 1, g.gives + 1);
             mine += 1;
-            let (giver_pn, e) = (g.pn, &mut self.slices[s]);
-            self.moves += 1;
-            g.gives.push(start_move(e, s, giver_pn, pn, Reason::Join, now_ns));
         }
-        givers
-            .into_iter()
-            .filter(|g| !g.gives.is_empty())
-            .map(|g| {
-                Out::Send(
-                    g.pn,
-                    ToPn::Give {
-                        to: pn,
-                        slices: g.gives,
-                    },
-                )
-            })
-            .collect()
+        let mut out = Vec::new();
+        for g in givers.iter().filter(|g| g.gives > 0) {
+            // Its last `gives` settled slices, in slice order: one run on the wire.
+            let mut slices = SliceRuns::new();
+            for s in last_of(&g.settled, g.gives).into_iter().flatten() {
+                self.moves += 1;
+                let (slice, epoch) = start_move(&mut self.slices[s], s, g.pn, pn, Reason::Join, now_ns);
+                slices.push(slice, epoch);
+            }
+            out.push(Out::Send(g.pn, ToPn::Give { to: pn, slices }));
+        }
+        out
     }
 
     /// Gives every settled slice of `pn` to the emptiest others (a planned leave).
     fn move_off(&mut self, pn: u32, reason: Reason, now_ns: u64) -> Vec<Out> {
         let mut gives: BTreeMap<u32, Vec<SliceEpoch>> = BTreeMap::new();
         let mut counts = self.counts();
-        let mut settled = self.settled().remove(&pn).unwrap_or_default();
+        let mut settled: Vec<usize> = self
+            .settled()
+            .remove(&pn)
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .collect();
         while let Some(&s) = settled.last() {
             let Some(to) = self.emptiest(&counts, Some(pn)) else {
                 break;
@@ -316,7 +327,10 @@ impl Table {
         }
         gives
             .into_iter()
-            .map(|(to, slices)| Out::Send(pn, ToPn::Give { to, slices }))
+            .map(|(to, slices)| {
+                let slices = sorted_runs(slices);
+                Out::Send(pn, ToPn::Give { to, slices })
+            })
             .collect()
     }
 
@@ -364,7 +378,10 @@ impl Table {
         self.gives_again += again.values().map(Vec::len).sum::<usize>() as u64;
         again
             .into_iter()
-            .map(|((from, to), slices)| Out::Send(from, ToPn::Give { to, slices }))
+            .map(|((from, to), slices)| {
+                let slices = sorted_runs(slices);
+                Out::Send(from, ToPn::Give { to, slices })
+            })
             .collect()
     }
 
@@ -428,13 +445,13 @@ impl Table {
                 }
             }
             if !revoked.is_empty() {
-                out.push(Out::Send(pn, ToPn::Revoke { slices: revoked }));
+                let slices = sorted_runs(revoked);
+                out.push(Out::Send(pn, ToPn::Revoke { slices }));
             }
-            out.extend(
-                assigns
-                    .into_iter()
-                    .map(|(to, slices)| Out::Send(to, ToPn::Assign { slices, crash: true })),
-            );
+            out.extend(assigns.into_iter().map(|(to, slices)| {
+                let slices = sorted_runs(slices);
+                Out::Send(to, ToPn::Assign { slices, crash: true })
+            }));
         }
         out.extend(self.give_again(now_ns));
         out.extend(self.fill_shares(now_ns));
@@ -468,6 +485,29 @@ fn start_move(e: &mut Entry, s: usize, from: u32, to: u32, reason: Reason, now_n
     (s as u32, e.epoch)
 }
 
+/// The last `k` positions covered by `ranges` (ascending, disjoint), as ranges in order.
+fn last_of(ranges: &[Range<usize>], k: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut left = k;
+    for r in ranges.iter().rev() {
+        if left == 0 {
+            break;
+        }
+        let n = r.len().min(left);
+        out.push(r.end - n..r.end);
+        left -= n;
+    }
+    out.reverse();
+    out
+}
+
+/// (slice, epoch) pairs as runs, in slice order (a join collects a giver's slices from the
+/// last one down): a block of slices that moved together is one run on the wire.
+fn sorted_runs(mut slices: Vec<SliceEpoch>) -> SliceRuns {
+    slices.sort_unstable();
+    slices.into_iter().collect()
+}
+
 /// Consecutive equal values, each with the range of positions it covers: slices are owned
 /// in runs (the first PN gets them all, a joiner takes a block from each giver), so a
 /// tally by owner costs a map update per run, not per slice.
@@ -496,6 +536,10 @@ mod tests {
             .collect()
     }
 
+    fn runs_of(slices: &[SliceEpoch]) -> SliceRuns {
+        slices.iter().copied().collect()
+    }
+
     fn took(pn: u32, slices: &[SliceEpoch]) -> ToLb {
         ToLb::Took {
             pn,
@@ -510,6 +554,16 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_last_k_positions_of_ranges_come_in_order() {
+        let ranges = [0..3, 5..7, 9..10];
+        assert_eq!(last_of(&ranges, 0), Vec::<Range<usize>>::new());
+        assert_eq!(last_of(&ranges, 1), vec![9..10]);
+        assert_eq!(last_of(&ranges, 2), vec![6..7, 9..10]);
+        assert_eq!(last_of(&ranges, 4), vec![2..3, 5..7, 9..10]);
+        assert_eq!(last_of(&ranges, 9), vec![0..3, 5..7, 9..10]);
     }
 
     #[test]
@@ -533,7 +587,7 @@ mod tests {
             vec![(
                 0,
                 ToPn::Assign {
-                    slices: all.clone(),
+                    slices: runs_of(&all),
                     crash: false
                 }
             )]
@@ -547,7 +601,7 @@ mod tests {
             panic!("{out:?}")
         };
         assert_eq!((out[0].0, slices.len()), (0, 5));
-        let events = t.on_message(took(1, slices), 9);
+        let events = t.on_message(took(1, &slices.iter().collect::<Vec<_>>()), 9);
         assert_eq!(events.len(), 5);
         let Out::Event(h) = &events[0] else { panic!() };
         assert_eq!(
@@ -643,7 +697,7 @@ mod tests {
                 0,
                 ToPn::Give {
                     to: 1,
-                    slices: vec![(0, 2)]
+                    slices: runs_of(&[(0, 2)])
                 }
             )]
         );
@@ -667,7 +721,7 @@ mod tests {
                 0,
                 ToPn::Give {
                     to: 1,
-                    slices: vec![(3, 2), (2, 2)]
+                    slices: runs_of(&[(2, 2), (3, 2)])
                 }
             )]
         );
@@ -686,7 +740,7 @@ mod tests {
                 0,
                 ToPn::Give {
                     to: 1,
-                    slices: vec![(1, 2)]
+                    slices: runs_of(&[(1, 2)])
                 }
             )]
         );
@@ -719,7 +773,7 @@ mod tests {
             vec![(
                 3,
                 ToPn::Assign {
-                    slices: vec![(0, 3), (1, 3)],
+                    slices: runs_of(&[(0, 3), (1, 3)]),
                     crash: true
                 }
             )]
