@@ -154,6 +154,12 @@ OVER_BOUNDS: dict[str, tuple[str, str, dict[str, Any], str]] = {
         _slices_load(driver={"retries": 101}),
         "retries must be <= 100",
     ),
+    "slices ack_ms": (
+        "load",
+        "slices",
+        _slices_load(driver={"ack_ms": 10_001}),
+        "ack_ms must be 1..=10000",
+    ),
     "slices max_outstanding": (
         "load",
         "slices",

@@ -68,6 +68,17 @@ def _slices_rule(s: Sections) -> None:
             f"must exceed heartbeat_ms ({server['heartbeat_ms']:g}): a PN is declared dead "
             "after missed heartbeats",
         )
+    # A crash takeover comes failure_timeout_ms after the dead PN's last heartbeat, so at
+    # least failure_timeout_ms - heartbeat_ms after its last reply; the client's acks of
+    # those replies must reach the taker first (with room for their delivery), or the
+    # taker does again items the client already has.
+    room_ms = server["failure_timeout_ms"] - server["heartbeat_ms"]
+    if 2 * driver["ack_ms"] > room_ms:
+        raise RuleError(
+            "driver.ack_ms",
+            f"at most half of failure_timeout_ms - heartbeat_ms ({room_ms:g} ms): a PN that "
+            "takes over a crashed one's slices must have heard the client's acks first",
+        )
 
 
 def static_slices(pn: int, pns: int, slices: int) -> list[int]:
@@ -136,6 +147,7 @@ def _topology(point: Point) -> list[NodePlan]:
         "retries": driver["retries"],
         "sender": driver["sender"],
         "junk_every": driver["junk_every"],
+        "ack_ms": driver["ack_ms"],
     }
     plans.append(
         NodePlan(
@@ -221,6 +233,14 @@ SYSTEM = System(
             "re-publications of an item not acknowledged within load.timeout_ms (same id)",
             min=0,
             max=100,  # knee-node's slices client takes at most this (MAX_RETRIES)
+        ),
+        "ack_ms": Param(
+            "int",
+            50,
+            "the client tells the PNs the ids it was answered for this often (batched on "
+            "P/acks/<sender>; a crash takeover skips them)",
+            min=1,
+            max=10_000,  # knee-node's slices client takes at most this (MAX_ACK_MS)
         ),
         "sender": Param("int", 1, "the client's sender id", min=0, max=(1 << 32) - 1),
         "junk_every": Param(
