@@ -100,6 +100,9 @@ class Row:
     ratio: float | None
     target: str
     passed: bool | None
+    # A goal the data cannot decide either way (its interval straddles the target):
+    # printed as such, and not a pass.
+    undecided: bool = False
 
 
 @dataclass
@@ -119,7 +122,7 @@ def print_table(rows: list[Row]) -> None:
             r.baseline,
             "" if r.ratio is None else f"{r.ratio:.3f}",
             r.target,
-            "" if r.passed is None else ("PASS" if r.passed else "MISS"),
+            verdict(r),
         )
         for r in rows
     ]
@@ -130,10 +133,20 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+def verdict(r: Row) -> str:
+    if r.undecided:
+        return "UNDECIDED"
+    return "" if r.passed is None else ("PASS" if r.passed else "MISS")
+
+
 def summary(sections: list[Section]) -> dict[str, Any]:
-    """Every section's figures, rounded, and whether every target was met."""
+    """Every section's figures, rounded, and whether every target was met (an undecided
+    one was not)."""
     out: dict[str, Any] = {k: round(v, 4) for sec in sections for k, v in sec.metrics.items()}
-    out["all_pass"] = all(r.passed for sec in sections for r in sec.rows if r.passed is not None)
+    rows = [r for sec in sections for r in sec.rows]
+    out["all_pass"] = all(r.passed for r in rows if r.passed is not None) and not any(
+        r.undecided for r in rows
+    )
     return out
 
 
