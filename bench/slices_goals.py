@@ -26,6 +26,7 @@ missed (this is a measurement), 1 when something broke.
     python3 bench/slices_goals.py [--quick] [--only GOAL ...]
 
 GOAL: balancing, overhead, rtd or control; `--only` repeats (`--only balancing --only rtd`).
+`--overhead-rounds N` sets goal 2's rounds (16 in the full plan).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1027,10 +1028,22 @@ def main() -> int:
         action="append",
         help="this goal alone (repeatable); control: the overhead method, static on both sides",
     )
+    parser.add_argument(
+        "--overhead-rounds",
+        type=int,
+        metavar="N",
+        help="goal 2 (and control) rounds instead of the plan's (an even number >= 4: the "
+        "sides swap places each round); more rounds narrow an UNDECIDED interval",
+    )
     args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    if args.overhead_rounds is not None:
+        if args.overhead_rounds < 4 or args.overhead_rounds % 2:
+            parser.error(f"--overhead-rounds: an even number >= 4, got {args.overhead_rounds}")
+        plan = replace(plan, overhead_rounds=args.overhead_rounds)
     t0 = time.monotonic()
     try:
-        sections = run_all(QUICK if args.quick else FULL, tuple(args.only or GOALS))
+        sections = run_all(plan, tuple(args.only or GOALS))
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"slices_goals: broken: {e}", file=sys.stderr)
         return 1

@@ -606,3 +606,33 @@ def test_dump_toml_values() -> None:
     assert tomllib.loads(dumped) == expected
     with pytest.raises(TypeError):
         dump_toml({"x": {1, 2}})
+
+
+SLICES = """
+[experiment]
+name = "s"
+system = "slices"
+
+[server]
+heartbeat_ms = 100
+failure_timeout_ms = 500
+
+[driver]
+ack_ms = {ack_ms}
+
+[load]
+schedule = "constant"
+rate_per_s = 10
+duration_s = 1
+"""
+
+
+def test_slices_acks_must_come_before_a_crash_takeover(tmp_path: Path) -> None:
+    """A takeover comes failure_timeout_ms - heartbeat_ms (400 ms) after a dead PN's last
+    reply at the least: the client's acks must be out within half of that."""
+    assert load_spec(write(tmp_path, SLICES.format(ack_ms=200))).points[0].driver["ack_ms"] == 200
+    check(
+        error(tmp_path, SLICES.format(ack_ms=201)),
+        "driver.ack_ms",
+        "at most half of failure_timeout_ms - heartbeat_ms (400 ms)...",
+    )
