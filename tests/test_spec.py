@@ -9,6 +9,7 @@ import pytest
 
 from knee.spec import SpecError, load_spec
 from knee.systems import SYSTEMS
+from knee.systems.base import plan_nodes
 from knee.toml_writer import dump_toml
 
 HEAD = """
@@ -615,7 +616,7 @@ system = "slices"
 
 [server]
 heartbeat_ms = 100
-failure_timeout_ms = 500
+failure_timeout_ms = {failure_timeout_ms}
 
 [driver]
 ack_ms = {ack_ms}
@@ -630,9 +631,35 @@ duration_s = 1
 def test_slices_acks_must_come_before_a_crash_takeover(tmp_path: Path) -> None:
     """A takeover comes failure_timeout_ms - heartbeat_ms (400 ms) after a dead PN's last
     reply at the least: the client's acks must be out within half of that."""
-    assert load_spec(write(tmp_path, SLICES.format(ack_ms=200))).points[0].driver["ack_ms"] == 200
+    spec = SLICES.format(ack_ms=200, failure_timeout_ms=500)
+    assert load_spec(write(tmp_path, spec)).points[0].driver["ack_ms"] == 200
     check(
-        error(tmp_path, SLICES.format(ack_ms=201)),
+        error(tmp_path, SLICES.format(ack_ms=201, failure_timeout_ms=500)),
         "driver.ack_ms",
         "at most half of failure_timeout_ms - heartbeat_ms (400 ms)...",
+    )
+
+
+def _client_ack_ms(tmp_path: Path, ack_ms: int, failure_timeout_ms: int) -> int:
+    spec = load_spec(
+        write(tmp_path, SLICES.format(ack_ms=ack_ms, failure_timeout_ms=failure_timeout_ms))
+    )
+    (client,) = [p for p in plan_nodes(SYSTEMS["slices"], spec.points[0]) if p.name == "client"]
+    return client.config["driver"]["ack_ms"]
+
+
+def test_slices_ack_interval_is_a_quarter_of_the_takeover_room_unless_set(tmp_path: Path) -> None:
+    """driver.ack_ms = 0 (the default): the client acks every (failure_timeout_ms -
+    heartbeat_ms) / 4, within the rule with a margin and with as few messages as it allows;
+    a value set is passed as it is."""
+    assert SYSTEMS["slices"].driver["ack_ms"].default == 0
+    assert _client_ack_ms(tmp_path, 0, 500) == 100
+    assert _client_ack_ms(tmp_path, 0, 2000) == 475
+    assert _client_ack_ms(tmp_path, 0, 102) == 1  # a room of 2 ms: 2 x 1 <= 2
+    assert _client_ack_ms(tmp_path, 0, 600_000) == 10_000  # the client's largest
+    assert _client_ack_ms(tmp_path, 30, 500) == 30
+    check(
+        error(tmp_path, SLICES.format(ack_ms=0, failure_timeout_ms=101)),
+        "driver.ack_ms",
+        "at most half of failure_timeout_ms - heartbeat_ms (1 ms)...",
     )

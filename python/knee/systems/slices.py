@@ -25,6 +25,9 @@ DEFAULT_IMAGE_BYTES = 52 * 52 * 3
 
 #: Items in flight the slices client takes at most (knee-node's slices client.rs).
 MAX_OUTSTANDING = 1_000_000
+#: The longest ack interval the client takes (client.rs MAX_ACK_MS; test_contract holds
+#: the schema's max to it).
+MAX_ACK_MS = 10_000
 
 
 def items_per_s(mb_per_s: float, image_bytes: int) -> float:
@@ -68,17 +71,26 @@ def _slices_rule(s: Sections) -> None:
             f"must exceed heartbeat_ms ({server['heartbeat_ms']:g}): a PN is declared dead "
             "after missed heartbeats",
         )
-    # A crash takeover comes failure_timeout_ms after the dead PN's last heartbeat, so at
-    # least failure_timeout_ms - heartbeat_ms after its last reply; the client's acks of
-    # those replies must reach the taker first (with room for their delivery), or the
-    # taker does again items the client already has.
     room_ms = server["failure_timeout_ms"] - server["heartbeat_ms"]
-    if 2 * driver["ack_ms"] > room_ms:
+    if 2 * ack_ms(server["heartbeat_ms"], server["failure_timeout_ms"], driver["ack_ms"]) > room_ms:
         raise RuleError(
             "driver.ack_ms",
             f"at most half of failure_timeout_ms - heartbeat_ms ({room_ms:g} ms): a PN that "
             "takes over a crashed one's slices must have heard the client's acks first",
         )
+
+
+def ack_ms(heartbeat_ms: int, failure_timeout_ms: int, asked_ms: int = 0) -> int:
+    """The client's ack interval: `asked_ms`, or (0) a quarter of failure_timeout_ms -
+    heartbeat_ms. A crash takeover comes failure_timeout_ms after the dead PN's last
+    heartbeat, so at least failure_timeout_ms - heartbeat_ms after its last reply; the
+    client's acks of those replies must reach the taker first (the rule allows half of
+    that, for their delivery), or the taker does again items the client already has. A
+    quarter keeps that margin with as few ack messages as it allows: every PN hears each
+    one (at the defaults, 100 ms: 10 a second)."""
+    if asked_ms:
+        return asked_ms
+    return min(MAX_ACK_MS, max(1, (failure_timeout_ms - heartbeat_ms) // 4))
 
 
 def static_slices(pn: int, pns: int, slices: int) -> list[int]:
@@ -147,7 +159,7 @@ def _topology(point: Point) -> list[NodePlan]:
         "retries": driver["retries"],
         "sender": driver["sender"],
         "junk_every": driver["junk_every"],
-        "ack_ms": driver["ack_ms"],
+        "ack_ms": ack_ms(server["heartbeat_ms"], server["failure_timeout_ms"], driver["ack_ms"]),
     }
     plans.append(
         NodePlan(
@@ -236,11 +248,12 @@ SYSTEM = System(
         ),
         "ack_ms": Param(
             "int",
-            50,
+            0,
             "the client tells the PNs the ids it was answered for this often (batched on "
-            "P/acks/<sender>; a crash takeover skips them)",
-            min=1,
-            max=10_000,  # knee-node's slices client takes at most this (MAX_ACK_MS)
+            "P/acks/<sender>; a crash takeover skips them); 0: a quarter of "
+            "server.failure_timeout_ms - server.heartbeat_ms",
+            min=0,
+            max=MAX_ACK_MS,
         ),
         "sender": Param("int", 1, "the client's sender id", min=0, max=(1 << 32) - 1),
         "junk_every": Param(
