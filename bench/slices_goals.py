@@ -55,6 +55,7 @@ sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an
 from knee.hosts.base import HostError, Limits  # noqa: E402
 from knee.hosts.cgroups import Cgroup, RunCgroups, wrap  # noqa: E402
 from knee.results import read_sample_records  # noqa: E402
+from knee.systems.slices import ack_ms  # noqa: E402
 
 REPO = BENCH_DIR.parent
 READY_TIMEOUT_S = 10.0
@@ -69,6 +70,8 @@ STOP_GRACE_S = 2.5
 POLL_S = 0.02
 HEARTBEAT_MS = 100
 FAILURE_TIMEOUT_MS = 500
+# The client's acks, as the spec sets them by default (a quarter of the takeover's room).
+ACK_MS = ack_ms(HEARTBEAT_MS, FAILURE_TIMEOUT_MS)
 # A PN that hears no items says hello after this (its default, 30 s, protects a taker's
 # ring; the overhead rounds start their PNs before the client and wait for the split).
 HELLO_AFTER_MS = 1000
@@ -274,7 +277,8 @@ class Bench:
             "samples_path": str(samples),
             "histogram_path": str(self.work / f"{name}.histogram.csv"),
             "driver": {"prefix": prefix, "connect": connect, "slices": slices,
-                       "image_bytes": image_bytes, "retries": retries, "sender": sender},
+                       "image_bytes": image_bytes, "retries": retries, "sender": sender,
+                       "ack_ms": ACK_MS},
         }  # fmt: skip
         cmd = [str(self.knee), "load", "slices", "--name", "client", "--config", json.dumps(config)]
         node = Node(cmd, self.work, name)
@@ -560,6 +564,41 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
 # --- 2. LB overhead on throughput ------------------------------------------------------
 
 
+# The PN's item workers' thread name (pn.rs): the CPU they get is the CPU items get.
+WORKER_THREAD = "pn-worker"
+
+
+def thread_cpu_ns(nodes: list[Node]) -> dict[tuple[int, int], tuple[bool, int]]:
+    """Per thread (pid, tid) of running processes: whether it is an item worker, and its CPU
+    time so far in ns (/proc/PID/task/TID/schedstat; a thread gone meanwhile is skipped)."""
+    out = {}
+    for n in nodes:
+        for task in Path(f"/proc/{n.proc.pid}/task").iterdir():
+            try:
+                worker = (task / "comm").read_text().strip() == WORKER_THREAD
+                ran_ns = int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            out[(n.proc.pid, int(task.name))] = (worker, ran_ns)
+    return out
+
+
+def work_share(
+    before: dict[tuple[int, int], tuple[bool, int]],
+    after: dict[tuple[int, int], tuple[bool, int]],
+) -> tuple[float, float]:
+    """Between two `thread_cpu_ns` snapshots: the share of the CPU that went to the item
+    workers, and the CPU of every other thread (zenoh's, the main loop's) in ns."""
+    worker_ns = other_ns = 0
+    for key, (worker, ran_ns) in after.items():
+        spent = ran_ns - before.get(key, (worker, 0))[1]
+        if worker:
+            worker_ns += spent
+        else:
+            other_ns += spent
+    return worker_ns / max(1, worker_ns + other_ns), float(other_ns)
+
+
 def cpu_ns(nodes: list[Node]) -> int:
     """User + system CPU of running processes so far (/proc/PID/stat, every thread)."""
     total_ticks = 0
@@ -613,6 +652,10 @@ class Side:
     client: Node | None = None
     samples: Path | None = None
     cpu_ns: int = 0
+    # The PNs' threads in the steady window: the share of their CPU the item workers got,
+    # and the CPU of the others (ns).
+    work_share: float = 0.0
+    other_ns: float = 0.0
 
 
 def start_side(b: Bench, balance: bool, cgroups: list[Cgroup] | None) -> Side:
@@ -644,12 +687,13 @@ def overhead_round(
     cgroups: dict[str, list[Cgroup]] | None,
     lb_first: bool,
     control: bool = False,
-) -> dict[str, tuple[float, float, float]]:
+) -> dict[str, tuple[float, float, float, float, float]]:
     """Both sides at once, under the same load on the same cores, the LB's side in the
     first place or the second: per side, replies/s at its client in the steady window
-    (OVERHEAD_WARM_S to the end of sending) and in the ring's fill, and the CPU its LB and
-    PNs spent per reply in the steady window (ns). `control`: the LB's side is the static
-    pipeline too (an A/A run: the method's own error)."""
+    (OVERHEAD_WARM_S to the end of sending) and in the ring's fill, the CPU its LB and
+    PNs spent per reply in the steady window (ns), and in that window the share of its
+    PNs' CPU their item workers got and their other threads' CPU (ns/s). `control`: the
+    LB's side is the static pipeline too (an A/A run: the method's own error)."""
     order = SIDES if lb_first else SIDES[::-1]
     sides: dict[str, Side] = {}
     try:
@@ -678,11 +722,14 @@ def overhead_round(
             lambda: all(c.events("start") for c in clients), READY_TIMEOUT_S, "clients", clients
         )
         time.sleep(OVERHEAD_WARM_S)
-        for side in sides.values():
+        threads = {}
+        for name, side in sides.items():
             side.cpu_ns = -cpu_ns(side.servers)
+            threads[name] = thread_cpu_ns(pns_of(side))
         time.sleep(duration_s - OVERHEAD_WARM_S)
-        for side in sides.values():
+        for name, side in sides.items():
             side.cpu_ns += cpu_ns(side.servers)
+            side.work_share, side.other_ns = work_share(threads[name], thread_cpu_ns(pns_of(side)))
         for c in clients:
             finish_client(c, stop=True)
     finally:
@@ -697,12 +744,19 @@ def overhead_round(
         fill = replies_between(t, OVERHEAD_FILL_FROM_S, RING_AGE_S)
         if steady == 0 or fill == 0:
             raise BenchError(f"overhead: no reply in a window ({name})")
+        window_s = duration_s - OVERHEAD_WARM_S
         out[name] = (
-            steady / (duration_s - OVERHEAD_WARM_S),
+            steady / window_s,
             fill / (RING_AGE_S - OVERHEAD_FILL_FROM_S),
             side.cpu_ns / steady,
+            side.work_share,
+            side.other_ns / window_s,
         )
     return out
+
+
+def pns_of(side: Side) -> list[Node]:
+    return [n for n in side.servers if n is not side.lb]
 
 
 def replies_between(t_ns: np.ndarray, lo_s: float, hi_s: float) -> int:
@@ -758,7 +812,8 @@ def overhead_rounds(
     # Each side's PNs get their quota (without cgroups: half a core each, four PNs on two).
     cores_each = OVERHEAD_PN_CORES if cgroups else 0.5
     rate = OVERHEAD_OVERLOAD * OVERHEAD_PNS * cores_each * 1e9 / cal_ns
-    got = {name: {"steady": [], "fill": [], "cpu": []} for name in SIDES}
+    keys = ("steady", "fill", "cpu", "work_share", "other")
+    got: dict[str, dict[str, list[float]]] = {name: {k: [] for k in keys} for name in SIDES}
     lb_first = [i % 2 == 0 for i in range(plan.overhead_rounds)]
     for i, first in enumerate(lb_first):
         one = overhead_round(b, rate, plan.overhead_duration_s, cgroups, first, control)
@@ -769,12 +824,16 @@ def overhead_rounds(
             flush=True,
         )
         for name in SIDES:
-            for key, value in zip(("steady", "fill", "cpu"), one[name], strict=True):
+            for key, value in zip(keys, one[name], strict=True):
                 got[name][key].append(value)
     with_lb, without = got["lb"]["steady"], got["static"]["steady"]
     ratio, ci_lo, ci_hi = overhead_ratio(with_lb, without, lb_first)
     fill, fill_lo, fill_hi = overhead_ratio(got["lb"]["fill"], got["static"]["fill"], lb_first)
     cpu_with, cpu_without = median(got["lb"]["cpu"]), median(got["static"]["cpu"])
+    share, share_lo, share_hi = overhead_ratio(
+        got["lb"]["work_share"], got["static"]["work_share"], lb_first
+    )
+    other_with, other_without = median(got["lb"]["other"]), median(got["static"]["other"])
     noise = max((max(v) - min(v)) / median(v) for v in (with_lb, without))
     saturated = max(without) < 0.95 * rate
     n = len(with_lb)
@@ -796,6 +855,8 @@ def overhead_rounds(
             ),
             Row(f"   its 95% interval ({n} rounds)", f"{ci_lo:.4f}-{ci_hi:.4f}", "", None, "",
                 None),
+            Row("   PNs' CPU to their item workers: ratio, interval",
+                f"{share_lo:.4f}-{share_hi:.4f}", "", share, "(info)", None),
         ]  # fmt: skip
         metrics = {"control_ratio": ratio, "control_ci_low": ci_lo, "control_ci_high": ci_hi}
         return Section(rows, metrics)
@@ -839,6 +900,22 @@ def overhead_rounds(
             None,
         ),
         Row(
+            "   PNs' CPU to their item workers: ratio, interval",
+            f"{share_lo:.4f}-{share_hi:.4f}",
+            f"{median(got['lb']['work_share']):.2%} / {median(got['static']['work_share']):.2%}",
+            share,
+            "(info)",
+            None,
+        ),
+        Row(
+            "   PNs' other threads (zenoh, main loop), CPU",
+            f"{other_with / 1e6:.2f} ms/s",
+            f"{other_without / 1e6:.2f} ms/s",
+            other_with / other_without,
+            "(info)",
+            None,
+        ),
+        Row(
             "   PN CPU limits",
             limits if cgroups else "none",
             "" if cgroups else f"({limits}): throughput is what the neighbours leave",
@@ -865,6 +942,11 @@ def overhead_rounds(
         "fill_throughput_ratio_ci_high": fill_hi,
         "throughput_spread_fraction": noise,
         "server_cpu_per_reply_ratio_lb_over_static": cpu_with / cpu_without,
+        "pn_work_share_ratio_lb_over_static": share,
+        "pn_work_share_ratio_ci_low": share_lo,
+        "pn_work_share_ratio_ci_high": share_hi,
+        "pn_other_threads_cpu_ms_per_s_lb": other_with / 1e6,
+        "pn_other_threads_cpu_ms_per_s_static": other_without / 1e6,
         "overhead_offered_per_s": rate,
         "pn_cpu_limited": 1.0 if cgroups else 0.0,
         "lb_overhead_decided": 0.0 if verdict is None else 1.0,
