@@ -1,10 +1,12 @@
 //! The slices item (ClientTopic) and reply (ServerTopic): what decodes respects the limits
-//! (image size, slice = id mod slices, message length) and encodes back to the same bytes
-//! (the reply: to bytes that decode the same, as its message and padding are not kept).
+//! (image size, acks per item, slice = id mod slices, message length) and encodes back to
+//! the same bytes (the reply: to bytes that decode the same, as its message and padding are
+//! not kept).
 #![no_main]
 
 use knee_node::systems::slices::codec::{
-    ItemHeader, Reply, ITEM_HEADER_BYTES, MAX_IMAGE_BYTES, MAX_MESSAGE_BYTES, REPLY_HEADER_BYTES,
+    ItemHeader, Reply, ITEM_HEADER_BYTES, MAX_IMAGE_BYTES, MAX_ITEM_ACKS, MAX_MESSAGE_BYTES,
+    REPLY_HEADER_BYTES,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -15,13 +17,13 @@ fuzz_target!(|input: &[u8]| {
     let slices = u32::from(u16::from_le_bytes([*s0, *s1]));
     if let Ok(h) = ItemHeader::decode(bytes, slices) {
         assert!(h.image_bytes() <= MAX_IMAGE_BYTES);
-        assert_eq!(bytes.len(), ITEM_HEADER_BYTES + h.image_bytes());
+        let acked: Vec<u64> = h.acked(bytes).collect();
+        assert!(acked.len() <= MAX_ITEM_ACKS);
+        assert_eq!(bytes.len(), ITEM_HEADER_BYTES + h.image_bytes() + 8 * acked.len());
         assert_eq!(h.id % u64::from(slices), u64::from(h.slice));
         let mut again = Vec::new();
-        h.encode(&bytes[ITEM_HEADER_BYTES..], &mut again);
-        // Bytes 26..28 are padding: written as 0, not checked on decode.
-        assert_eq!(again[..26], bytes[..26]);
-        assert_eq!(again[28..], bytes[28..]);
+        h.encode_acked(h.image(bytes), &acked, &mut again);
+        assert_eq!(again, bytes);
         assert_eq!(ItemHeader::decode(&again, slices), Ok(h));
     }
     if let Ok(r) = Reply::decode(bytes) {

@@ -2,7 +2,8 @@
 
 use knee_node::systems::slices::codec::{
     decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, SliceRuns, ToLb, ToPn, Took,
-    CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, MAX_SLICES, VERSION,
+    CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, MAX_ITEM_ACKS,
+    MAX_SLICES, VERSION,
 };
 use proptest::prelude::*;
 
@@ -119,11 +120,20 @@ proptest! {
     #![proptest_config(crate::config())]
 
     #[test]
-    fn items_and_replies_round_trip((slices, h, rgb) in item(), r in reply()) {
+    fn items_and_replies_round_trip(
+        (slices, h, rgb) in item(),
+        acked in prop::collection::vec(any::<u64>(), 0..=MAX_ITEM_ACKS),
+        r in reply(),
+    ) {
         let mut b = Vec::new();
         h.encode(&rgb, &mut b);
-        prop_assert_eq!(ItemHeader::decode(&b, slices), Ok(h));
+        prop_assert_eq!(ItemHeader::decode(&b, slices), Ok(h.clone()));
         prop_assert_eq!(&b[ITEM_HEADER_BYTES..], &rgb[..]);
+        b.clear();
+        h.encode_acked(&rgb, &acked, &mut b);
+        prop_assert_eq!(ItemHeader::decode(&b, slices), Ok(h.clone()));
+        prop_assert_eq!(h.image(&b), &rgb[..]);
+        prop_assert_eq!(h.acked(&b).collect::<Vec<_>>(), acked);
         b.clear();
         r.encode(&mut b);
         prop_assert_eq!(Reply::decode(&b), Ok(r));
@@ -149,7 +159,7 @@ proptest! {
         }
         if let Ok(h) = ItemHeader::decode(&b, slices) {
             prop_assert_eq!(h.id % slices as u64, h.slice as u64);
-            prop_assert_eq!(b.len(), ITEM_HEADER_BYTES + h.image_bytes());
+            prop_assert_eq!(b.len(), ITEM_HEADER_BYTES + h.image_bytes() + 8 * h.acked(&b).count());
         }
         let _ = Reply::decode(&b);
         let _ = decode_control::<ToLb>(&b);

@@ -2,8 +2,9 @@
 //! on `P/items/<id mod S>`, hears replies on `P/replies/<sender>`, and records each item
 //! once, with its first reply. An item not acknowledged within `timeout_ms` is published
 //! again with the same id (attempt + 1), at most `retries` times; then it is a timeout.
-//! Every `ack_ms` it tells the PNs which ids it was answered for (`codec::Acks` on
-//! `P/acks/<sender>`): a PN taking over a crashed one's slices does none of those again.
+//! It tells the PNs which ids it was answered for within `ack_ms`, on its next items
+//! (every PN hears them) or, when no item goes out in time, in a `codec::Acks` on
+//! `P/acks/<sender>`: a PN taking over a crashed one's slices does none of those again.
 //!
 //! One thread sends, expires and records; zenoh's callback only queues replies.
 
@@ -77,7 +78,7 @@ pub struct DriverConfig {
     pub retries: u32,
     #[serde(default = "default_sender")]
     pub sender: u32,
-    /// How often the client tells the PNs which ids it was answered for (ms); the spec
+    /// How soon the client tells the PNs which ids it was answered for (ms); the spec
     /// keeps `2 x ack_ms <= failure_timeout_ms - heartbeat_ms` (the acks come before a
     /// crash takeover).
     #[serde(default = "default_ack_ms")]
@@ -141,6 +142,10 @@ pub struct SlicesFields {
     pub bad_checksums: u64,
     /// Malformed messages published on purpose (`driver.junk_every`).
     pub junk_sent: u64,
+    /// Answered ids the PNs were told of on items, and in `Acks` messages (which go out
+    /// only when no item took them within `ack_ms`).
+    pub acked_ids_on_items: u64,
+    pub acked_ids_in_messages: u64,
 }
 
 #[derive(Default)]
@@ -152,6 +157,8 @@ struct Live {
     bad: AtomicU64,
     bad_checksums: AtomicU64,
     junk_sent: AtomicU64,
+    acked_on_items: AtomicU64,
+    acked_in_messages: AtomicU64,
 }
 
 impl Live {
@@ -165,6 +172,8 @@ impl Live {
             bad_replies: g(&self.bad),
             bad_checksums: g(&self.bad_checksums),
             junk_sent: g(&self.junk_sent),
+            acked_ids_on_items: g(&self.acked_on_items),
+            acked_ids_in_messages: g(&self.acked_in_messages),
         }
     }
 }
@@ -267,8 +276,8 @@ struct Engine<'a> {
     next_id: u64,
     timeout_ns: u64,
     acks_key: String,
-    /// Ids answered since the last `Acks`, and when they are due out (the first's
-    /// arrival plus `ack_ms`).
+    /// Ids answered and not yet told, oldest first, and when they are due out (the
+    /// oldest's arrival plus `ack_ms`, for an `Acks` if no item takes them by then).
     acks: Vec<u64>,
     acks_due_ns: Option<u64>,
     ack_ns: u64,
@@ -317,8 +326,8 @@ impl<'a> Engine<'a> {
         (id % self.cfg.driver.slices as u64) as u32
     }
 
-    /// Publishes item `id`'s attempt; its size in bytes.
-    fn publish(&self, id: u64, attempt: u16) -> u64 {
+    /// Publishes item `id`'s attempt with the oldest acks not yet told; its size in bytes.
+    fn publish(&mut self, id: u64, attempt: u16) -> u64 {
         let h = ItemHeader {
             slice: self.slice_of(id),
             sender: self.cfg.driver.sender,
@@ -329,8 +338,15 @@ impl<'a> Engine<'a> {
             timestamp_ns: clock::now_ns(),
         };
         let image = &self.images[id as usize % IMAGES];
-        let mut bytes = Vec::with_capacity(codec::ITEM_HEADER_BYTES + image.len());
-        h.encode(image, &mut bytes);
+        let told = self.acks.len().min(codec::MAX_ITEM_ACKS);
+        let acked = &self.acks[..told];
+        let mut bytes = Vec::with_capacity(codec::ITEM_HEADER_BYTES + image.len() + 8 * told);
+        h.encode_acked(image, acked, &mut bytes);
+        self.acks.drain(..told);
+        self.live.acked_on_items.fetch_add(told as u64, Ordering::Relaxed);
+        if self.acks.is_empty() {
+            self.acks_due_ns = None;
+        }
         let n = bytes.len() as u64;
         if let Err(e) = session::put(self.session, &self.item_keys[h.slice as usize], bytes) {
             crate::stdio::log(&e);
@@ -397,10 +413,14 @@ impl<'a> Engine<'a> {
                 crate::stdio::log(&e);
             }
         }
+        self.live
+            .acked_in_messages
+            .fetch_add(self.acks.len() as u64, Ordering::Relaxed);
         self.acks.clear();
     }
 
-    /// An id some PN answered: the PNs hear of it within `ack_ms`.
+    /// An id some PN answered: the PNs hear of it within `ack_ms` (on an item, or in an
+    /// `Acks` at the latest).
     fn ack(&mut self, id: u64, now_ns: u64) {
         if self.acks.is_empty() {
             self.acks_due_ns = Some(now_ns + self.ack_ns);

@@ -10,9 +10,12 @@ pub const VERSION: u8 = 1;
 pub const KIND_ITEM: u8 = 1;
 pub const KIND_REPLY: u8 = 2;
 pub const KIND_ACKS: u8 = 3;
-/// magic 2, version 1, kind 1, slice 4, sender 4, id 8, attempt 2, width 2, height 2, pad 2,
-/// timestamp_ns 8.
+/// magic 2, version 1, kind 1, slice 4, sender 4, id 8, attempt 2, width 2, height 2, acks 2,
+/// timestamp_ns 8; then the image, then `acks` ids (u64) the sender was answered for.
 pub const ITEM_HEADER_BYTES: usize = 36;
+/// Acks an item carries at most: a client answered about as fast as it sends has one or two
+/// per item; more wait for its next items, or go in an `Acks` message when `ack_ms` is up.
+pub const MAX_ITEM_ACKS: usize = 64;
 /// magic 2, version 1, kind 1, sender 4, pn 4, id 8, slice 4, pad 4, epoch 8, timestamp_ns 8,
 /// queue_ns 8, service_ns 8, gray_checksum 8.
 pub const REPLY_HEADER_BYTES: usize = 68;
@@ -52,6 +55,14 @@ impl ItemHeader {
 
     /// Appends the header then `rgb` (which must be `image_bytes()` long) to `out`.
     pub fn encode(&self, rgb: &[u8], out: &mut Vec<u8>) {
+        self.encode_acked(rgb, &[], out);
+    }
+
+    /// `encode` with the ids of this sender it was answered for after the image (at most
+    /// `MAX_ITEM_ACKS`): every PN hears every item, so they are how the PNs learn of
+    /// replies without a message of their own (see `Acks`).
+    pub fn encode_acked(&self, rgb: &[u8], acked: &[u64], out: &mut Vec<u8>) {
+        debug_assert!(acked.len() <= MAX_ITEM_ACKS);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&[VERSION, KIND_ITEM]);
         out.extend_from_slice(&self.slice.to_le_bytes());
@@ -60,9 +71,28 @@ impl ItemHeader {
         out.extend_from_slice(&self.attempt.to_le_bytes());
         out.extend_from_slice(&self.width.to_le_bytes());
         out.extend_from_slice(&self.height.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(acked.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.timestamp_ns.to_le_bytes());
         out.extend_from_slice(rgb);
+        for id in acked {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+
+    /// The image of an item `decode` accepted as this header's.
+    pub fn image<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
+        bytes
+            .get(ITEM_HEADER_BYTES..ITEM_HEADER_BYTES + self.image_bytes())
+            .unwrap_or_default()
+    }
+
+    /// The acked ids of an item `decode` accepted as this header's (its sender's).
+    pub fn acked<'a>(&self, bytes: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+        bytes
+            .get(ITEM_HEADER_BYTES + self.image_bytes()..)
+            .unwrap_or_default()
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
     }
 
     /// Decodes an item of a run with `slices` slices; the image is `&bytes[ITEM_HEADER_BYTES..]`.
@@ -83,13 +113,17 @@ impl ItemHeader {
                 h.image_bytes()
             ));
         }
-        if bytes.len() != ITEM_HEADER_BYTES + h.image_bytes() {
+        let acks = r.u16(26) as usize;
+        if acks > MAX_ITEM_ACKS {
+            return Err(format!("{acks} acks, the limit per item is {MAX_ITEM_ACKS}"));
+        }
+        let needs = ITEM_HEADER_BYTES + h.image_bytes() + 8 * acks;
+        if bytes.len() != needs {
             return Err(format!(
-                "item of {} bytes, its {}x{} image needs {}",
+                "item of {} bytes, its {}x{} image and {acks} acks: it needs {needs}",
                 bytes.len(),
                 h.width,
                 h.height,
-                ITEM_HEADER_BYTES + h.image_bytes()
             ));
         }
         if slices == 0 || h.id % slices as u64 != h.slice as u64 {
@@ -162,15 +196,16 @@ impl Reply {
 
 /// magic 2, version 1, kind 1, pad 4, sender 4, count 4.
 pub const ACKS_HEADER_BYTES: usize = 16;
-/// Ids in one `Acks` message: a client sends them every `ack_ms`, so this many is far
-/// above what it answers in that time at the report's rates (a fuller list goes in parts).
+/// Ids in one `Acks` message: what a client was answered for in `ack_ms` at most, so this
+/// many is far above it at the report's rates (a fuller list goes in parts).
 pub const MAX_ACKS: usize = 8192;
 
-/// The ids a client was answered for, in one message on `P/acks/<sender>` every `ack_ms`
-/// (knee's addition to the report's topics). A client is the one that knows a reply got
-/// out, so a PN that takes over a crashed PN's slices replays none of its ring items that
-/// a client was answered for. Every PN hears these instead of every reply: a message per
-/// `ack_ms` per client, not one per item per PN.
+/// The ids a client was answered for (knee's addition to the report's topics). A client is
+/// the one that knows a reply got out, so a PN that takes over a crashed PN's slices
+/// replays none of its ring items that a client was answered for. Every PN hears them
+/// instead of every reply: on the client's next items (`ItemHeader::encode_acked`), and
+/// in this message on `P/acks/<sender>` only for those no item took within `ack_ms` (a
+/// client that sends slower than it is answered, or has stopped sending).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Acks {
     pub sender: u32,
@@ -800,6 +835,15 @@ mod tests {
             h.encode(&rgb, &mut out);
             assert_eq!(ItemHeader::decode(&out, slices).unwrap(), h);
             assert_eq!(&out[ITEM_HEADER_BYTES..], &rgb[..]);
+            assert_eq!(h.acked(&out).count(), 0);
+            let acked: Vec<u64> = (0..rng.range_u32(0, MAX_ITEM_ACKS as u32))
+                .map(|_| rng.next_u64())
+                .collect();
+            let mut with = Vec::new();
+            h.encode_acked(&rgb, &acked, &mut with);
+            assert_eq!(ItemHeader::decode(&with, slices).unwrap(), h);
+            assert_eq!(h.image(&with), &rgb[..]);
+            assert_eq!(h.acked(&with).collect::<Vec<_>>(), acked);
             let r = Reply {
                 sender: h.sender,
                 pn: rng.next_u64() as u32,
@@ -863,6 +907,13 @@ mod tests {
         let mut big = good.clone();
         big[22..26].copy_from_slice(&[0xff; 4]);
         assert!(reason(&big, 10).contains("limit"));
+        // An acks count the bytes do not hold, or above the limit.
+        let mut acked = Vec::new();
+        h.encode_acked(&rgb, &[5, 15], &mut acked);
+        assert!(reason(&acked[..acked.len() - 8], 10).contains("needs"));
+        let mut many = acked.clone();
+        many[26..28].copy_from_slice(&(MAX_ITEM_ACKS as u16 + 1).to_le_bytes());
+        assert!(reason(&many, 10).contains("limit per item"));
         assert!(Reply::decode(&good).is_err());
     }
 

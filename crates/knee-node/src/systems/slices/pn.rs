@@ -21,7 +21,7 @@ use zenoh::{Session, Wait};
 
 use super::codec::{
     self, CheckedHandoff, Handoff, HandoffBuilder, HandoffSlice, ItemHeader, Reply, SliceEpoch, SliceRuns,
-    ToLb, ToPn, Took, ITEM_HEADER_BYTES,
+    ToLb, ToPn, Took,
 };
 use super::gray;
 use super::ledger::{gap_items, Ledger, Ring, RingItem, Seen, Verdict};
@@ -277,6 +277,11 @@ impl Shared {
             }
         };
         let mut st = self.lock();
+        if self.cfg.static_slices.is_none() {
+            for id in h.acked(bytes) {
+                st.acked.insert((h.sender, id));
+            }
+        }
         match st.ledger.decide(h.slice, h.sender, h.id) {
             Verdict::Accept => {
                 let epoch = st.ledger.epoch(h.slice);
@@ -316,8 +321,8 @@ impl Shared {
         }
     }
 
-    /// A client's acks: the ids it was answered for (a crash takeover does none of them
-    /// again).
+    /// A client's acks that no item of its carried in time: the ids it was answered for
+    /// (a crash takeover does none of them again).
     fn on_acks(&self, bytes: &[u8]) {
         match codec::Acks::decode(bytes) {
             Ok(a) => {
@@ -644,7 +649,7 @@ impl Shared {
                 }
             };
             let start_ns = clock::now_ns();
-            let image = job.bytes.get(ITEM_HEADER_BYTES..).unwrap_or_default();
+            let image = job.h.image(&job.bytes);
             let checksum = gray::work_repeat(image, self.cfg.work_repeat, &mut gray_out);
             let done_ns = clock::now_ns();
             let h = &job.h;
