@@ -218,6 +218,8 @@ struct Shared {
     cfg: PnConfig,
     keys: Keys,
     session: Session,
+    /// Heartbeats, on `P/ctl/lb`.
+    beats: zenoh::pubsub::Publisher<'static>,
     state: Mutex<State>,
     work: Condvar,
     log: Mutex<PnLog>,
@@ -392,7 +394,7 @@ impl Shared {
     /// A heartbeat: the next one replaces it, so it is dropped rather than waited on.
     fn beat(&self, processed_per_s: f64) {
         let msg = codec::encode_control(&heartbeat(self, processed_per_s));
-        if let Err(e) = session::put_droppable(&self.session, &self.keys.lb(), msg) {
+        if let Err(e) = session::put_on(&self.beats, msg) {
             stdio::log(&e);
         }
     }
@@ -791,9 +793,11 @@ pub fn run(opts: &ServeOptions, cfg: PnConfig) -> Result<(), String> {
         ledger.assign(s, 1, false);
     }
     let ring = Ring::new(cfg.ring_bytes, cfg.ring_age_ms * 1_000_000);
+    let beats = session::droppable_publisher(&opened.session, keys.lb())?;
     let shared = Arc::new(Shared {
         keys,
         session: opened.session,
+        beats,
         state: Mutex::new(State {
             ledger,
             ring,

@@ -4,6 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 
+use zenoh::pubsub::Publisher;
 use zenoh::qos::CongestionControl;
 use zenoh::{Session, Wait};
 
@@ -111,16 +112,26 @@ pub fn put(session: &Session, key: &str, bytes: Vec<u8>) -> Result<(), String> {
         .map_err(|e| format!("publishing on {key}: {e}"))
 }
 
-/// Publishes a message that a later one replaces (a heartbeat): dropped rather than blocking
-/// on a congested link, so a PN's main loop never waits on a slow receiver (zenoh sends to
-/// each subscriber in turn, so one stalled peer would hold up the sender).
-pub fn put_droppable(session: &Session, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+/// A publisher for messages a later one replaces (heartbeats): they are dropped rather than
+/// blocking on a congested link, so a PN's main loop never waits on a slow receiver (zenoh
+/// sends to each subscriber in turn, so one stalled peer would hold up the sender).
+/// Declared once, so zenoh checks the key and finds its route at the declaration instead of
+/// on every put (a PN beats ten times a second all run long).
+pub fn droppable_publisher(session: &Session, key: String) -> Result<Publisher<'static>, String> {
     session
-        .put(key, bytes)
+        .declare_publisher(key.clone())
         .congestion_control(CongestionControl::Drop)
         .express(true)
         .wait()
-        .map_err(|e| format!("publishing on {key}: {e}"))
+        .map_err(|e| format!("declaring a publisher on {key}: {e}"))
+}
+
+/// Publishes `bytes` with `publisher`; an error is a reason.
+pub fn put_on(publisher: &Publisher<'_>, bytes: Vec<u8>) -> Result<(), String> {
+    publisher
+        .put(bytes)
+        .wait()
+        .map_err(|e| format!("publishing on {}: {e}", publisher.key_expr()))
 }
 
 /// Every slices key lives under the run's prefix.
