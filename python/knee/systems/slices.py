@@ -86,8 +86,9 @@ def ack_ms(heartbeat_ms: int, failure_timeout_ms: int, asked_ms: int = 0) -> int
     heartbeat, so at least failure_timeout_ms - heartbeat_ms after its last reply; the
     client's acks of those replies must reach the taker first (the rule allows half of
     that, for their delivery), or the taker does again items the client already has. A
-    quarter keeps that margin with as few ack messages as it allows: every PN hears each
-    one (at the defaults, 100 ms: 10 a second)."""
+    quarter keeps that margin and leaves the acks the most room to ride on the client's
+    items: an ack message, which every PN hears, goes out only when no item took them in
+    time (at the defaults, 100 ms)."""
     if asked_ms:
         return asked_ms
     return min(MAX_ACK_MS, max(1, (failure_timeout_ms - heartbeat_ms) // 4))
@@ -249,9 +250,9 @@ SYSTEM = System(
         "ack_ms": Param(
             "int",
             0,
-            "the client tells the PNs the ids it was answered for this often (batched on "
-            "P/acks/<sender>; a crash takeover skips them); 0: a quarter of "
-            "server.failure_timeout_ms - server.heartbeat_ms",
+            "the client tells the PNs the ids it was answered for within this long (on its "
+            "next items, or on P/acks/<sender> if none goes out in time; a crash takeover "
+            "skips them); 0: a quarter of server.failure_timeout_ms - server.heartbeat_ms",
             min=0,
             max=MAX_ACK_MS,
         ),

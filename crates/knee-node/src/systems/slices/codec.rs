@@ -95,7 +95,8 @@ impl ItemHeader {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
     }
 
-    /// Decodes an item of a run with `slices` slices; the image is `&bytes[ITEM_HEADER_BYTES..]`.
+    /// Decodes an item of a run with `slices` slices; its parts are `image(bytes)` and
+    /// `acked(bytes)`.
     pub fn decode(bytes: &[u8], slices: u32) -> Result<ItemHeader, String> {
         let r = Reader::new(bytes, ITEM_HEADER_BYTES, KIND_ITEM)?;
         let h = ItemHeader {
