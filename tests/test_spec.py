@@ -640,6 +640,44 @@ def test_slices_acks_must_come_before_a_crash_takeover(tmp_path: Path) -> None:
     )
 
 
+def _beats_and_acks(tmp_path: Path, spec_text: str) -> tuple[set[int], int]:
+    """The heartbeat period every LB and PN is given, and the client's ack interval."""
+    plans = plan_nodes(SYSTEMS["slices"], load_spec(write(tmp_path, spec_text)).points[0])
+    beats = {p.config["server"]["heartbeat_ms"] for p in plans if p.name != "client"}
+    (client,) = [p for p in plans if p.name == "client"]
+    return beats, client.config["driver"]["ack_ms"]
+
+
+def test_slices_heartbeats_are_a_fifth_of_the_failure_timeout_unless_set(tmp_path: Path) -> None:
+    """server.heartbeat_ms = 0 (the default): the LB and every PN get a fifth of
+    failure_timeout_ms (four beats may be lost or late before a PN is called crashed; a
+    beat more often costs the PNs CPU and buys nothing), and the client's acks follow from
+    it; a value set is passed as it is, and must stay under the timeout."""
+    assert SYSTEMS["slices"].server["heartbeat_ms"].default == 0
+    default_beat = SLICES.replace("heartbeat_ms = 100\n", "")
+    assert _beats_and_acks(tmp_path, default_beat.format(ack_ms=0, failure_timeout_ms=500)) == (
+        {100},
+        100,
+    )
+    assert _beats_and_acks(tmp_path, default_beat.format(ack_ms=0, failure_timeout_ms=2000)) == (
+        {400},
+        400,
+    )
+    assert _beats_and_acks(tmp_path, default_beat.format(ack_ms=0, failure_timeout_ms=4)) == (
+        {1},
+        1,
+    )
+    assert _beats_and_acks(tmp_path, SLICES.format(ack_ms=0, failure_timeout_ms=2000)) == (
+        {100},
+        475,
+    )
+    check(
+        error(tmp_path, SLICES.format(ack_ms=0, failure_timeout_ms=100)),
+        "server.failure_timeout_ms",
+        "must exceed heartbeat_ms (100)...",
+    )
+
+
 def _client_ack_ms(tmp_path: Path, ack_ms: int, failure_timeout_ms: int) -> int:
     spec = load_spec(
         write(tmp_path, SLICES.format(ack_ms=ack_ms, failure_timeout_ms=failure_timeout_ms))

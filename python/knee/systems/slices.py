@@ -28,6 +28,8 @@ MAX_OUTSTANDING = 1_000_000
 #: The longest ack interval the client takes (client.rs MAX_ACK_MS; test_contract holds
 #: the schema's max to it).
 MAX_ACK_MS = 10_000
+#: server.heartbeat_ms = 0: the PNs beat this many times per server.failure_timeout_ms.
+BEATS_PER_TIMEOUT = 5
 
 
 def items_per_s(mb_per_s: float, image_bytes: int) -> float:
@@ -65,19 +67,33 @@ def _slices_rule(s: Sections) -> None:
             "the baseline (no LB) assigns slices statically: every PN starts at once "
             "(pns_at_start = pns)",
         )
-    if server["heartbeat_ms"] >= server["failure_timeout_ms"]:
+    beat_ms = heartbeat_ms(server)
+    if beat_ms >= server["failure_timeout_ms"]:
         raise RuleError(
             "server.failure_timeout_ms",
-            f"must exceed heartbeat_ms ({server['heartbeat_ms']:g}): a PN is declared dead "
+            f"must exceed heartbeat_ms ({beat_ms:g}): a PN is declared dead "
             "after missed heartbeats",
         )
-    room_ms = server["failure_timeout_ms"] - server["heartbeat_ms"]
-    if 2 * ack_ms(server["heartbeat_ms"], server["failure_timeout_ms"], driver["ack_ms"]) > room_ms:
+    room_ms = server["failure_timeout_ms"] - beat_ms
+    if 2 * ack_ms(beat_ms, server["failure_timeout_ms"], driver["ack_ms"]) > room_ms:
         raise RuleError(
             "driver.ack_ms",
             f"at most half of failure_timeout_ms - heartbeat_ms ({room_ms:g} ms): a PN that "
             "takes over a crashed one's slices must have heard the client's acks first",
         )
+
+
+def heartbeat_ms(server: dict[str, Any]) -> int:
+    """The PNs' heartbeat period: `server.heartbeat_ms`, or (0, the default) a fifth of
+    `server.failure_timeout_ms`, so that four beats in a row may be lost or late before the
+    LB calls a PN crashed: 100 ms at the default 500 ms, 400 ms at the 2 s the experiments
+    set for quarter-core PNs on a busy machine. Every beat costs the PN CPU (a put, a wake
+    of zenoh's transmit thread, a loopback send: about 80 us here, 0.03 % of a quarter-core
+    PN for each beat a second; bench/README.md), so beating faster than the timeout needs
+    buys nothing and costs its throughput."""
+    if server["heartbeat_ms"]:
+        return int(server["heartbeat_ms"])
+    return max(1, int(server["failure_timeout_ms"]) // BEATS_PER_TIMEOUT)
 
 
 def ack_ms(heartbeat_ms: int, failure_timeout_ms: int, asked_ms: int = 0) -> int:
@@ -109,7 +125,7 @@ def _topology(point: Point) -> list[NodePlan]:
         anchor = "router"
     else:
         anchor = "lb" if server["balance"] else "pn-0"
-    common = {"prefix": prefix, "heartbeat_ms": server["heartbeat_ms"]}
+    common = {"prefix": prefix, "heartbeat_ms": heartbeat_ms(server)}
     if server["balance"]:
         lb = {
             "role": "lb",
@@ -160,7 +176,7 @@ def _topology(point: Point) -> list[NodePlan]:
         "retries": driver["retries"],
         "sender": driver["sender"],
         "junk_every": driver["junk_every"],
-        "ack_ms": ack_ms(server["heartbeat_ms"], server["failure_timeout_ms"], driver["ack_ms"]),
+        "ack_ms": ack_ms(heartbeat_ms(server), server["failure_timeout_ms"], driver["ack_ms"]),
     }
     plans.append(
         NodePlan(
@@ -210,7 +226,13 @@ SYSTEM = System(
             min=1,
             max=1_000_000,
         ),
-        "heartbeat_ms": Param("int", 100, "PN -> LB load report period", min=1, max=60_000),
+        "heartbeat_ms": Param(
+            "int",
+            0,
+            "PN -> LB heartbeat (its load) period; 0: a fifth of failure_timeout_ms",
+            min=0,
+            max=60_000,
+        ),
         "give_delay_ms": Param(
             "int",
             0,
@@ -252,7 +274,7 @@ SYSTEM = System(
             0,
             "the client tells the PNs the ids it was answered for within this long (on its "
             "next items, or on P/acks/<sender> if none goes out in time; a crash takeover "
-            "skips them); 0: a quarter of server.failure_timeout_ms - server.heartbeat_ms",
+            "skips them); 0: a quarter of server.failure_timeout_ms - the heartbeat period",
             min=0,
             max=MAX_ACK_MS,
         ),

@@ -42,7 +42,7 @@ pub const SYSTEM: super::System = super::System {
             .max("server.threads", pn::MAX_THREADS as f64)
             .max("server.give_delay_ms", pn::MAX_GIVE_DELAY_MS as f64)
             .max("driver.ack_ms", client::MAX_ACK_MS as f64)
-            .with_default("server.heartbeat_ms", 100)
+            .with_default("server.heartbeat_ms", 0)
             .with_default("server.give_delay_ms", 0)
             .with_default("server.failure_timeout_ms", 500)
             .with_default("server.threads", 0)
