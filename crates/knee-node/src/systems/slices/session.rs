@@ -116,7 +116,7 @@ pub fn put(session: &Session, key: &str, bytes: Vec<u8>) -> Result<(), String> {
 /// blocking on a congested link, so a PN's main loop never waits on a slow receiver (zenoh
 /// sends to each subscriber in turn, so one stalled peer would hold up the sender).
 /// Declared once, so zenoh checks the key and finds its route at the declaration instead of
-/// on every put (a PN beats ten times a second all run long).
+/// on every put (a PN beats all run long, by default five times per failure timeout).
 pub fn droppable_publisher(session: &Session, key: String) -> Result<Publisher<'static>, String> {
     session
         .declare_publisher(key.clone())
