@@ -89,7 +89,9 @@ SLICES_MAX_PNS = 64
 
 #: An http sample's `op` is its entry in `[[driver.requests]]` (no fixed names), its
 #: `flags` the HTTP status code, its `service` 1 when the response carried the Server-Timing
-#: entries of the server time, and its `arg` why it failed (0: it did not):
+#: entries of the server time, its `queue_ns` the time it waited for its connection to be
+#: made (TCP connect and TLS handshake; 0: the connection was open), and its `arg` why it
+#: failed (0: it did not):
 HTTP_ARGS = {
     1: "malformed",
     2: "header_too_large",
@@ -102,6 +104,10 @@ HTTP_ARGS = {
     9: "connect",
     10: "send",
     11: "upgrade",
+    12: "connect_timeout",
+    13: "tls",
+    14: "max_outstanding",
+    15: "stopped",
 }
 #: Entries of the request table (each a sample op), requests of one requests file, and a
 #: request body's largest size.

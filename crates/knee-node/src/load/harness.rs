@@ -156,6 +156,13 @@ impl RunContext {
         grace_over_since(self.stop_seen_ns(), now_ns)
     }
 
+    /// The grace is over after a stop request or after the time bound, whichever came
+    /// first: a role that ends by itself at its duration plus the grace, whatever the
+    /// target does, gives up what still waits or is in flight then (the http role).
+    pub fn past_grace(&self, now_ns: u64) -> bool {
+        self.grace_over(now_ns) || grace_over_since(self.end_ns, now_ns)
+    }
+
     fn stop_seen_ns(&self) -> Option<u64> {
         if !signals::stop_requested() {
             return None;
@@ -358,6 +365,7 @@ mod tests {
         let (ctx, dir) = context("bounds", None);
         assert!(ctx.allows_request(1) && !ctx.allows_request(2));
         assert!(!ctx.past_end(4_999) && ctx.past_end(5_000));
+        assert!(!ctx.past_grace(5_000 + STOP_GRACE_NS - 1) && ctx.past_grace(5_000 + STOP_GRACE_NS));
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::config::HttpConfig;
 use super::engine::Engine;
+use super::pool::Pool;
 use super::requests::Table;
 use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
 use crate::load::schedule::Schedule;
@@ -12,22 +13,25 @@ use crate::load::schedule::Schedule;
 #[derive(Serialize, Default, Debug, Clone, Copy)]
 pub struct HttpDone {
     /// Connections made, the first ones included (more than `connections`: some were
-    /// closed by the server, a timeout or an error, and opened again).
+    /// closed by the server, a timeout or an error, and made again).
     pub connections_opened: u64,
+    /// Connects that failed: refused, timed out, or a TLS handshake that failed.
     pub connect_failures: u64,
 }
 
 pub struct HttpClient {
     cfg: HttpConfig,
-    table: Option<Table>,
+    /// The request table and the connections, made before the start; taken by the run.
+    setup: Option<(Table, Pool)>,
 }
 
 pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg = HttpConfig::parse(config).map_err(|e| format!("load config: {e}"))?;
-    let table = Table::build(&cfg.driver, &cfg.authority).map_err(|e| format!("load config: {e}"))?;
+    let table = Table::build(&cfg.driver, &cfg.target.authority).map_err(|e| format!("load config: {e}"))?;
+    let pool = Pool::open(&cfg)?;
     Ok(Box::new(HttpClient {
         cfg,
-        table: Some(table),
+        setup: Some((table, pool)),
     }))
 }
 
@@ -57,10 +61,8 @@ impl Role for HttpClient {
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {
-        let table = self.table.take().ok_or("the http role runs once")?;
-        let mut engine = Engine::new(&self.cfg, table, ctx)?;
-        engine.connect_all()?;
-        let tally = engine.run();
+        let (table, pool) = self.setup.take().ok_or("the http role runs once")?;
+        let tally = Engine::new(&self.cfg, table, pool, ctx)?.run();
         Ok(HttpDone {
             connections_opened: tally.connections_opened,
             connect_failures: tally.connect_failures,

@@ -78,6 +78,13 @@ pub struct DriverConfig {
     pub max_header_bytes: usize,
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: u64,
+    /// https: accept any certificate (a self-signed one on a local service). The handshake
+    /// and its signatures are still checked; who signed the certificate is not.
+    #[serde(default)]
+    pub tls_insecure: bool,
+    /// https: PEM certificates trusted besides the system's roots (a local CA).
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
 }
 
 impl DriverConfig {
@@ -109,12 +116,22 @@ impl DriverConfig {
     }
 }
 
+/// Where the requests go, from `load.target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port` to connect to, and the `Host` header's value.
+    pub authority: String,
+    /// The host alone (no brackets around an IPv6 address): TLS's server name.
+    pub host: String,
+    /// `https://`: TLS over the connection.
+    pub tls: bool,
+}
+
 /// The whole config of `knee-node load http`.
 pub struct HttpConfig {
     pub load: LoadConfig,
     pub driver: DriverConfig,
-    /// `host:port` to connect to, and the `Host` header's value.
-    pub authority: String,
+    pub target: Target,
 }
 
 impl HttpConfig {
@@ -124,40 +141,48 @@ impl HttpConfig {
         let driver: DriverConfig =
             serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
         driver.check()?;
-        let authority = authority(&load.target)?;
-        Ok(HttpConfig {
-            load,
-            driver,
-            authority,
-        })
+        let target = target(&load.target)?;
+        if !target.tls && (driver.tls_insecure || driver.tls_ca_file.is_some()) {
+            return Err(format!(
+                "driver.tls_insecure and driver.tls_ca_file are for https:// targets, not {}",
+                load.target
+            ));
+        }
+        Ok(HttpConfig { load, driver, target })
     }
 }
 
-/// `http://HOST:PORT` (or `HOST:PORT`) to `HOST:PORT`; https and paths are refused.
-pub fn authority(target: &str) -> Result<String, String> {
-    let rest = match target.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+/// `http://HOST:PORT`, `https://HOST:PORT` (or `HOST:PORT`, plain) to its [`Target`];
+/// the port defaults to the scheme's (80, 443); paths are refused.
+pub fn target(target: &str) -> Result<Target, String> {
+    let (rest, tls) = match target.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (rest, false),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (rest, true),
         Some((scheme, _)) => {
             return Err(format!(
-                "target {target}: only http:// is supported, not {scheme}"
+                "target {target}: expected http:// or https://, not {scheme}://"
             ))
         }
-        None => target,
+        None => (target, false),
     };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
         return Err(format!(
-            "target {target}: expected http://HOST:PORT (paths go in driver.requests)"
+            "target {target}: expected http(s)://HOST:PORT (paths go in driver.requests)"
         ));
     }
-    if rest
+    let has_port = rest
         .rsplit_once(':')
-        .is_none_or(|(_, port)| port.parse::<u16>().is_err())
-        || rest.ends_with(']')
-    {
-        return Ok(format!("{rest}:80"));
-    }
-    Ok(rest.to_string())
+        .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+        && !rest.ends_with(']');
+    let authority = if has_port {
+        rest.to_string()
+    } else {
+        format!("{rest}:{}", if tls { 443 } else { 80 })
+    };
+    let host = authority.rsplit_once(':').map_or(rest, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    Ok(Target { authority, host, tls })
 }
 
 #[cfg(test)]
@@ -166,12 +191,22 @@ mod tests {
 
     #[test]
     fn targets() {
-        assert_eq!(authority("http://127.0.0.1:8080").unwrap(), "127.0.0.1:8080");
-        assert_eq!(authority("HTTP://localhost/").unwrap(), "localhost:80");
-        assert_eq!(authority("127.0.0.1:9").unwrap(), "127.0.0.1:9");
-        assert_eq!(authority("http://[::1]:81").unwrap(), "[::1]:81");
-        assert!(authority("https://x:1").is_err());
-        assert!(authority("http://x:1/api").is_err());
-        assert!(authority("").is_err());
+        let t = |s: &str| target(s).map(|t| (t.authority, t.host, t.tls));
+        let of = |a: &str, h: &str, tls: bool| Ok((a.to_string(), h.to_string(), tls));
+        assert_eq!(
+            t("http://127.0.0.1:8080"),
+            of("127.0.0.1:8080", "127.0.0.1", false)
+        );
+        assert_eq!(t("HTTP://localhost/"), of("localhost:80", "localhost", false));
+        assert_eq!(t("127.0.0.1:9"), of("127.0.0.1:9", "127.0.0.1", false));
+        assert_eq!(t("http://[::1]:81"), of("[::1]:81", "::1", false));
+        assert_eq!(
+            t("https://example.org"),
+            of("example.org:443", "example.org", true)
+        );
+        assert_eq!(t("https://[::1]"), of("[::1]:443", "::1", true));
+        assert!(t("ftp://x:1").is_err());
+        assert!(t("http://x:1/api").is_err());
+        assert!(t("").is_err());
     }
 }

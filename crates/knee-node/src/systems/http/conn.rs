@@ -1,44 +1,78 @@
-//! One keep-alive connection of the http target: made when first needed and again after it
-//! was lost, one request in flight at a time (no pipelining), its response read as bytes
-//! arrive without blocking the engine's thread.
+//! One connection of the http target: closed, connecting (TCP, then TLS for https) or
+//! open; one request at a time (no pipelining). Nothing blocks: a connect, a handshake, a
+//! write the socket does not take whole and a response are each driven as poll says the
+//! socket is ready, so one connection's trouble never holds up the others.
+//!
+//! Persistence (RFC 9112 section 9): a connection ends after a response that says so
+//! (`Connection: close`, HTTP/1.0 without `keep-alive`, a body delimited by the close),
+//! after a request that says so, after any failed response, and as soon as the server is
+//! seen to have closed it; it is never used again after any of these.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
-use std::time::Duration;
 
+use super::requests::Pick;
 use super::response::{Limits, Reason, Response, ResponseReader};
 use super::timing::TimingKeys;
+use super::tls::Tls;
+use super::transport::{self, Transport};
 
-/// The request on a connection: what its sample needs.
+/// The request a connection has taken: what its sample needs.
 #[derive(Clone, Copy, Debug)]
-pub struct InFlight {
+pub struct Job {
     pub request_id: u64,
     pub intended_ns: u64,
+    pub pick: Pick,
+    /// When the connection took it.
+    pub taken_ns: u64,
+    /// How long it waited for its connection to be made (TCP connect, TLS handshake),
+    /// success or not; 0 when the connection was open already.
+    pub connect_ns: u64,
+    /// When it was written (0: not yet).
     pub sent_ns: u64,
+    /// Once sent: its response is due by then.
     pub deadline_ns: u64,
-    pub op: u16,
     pub bytes_out: u64,
+    /// A HEAD request: no body in its response.
+    pub head: bool,
+    /// It sends `Connection: close`.
+    pub close: bool,
 }
 
 /// What reading a connection gave.
 pub enum Read {
-    /// Nothing whole yet (or nothing was expected and nothing came).
+    /// Nothing whole yet (or nothing was expected: an idle connection, closed if the server
+    /// closed it or sent bytes nobody asked for).
     Nothing,
-    /// The response to the request in flight, or why there is none; the connection is
-    /// closed when the reason is set or the response said so.
-    Done(InFlight, Result<Response, Reason>),
+    /// The response to the job, or why there is none; the connection is closed when the
+    /// reason is set or either side said so.
+    Done(Job, Result<Response, Reason>),
+}
+
+/// Why a connect failed: the reason its request records, and the words for the log.
+pub type Failed = (Reason, String);
+
+enum Phase {
+    Closed,
+    Connecting(TcpStream),
+    Handshaking(Transport),
+    Open(Transport),
 }
 
 pub struct Conn {
     pub index: u32,
-    stream: Option<TcpStream>,
+    phase: Phase,
+    /// When the connect under way began, and by when it must be made.
+    connect_started_ns: u64,
+    pub connect_deadline_ns: u64,
     reader: ResponseReader,
-    pub in_flight: Option<InFlight>,
-    /// Times the connection was (re)opened.
+    pub job: Option<Job>,
+    /// Bytes of the job's request written so far (plain TCP: the socket may take a large
+    /// request in parts; TLS holds the rest itself).
+    written: usize,
+    /// Connections made, the first one included.
     pub opened: u64,
-    /// When its last request ended (0: none yet): a request that waited for it was not
-    /// late by the sender's fault before then.
+    /// When it last became free: its last request ended, or it was made.
     pub free_ns: u64,
 }
 
@@ -46,93 +80,206 @@ impl Conn {
     pub fn new(index: u32, limits: Limits) -> Conn {
         Conn {
             index,
-            stream: None,
+            phase: Phase::Closed,
+            connect_started_ns: 0,
+            connect_deadline_ns: 0,
             reader: ResponseReader::new(limits),
-            in_flight: None,
+            job: None,
+            written: 0,
             opened: 0,
             free_ns: 0,
         }
     }
 
-    /// The descriptor to poll (-1 while closed: ppoll skips it).
-    pub fn fd(&self) -> i32 {
-        self.stream.as_ref().map_or(-1, |s| s.as_raw_fd())
+    pub fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open(_))
     }
 
-    /// Opens the connection if it is closed. Blocking, for at most `timeout`: on loopback
-    /// or a LAN it is a round trip; a target that does not answer holds the sender that
-    /// long, which shows up as the latency of the requests behind it.
-    pub fn open(&mut self, addr: &SocketAddr, timeout: Duration) -> Result<(), String> {
-        if self.stream.is_some() {
-            return Ok(());
+    pub fn is_closed(&self) -> bool {
+        matches!(self.phase, Phase::Closed)
+    }
+
+    /// Connecting or in its TLS handshake.
+    pub fn is_opening(&self) -> bool {
+        matches!(self.phase, Phase::Connecting(_) | Phase::Handshaking(_))
+    }
+
+    /// The descriptor and events to poll (-1 while closed: ppoll skips it).
+    pub fn interest(&self) -> (i32, i16) {
+        match &self.phase {
+            Phase::Closed => (-1, 0),
+            Phase::Connecting(s) => (std::os::fd::AsRawFd::as_raw_fd(s), libc::POLLOUT),
+            Phase::Handshaking(t) => (t.fd(), t.interest()),
+            Phase::Open(t) => {
+                let mut events = t.interest();
+                if self.job.is_some_and(|j| j.sent_ns > 0) && self.written < j_len(&self.job) {
+                    events |= libc::POLLOUT;
+                }
+                (t.fd(), events)
+            }
         }
-        let s = TcpStream::connect_timeout(addr, timeout).map_err(|e| e.to_string())?;
-        s.set_nodelay(true).map_err(|e| e.to_string())?;
-        // Writes block (requests are small); this bounds a write to a server that stopped
-        // reading.
-        s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        self.stream = Some(s);
-        self.opened += 1;
+    }
+
+    /// Starts making the connection (it must be closed), to be made by `now + timeout_ns`.
+    pub fn open(
+        &mut self,
+        addr: &SocketAddr,
+        tls: Option<&Tls>,
+        now: u64,
+        timeout_ns: u64,
+    ) -> Result<(), Failed> {
+        self.connect_started_ns = now;
+        self.connect_deadline_ns = now.saturating_add(timeout_ns);
+        let (stream, made) = transport::connect(addr).map_err(|e| (Reason::Connect, e.to_string()))?;
+        self.phase = Phase::Connecting(stream);
+        if made {
+            self.progress(tls, now)?;
+        }
         Ok(())
     }
 
-    /// Writes a request (the connection must be open and idle).
-    pub fn send(&mut self, bytes: &[u8], head: bool, f: InFlight) -> Result<(), String> {
-        let stream = self.stream.as_mut().ok_or("not connected")?;
-        stream.write_all(bytes).map_err(|e| e.to_string())?;
-        self.reader.start(head);
-        self.in_flight = Some(f);
-        Ok(())
+    /// Drives a connect and then a TLS handshake as far as they go now: Ok(true) once the
+    /// connection is open, Ok(false) while they wait; on a failure the connection is closed.
+    pub fn progress(&mut self, tls: Option<&Tls>, now: u64) -> Result<bool, Failed> {
+        let result = self.step(tls);
+        match result {
+            Ok(true) => {
+                self.opened += 1;
+                self.free_ns = now;
+            }
+            Ok(false) => {}
+            Err(_) => self.close(),
+        }
+        result
+    }
+
+    fn step(&mut self, tls: Option<&Tls>) -> Result<bool, Failed> {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Closed) {
+                Phase::Closed => return Err((Reason::Connect, "not connecting".into())),
+                Phase::Open(t) => {
+                    self.phase = Phase::Open(t);
+                    return Ok(true);
+                }
+                Phase::Connecting(stream) => match transport::connect_outcome(&stream) {
+                    Ok(()) => {
+                        self.phase = Phase::Handshaking(match tls {
+                            None => Transport::Plain(stream),
+                            Some(tls) => Transport::Tls {
+                                tcp: stream,
+                                tls: Box::new(tls.session().map_err(|e| (Reason::Tls, e))?),
+                            },
+                        });
+                    }
+                    // Not made yet (poll woke for another reason).
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                        self.phase = Phase::Connecting(stream);
+                        return Ok(false);
+                    }
+                    Err(e) => return Err((Reason::Connect, e.to_string())),
+                },
+                Phase::Handshaking(mut t) => match t.handshake() {
+                    Ok(true) => {
+                        self.phase = Phase::Open(t);
+                        return Ok(true);
+                    }
+                    Ok(false) => {
+                        self.phase = Phase::Handshaking(t);
+                        return Ok(false);
+                    }
+                    Err(e) => return Err((Reason::Tls, e.to_string())),
+                },
+            }
+        }
+    }
+
+    /// Takes a request (the connection must be free); it is written by `write`.
+    pub fn take(&mut self, job: Job) {
+        self.reader.start(job.head);
+        self.written = 0;
+        self.job = Some(job);
+    }
+
+    /// Writes the job's request, or what the socket did not take of it before (`bytes`:
+    /// the whole request). Ok(true) once all of it is out.
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<bool> {
+        let Phase::Open(t) = &mut self.phase else {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "not connected"));
+        };
+        while self.written < bytes.len() {
+            match t.write(&bytes[self.written..])? {
+                0 => return Ok(false),
+                n => self.written += n,
+            }
+        }
+        t.flush()?;
+        Ok(!t.unsent())
+    }
+
+    /// Whether the job's request is not all out yet (a write to finish on POLLOUT).
+    pub fn writing(&self) -> bool {
+        match &self.phase {
+            Phase::Open(t) => {
+                self.job.is_some_and(|j| j.sent_ns > 0) && (self.written < j_len(&self.job) || t.unsent())
+            }
+            _ => false,
+        }
     }
 
     pub fn close(&mut self) {
-        self.stream = None;
+        self.phase = Phase::Closed;
+        self.written = 0;
     }
 
     /// Reads what has arrived, without blocking, into `buf`'s space.
     pub fn read(&mut self, buf: &mut [u8], keys: &TimingKeys) -> Read {
         loop {
-            let Some(stream) = &self.stream else {
+            let Phase::Open(t) = &mut self.phase else {
                 return Read::Nothing;
             };
-            // SAFETY: recv writes at most buf.len() bytes into buf, which we own mutably.
-            let n = unsafe {
-                libc::recv(
-                    stream.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            let outcome = match n {
-                0 => Some(self.reader.eof()),
-                n if n < 0 => match io::Error::last_os_error().kind() {
+            let n = t.read(buf);
+            if self.job.is_none() {
+                // An idle connection: the server closed it (or reset it, or sent bytes
+                // nobody asked for, which lose the framing): closed now, never reused.
+                match n {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read::Nothing,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    _ => {
+                        self.close();
+                        return Read::Nothing;
+                    }
+                }
+            }
+            let outcome = match &n {
+                Ok(0) => Some(self.reader.eof()),
+                Ok(k) => self.reader.feed(&buf[..*k], keys).transpose(),
+                Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => return Read::Nothing,
                     io::ErrorKind::Interrupted => continue,
+                    // TLS: a bad record or an alert from the server.
+                    io::ErrorKind::InvalidData => Some(Err(Reason::Tls)),
                     // A reset before any byte of the response is a close before it.
                     _ if self.reader.untouched() => Some(Err(Reason::ClosedBeforeReply)),
                     _ => Some(Err(Reason::ClosedMidReply)),
                 },
-                n => {
-                    if self.in_flight.is_none() {
-                        // Bytes nobody asked for: the connection's framing is lost.
-                        self.close();
-                        return Read::Nothing;
-                    }
-                    self.reader.feed(&buf[..n as usize], keys).transpose()
-                }
             };
             let Some(result) = outcome else {
                 continue; // more may have arrived since: read until it would block
             };
-            let Some(f) = self.in_flight.take() else {
-                self.close(); // an idle connection closed by the server: opened again when needed
-                return Read::Nothing;
+            let Some(job) = self.job.take() else {
+                return Read::Nothing; // not reached: an idle connection returned above
             };
-            if result.as_ref().map_or(true, |r| r.close) || n == 0 {
+            let whole_request_out = self.written >= j_len(&Some(job)) || job.bytes_out == 0;
+            let ends = matches!(n, Ok(0)) || result.as_ref().map_or(true, |r| r.close) || job.close;
+            if ends || !whole_request_out {
                 self.close();
             }
-            return Read::Done(f, result);
+            return Read::Done(job, result);
         }
     }
+}
+
+/// The job's request length, in bytes (0: no job).
+fn j_len(job: &Option<Job>) -> usize {
+    job.map_or(0, |j| j.bytes_out as usize)
 }

@@ -1,5 +1,7 @@
-//! The http target's load engine: one thread, `load.connections` keep-alive connections
-//! (closed loop: one per client), polled with `ppoll`.
+//! The http target's load engine: one thread, `load.connections` connections (closed loop:
+//! one per client), polled with `ppoll`. Connects, TLS handshakes, writes and responses
+//! are all driven from that one poll, so a connection that stalls (a SYN dropped by a full
+//! accept queue, a server that never answers) holds up only the request on it.
 //!
 //! Open loop (as wrk2): requests are due at their scheduled times whatever the responses do;
 //! a due request waits in a FIFO for a free connection, and its latency counts from its
@@ -7,19 +9,25 @@
 //! it (no coordinated omission). Closed loop: each connection is a client that sends,
 //! waits for the response (or its timeout), thinks, and sends again.
 //!
-//! Every request is one sample: `op` its entry in the request table, `flags` the HTTP
-//! status, `arg` the failure's reason (0 none), `service` 1 when the response carried the
-//! Server-Timing entries of the server time.
+//! The run ends by itself: nothing new is sent after the duration (or a stop request), and
+//! one second later (the harness's grace) what still waits, connects or is in flight is
+//! recorded as dropped (`stopped`), whatever the target does.
+//!
+//! Every scheduled request is one sample: `op` its entry in the request table, `flags` the
+//! HTTP status, `arg` the failure's reason (0 none), `service` 1 when the response carried
+//! the Server-Timing entries of the server time, `queue_ns` the time it waited for its
+//! connection to be made (0: the connection was open).
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use super::config::HttpConfig;
-use super::conn::{Conn, InFlight, Read};
+use super::conn::{Conn, Failed, Job, Read};
+use super::pool::Pool;
 use super::requests::Table;
 use super::response::{Reason, Response};
 use super::timing::TimingKeys;
+use super::tls::Tls;
 use crate::load::config::{ScheduleConfig, Think};
 use crate::load::harness::RunContext;
 use crate::load::recorder::NO_SERVER_TIME;
@@ -33,12 +41,17 @@ const SPIN_NS: u64 = 50_000;
 /// Open loop: after a send, poll without sleeping this long (on loopback most responses
 /// come within it; a woken thread would add its wake-up time to the latency).
 const SPIN_AFTER_SEND_NS: u64 = 50_000;
-/// Longest wait, so stop requests, timeouts and think times are noticed.
+/// Longest wait, so stop requests, the end of the grace and think times are noticed.
 const IDLE_WAIT_NS: u64 = 20_000_000;
 /// Bytes read per `recv`: a response's head and body pass through it, never kept whole.
 const READ_BUF_BYTES: usize = 64 << 10;
-/// Connects wait at most this (or the request timeout, if shorter).
-const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
+/// A connection idle this long is read (without blocking) before a request is written to
+/// it, so a close the server sent since the last poll is seen first. Servers close idle
+/// connections after seconds (Node: 5 s); a shorter idle time is never checked, which
+/// keeps the syscall off the path of a busy connection.
+const IDLE_CHECK_NS: u64 = 1_000_000;
+/// Log lines about connects and writes, at most (the samples hold every failure).
+const MAX_LOGGED: u64 = 10;
 
 /// A request due (open loop) and not yet on a connection.
 struct Queued {
@@ -52,7 +65,7 @@ enum Mode {
         /// The next request's intended time (None: no more).
         due: Option<u64>,
         /// Due requests waiting for a free connection, at most `max_outstanding` with those
-        /// in flight (beyond: recorded as dropped, not queued without end).
+        /// on connections (beyond: recorded as dropped, not queued without end).
         queue: VecDeque<Queued>,
     },
     Closed {
@@ -74,13 +87,15 @@ pub struct Engine<'a> {
     conns: Vec<Conn>,
     pollfds: Vec<libc::pollfd>,
     addr: SocketAddr,
+    tls: Option<Tls>,
     keys: TimingKeys,
     table: Table,
     ctx: &'a RunContext,
     timeout_ns: u64,
-    connect_timeout: Duration,
+    connect_timeout_ns: u64,
     max_outstanding: usize,
-    in_flight: usize,
+    /// Connections with a request (connecting, writing or waiting for its response).
+    busy: usize,
     next_id: u64,
     rng: Rng,
     /// The schedule's own draws, apart from the request picks.
@@ -91,62 +106,43 @@ pub struct Engine<'a> {
     cursor: usize,
     mode: Mode,
     tally: Tally,
+    logged: u64,
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(cfg: &HttpConfig, table: Table, ctx: &'a RunContext) -> Result<Engine<'a>, String> {
+    /// The engine over `pool`'s connections (made before the start).
+    pub fn new(
+        cfg: &HttpConfig,
+        table: Table,
+        pool: Pool,
+        ctx: &'a RunContext,
+    ) -> Result<Engine<'a>, String> {
         let load = &cfg.load;
-        let addr = cfg
-            .authority
-            .to_socket_addrs()
-            .map_err(|e| format!("target {}: {e}", cfg.load.target))?
-            .next()
-            .ok_or_else(|| format!("target {}: no address", cfg.load.target))?;
-        let (count, mode) = match &load.schedule {
-            ScheduleConfig::Closed {
-                clients,
-                think_ms,
-                think,
-            } => (
-                *clients,
-                Mode::Closed {
-                    think_ns: think_ms * 1e6,
-                    think: *think,
-                    next_ns: vec![Some(ctx.start_ns); *clients],
-                },
-            ),
-            other => {
-                let schedule = Schedule::new(other).ok_or("the open loop needs a schedule")?;
-                (
-                    load.connections,
-                    Mode::Open {
-                        schedule,
-                        due: None,
-                        queue: VecDeque::new(),
-                    },
-                )
-            }
+        let count = pool.conns.len();
+        let mode = match &load.schedule {
+            ScheduleConfig::Closed { think_ms, think, .. } => Mode::Closed {
+                think_ns: think_ms * 1e6,
+                think: *think,
+                next_ns: vec![Some(ctx.start_ns); count],
+            },
+            other => Mode::Open {
+                schedule: Schedule::new(other).ok_or("the open loop needs a schedule")?,
+                due: None,
+                queue: VecDeque::new(),
+            },
         };
-        let limits = cfg.driver.limits();
-        let timeout_ns = (load.timeout_ms * 1e6) as u64;
         Ok(Engine {
-            conns: (0..count).map(|i| Conn::new(i as u32, limits)).collect(),
-            pollfds: vec![
-                libc::pollfd {
-                    fd: -1,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                count
-            ],
-            addr,
+            conns: pool.conns,
+            pollfds: pool.pollfds,
+            addr: pool.addr,
+            tls: pool.tls,
             keys: cfg.driver.keys(),
             table,
             ctx,
-            timeout_ns,
-            connect_timeout: Duration::from_nanos(timeout_ns.clamp(1_000_000, CONNECT_TIMEOUT_NS)),
+            timeout_ns: (load.timeout_ms * 1e6) as u64,
+            connect_timeout_ns: pool.connect_timeout_ns,
             max_outstanding: ctx.bounds.max_in_flight.unwrap_or(usize::MAX),
-            in_flight: 0,
+            busy: 0,
             next_id: 0,
             rng: Rng::new(load.seed ^ 0x4854_5450),
             schedule_rng: Rng::new(load.seed ^ 0x5EED_5C4E_D01E),
@@ -155,17 +151,8 @@ impl<'a> Engine<'a> {
             cursor: 0,
             mode,
             tally: Tally::default(),
+            logged: 0,
         })
-    }
-
-    /// Opens every connection before the start, so the first requests do not pay for it;
-    /// a target that cannot be reached at all fails the node here.
-    pub fn connect_all(&mut self) -> Result<(), String> {
-        for c in &mut self.conns {
-            c.open(&self.addr, self.connect_timeout)
-                .map_err(|e| format!("connection {} to {}: {e}", c.index, self.addr))?;
-        }
-        Ok(())
     }
 
     pub fn run(mut self) -> Tally {
@@ -181,8 +168,8 @@ impl<'a> Engine<'a> {
             if self.finished() {
                 break;
             }
-            if self.ctx.grace_over(now) {
-                self.abandon_all();
+            if self.ctx.past_grace(now) {
+                self.abandon_all(now);
                 break;
             }
             let wait_ns = self.wait_ns(clock::now_ns());
@@ -216,9 +203,8 @@ impl<'a> Engine<'a> {
             };
             let id = self.next_id;
             self.next_id += 1;
-            if queue.len() + self.in_flight >= self.max_outstanding {
-                let (op, _) = self.table.pick(&mut self.rng);
-                self.record_unsent(id, intended_ns, op, 0, Status::Drop, 0);
+            if queue.len() + self.busy >= self.max_outstanding {
+                self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
             } else {
                 queue.push_back(Queued { id, intended_ns });
             }
@@ -237,13 +223,13 @@ impl<'a> Engine<'a> {
     fn dispatch(&mut self, now: u64) {
         match &self.mode {
             Mode::Open { queue, .. } => {
-                if queue.is_empty() || self.in_flight == self.conns.len() {
+                if queue.is_empty() || self.busy == self.conns.len() {
                     return;
                 }
                 let n = self.conns.len();
                 for k in 0..n {
                     let slot = (self.cursor + k) % n;
-                    if self.conns[slot].in_flight.is_some() {
+                    if self.conns[slot].job.is_some() {
                         continue;
                     }
                     let Mode::Open { queue, .. } = &mut self.mode else {
@@ -253,7 +239,7 @@ impl<'a> Engine<'a> {
                         break;
                     };
                     self.cursor = slot + 1;
-                    self.send(slot, q.id, q.intended_ns);
+                    self.take(slot, q.id, q.intended_ns, now);
                 }
             }
             Mode::Closed { .. } => {
@@ -264,7 +250,7 @@ impl<'a> Engine<'a> {
                     let Some(intended_ns) = next_ns[slot].filter(|&t| t <= now) else {
                         continue;
                     };
-                    if self.conns[slot].in_flight.is_some() {
+                    if self.conns[slot].job.is_some() {
                         continue;
                     }
                     // Set again when its response is in; left unset, the client is done.
@@ -274,49 +260,107 @@ impl<'a> Engine<'a> {
                         continue;
                     }
                     self.next_id += 1;
-                    self.send(slot, ticket, intended_ns);
+                    self.take(slot, ticket, intended_ns, now);
                 }
             }
         }
     }
 
-    /// Sends request `id` on connection `slot`, opening it if needed; a failure is the
-    /// request's sample at once.
-    fn send(&mut self, slot: usize, id: u64, intended_ns: u64) {
-        let (op, request) = self.table.pick(&mut self.rng);
+    /// Puts request `id` on connection `slot`: written at once if the connection is open,
+    /// else once it is made (a connect starts now if it is closed).
+    fn take(&mut self, slot: usize, id: u64, intended_ns: u64, now: u64) {
+        let pick = self.table.pick(&mut self.rng);
+        let request = self.table.get(pick);
         let conn = &mut self.conns[slot];
-        if let Err(e) = conn.open(&self.addr, self.connect_timeout) {
-            self.tally.connect_failures += 1;
-            if self.tally.connect_failures <= 10 {
-                stdio::log(&format!("connection {slot}: connect failed: {e}"));
-            }
-            self.not_sent(slot, id, intended_ns, op, Reason::Connect);
-            return;
+        if conn.is_open() && now.saturating_sub(conn.free_ns) >= IDLE_CHECK_NS {
+            let _ = conn.read(&mut self.buf, &self.keys); // closes it if the server did
         }
-        self.pollfds[slot].fd = conn.fd();
-        let sent_ns = clock::now_ns();
-        let bytes_out = request.bytes.len() as u64;
-        let f = InFlight {
+        conn.take(Job {
             request_id: id,
             intended_ns,
-            sent_ns,
-            deadline_ns: sent_ns + self.timeout_ns,
-            op,
-            bytes_out,
+            pick,
+            taken_ns: now,
+            connect_ns: 0,
+            sent_ns: 0,
+            deadline_ns: 0,
+            bytes_out: request.bytes.len() as u64,
+            head: request.head,
+            close: request.close,
+        });
+        self.busy += 1;
+        if conn.is_closed() {
+            if let Err(failed) = conn.open(&self.addr, self.tls.as_ref(), now, self.connect_timeout_ns) {
+                self.connect_failed(slot, failed, clock::now_ns());
+                return;
+            }
+        }
+        self.advance(slot);
+    }
+
+    /// Drives connection `slot` on its way to a written request: its connect and handshake,
+    /// then the write (or the rest of it).
+    fn advance(&mut self, slot: usize) {
+        let now = clock::now_ns();
+        if self.conns[slot].is_opening() {
+            match self.conns[slot].progress(self.tls.as_ref(), now) {
+                Ok(false) => return,
+                Ok(true) => {
+                    if let Some(job) = self.conns[slot].job.as_mut() {
+                        job.connect_ns = now.saturating_sub(job.taken_ns).max(1);
+                    }
+                }
+                Err(failed) => {
+                    self.connect_failed(slot, failed, now);
+                    return;
+                }
+            }
+        }
+        let conn = &mut self.conns[slot];
+        let Some(job) = conn.job.filter(|_| conn.is_open()) else {
+            return;
         };
-        if let Err(e) = conn.send(&request.bytes, request.head, f) {
-            stdio::log(&format!("connection {slot}: send failed: {e}; opening it again"));
-            conn.close();
-            self.pollfds[slot].fd = -1;
-            self.not_sent(slot, id, intended_ns, op, Reason::Send);
+        let first = job.sent_ns == 0;
+        if !first && !conn.writing() {
             return;
         }
-        self.in_flight += 1;
-        self.last_sent_ns = sent_ns;
-        // A late send is the sender's lag: time waiting for a free connection is the
-        // server's, and shows in the latency instead.
-        let ready_ns = intended_ns.max(self.conns[slot].free_ns);
-        self.ctx.count_send(ready_ns, sent_ns, bytes_out);
+        let bytes = &self.table.get(job.pick).bytes;
+        let sent_ns = if first { clock::now_ns() } else { job.sent_ns };
+        if let Err(e) = conn.write(bytes) {
+            conn.close();
+            let Some(job) = conn.job.take() else { return };
+            self.log(&format!("connection {slot}: write failed: {e}; it is made again"));
+            self.busy -= 1;
+            // Not sent, or sent in part: the server never had the whole request.
+            self.record(&Self::sample(slot, &job, Status::Drop, Reason::Send as u32));
+            self.client_done(slot, now);
+            return;
+        }
+        if first {
+            let deadline_ns = sent_ns + self.timeout_ns;
+            if let Some(j) = conn.job.as_mut() {
+                (j.sent_ns, j.deadline_ns) = (sent_ns, deadline_ns);
+            }
+            self.last_sent_ns = sent_ns;
+            // A late send is the sender's lag: time waiting for a free connection, or for
+            // the connection to be made, is the server's, and shows in the latency instead.
+            let ready_ns = intended_ns_ready(&job, conn.free_ns);
+            self.ctx.count_send(ready_ns, sent_ns, job.bytes_out);
+        }
+    }
+
+    /// A connect (or TLS handshake) failed or timed out: the request on it, if any, is a
+    /// drop with its reason; the connection is closed and free.
+    fn connect_failed(&mut self, slot: usize, (reason, e): Failed, now: u64) {
+        self.tally.connect_failures += 1;
+        self.log(&format!("connection {slot}: {}", reason.words(&e)));
+        let conn = &mut self.conns[slot];
+        conn.close();
+        if let Some(mut job) = conn.job.take() {
+            self.busy -= 1;
+            job.connect_ns = now.saturating_sub(job.taken_ns).max(1);
+            self.record(&Self::sample(slot, &job, Status::Drop, reason as u32));
+            self.client_done(slot, now);
+        }
     }
 
     /// A closed-loop client's request is over at `now`: it sends again after its think time.
@@ -338,38 +382,38 @@ impl<'a> Engine<'a> {
     }
 
     fn poll(&mut self, wait_ns: u64) {
+        for (c, p) in self.conns.iter().zip(&mut self.pollfds) {
+            (p.fd, p.events) = c.interest();
+        }
         if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return;
         }
         for slot in 0..self.conns.len() {
-            if self.pollfds[slot].revents == 0 {
+            let revents = self.pollfds[slot].revents;
+            if revents == 0 {
                 continue;
             }
-            let read = self.conns[slot].read(&mut self.buf, &self.keys);
-            let now = clock::now_ns();
-            if let Read::Done(f, result) = read {
-                self.finish(slot, f, result, now);
+            let conn = &self.conns[slot];
+            if conn.is_opening() || (revents & libc::POLLOUT != 0 && conn.writing()) {
+                self.advance(slot);
             }
-            self.pollfds[slot].fd = self.conns[slot].fd();
+            if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && self.conns[slot].is_open() {
+                let read = self.conns[slot].read(&mut self.buf, &self.keys);
+                if let Read::Done(job, result) = read {
+                    self.finish(slot, job, result, clock::now_ns());
+                }
+            }
         }
     }
 
     /// Records a request that got its response (or failed on the wire).
-    fn finish(&mut self, slot: usize, f: InFlight, result: Result<Response, Reason>, now: u64) {
-        self.in_flight -= 1;
+    fn finish(&mut self, slot: usize, job: Job, result: Result<Response, Reason>, now: u64) {
+        self.busy -= 1;
         self.conns[slot].free_ns = now;
-        let mut s = Sample {
-            request_id: f.request_id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
-            client: slot as u32,
-            op: f.op,
-            ..Default::default()
-        };
+        let mut s = Self::sample(slot, &job, Status::Ok, 0);
         match result {
             // Read after its deadline: a timeout, as if the expiry had come first.
-            Ok(_) if now >= f.deadline_ns => {
+            Ok(_) if now >= job.deadline_ns => {
                 s.status = Status::Timeout as u8;
                 s.arg = Reason::Timeout as u32;
             }
@@ -397,69 +441,83 @@ impl<'a> Engine<'a> {
                 s.status = Status::Error as u8;
                 s.arg = reason as u32;
                 self.conns[slot].close();
-                self.pollfds[slot].fd = -1;
             }
         }
-        self.ctx.recorder.record(&s);
+        self.record(&s);
         self.client_done(slot, now);
     }
 
-    /// Requests past their deadline are timeouts; their connection is opened again (a late
-    /// response on it would be taken for the next request's).
+    /// Requests past their deadline are timeouts, their connection closed (a late
+    /// response on it would be taken for the next request's); connects past theirs fail.
     fn expire(&mut self, now: u64) {
         for slot in 0..self.conns.len() {
-            let Some(f) = self.conns[slot].in_flight.filter(|f| now >= f.deadline_ns) else {
+            let conn = &mut self.conns[slot];
+            if conn.is_opening() && now >= conn.connect_deadline_ns {
+                let ms = self.connect_timeout_ns / 1_000_000;
+                if conn.job.is_some() {
+                    let why = format!("not made within {ms} ms");
+                    self.connect_failed(slot, (Reason::ConnectTimeout, why), now);
+                } else {
+                    conn.close();
+                }
+                continue;
+            }
+            let Some(job) = conn.job.filter(|j| j.sent_ns > 0 && now >= j.deadline_ns) else {
                 continue;
             };
-            self.conns[slot].in_flight = None;
-            self.conns[slot].free_ns = now;
-            self.conns[slot].close();
-            self.pollfds[slot].fd = -1;
-            self.in_flight -= 1;
-            self.record_sent_unanswered(slot, f, Status::Timeout, Reason::Timeout);
+            conn.job = None;
+            conn.free_ns = now;
+            conn.close();
+            self.busy -= 1;
+            self.record(&Self::sample(slot, &job, Status::Timeout, Reason::Timeout as u32));
             self.client_done(slot, now);
         }
     }
 
     fn finished(&self) -> bool {
-        self.in_flight == 0
+        self.busy == 0
             && match &self.mode {
                 Mode::Open { due, queue, .. } => due.is_none() && queue.is_empty(),
                 Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
             }
     }
 
-    /// After a stop's grace: what waits and what is in flight are dropped.
-    fn abandon_all(&mut self) {
+    /// After the grace: what waits, connects or is in flight is dropped (`stopped`).
+    fn abandon_all(&mut self, now: u64) {
         if let Mode::Open { queue, .. } = &mut self.mode {
             let waiting: Vec<Queued> = queue.drain(..).collect();
             for q in waiting {
-                let (op, _) = self.table.pick(&mut self.rng);
-                self.record_unsent(q.id, q.intended_ns, op, 0, Status::Drop, 0);
+                self.record_unsent(q.id, q.intended_ns, 0, Reason::Stopped);
             }
         }
         for slot in 0..self.conns.len() {
-            if let Some(f) = self.conns[slot].in_flight.take() {
-                self.in_flight -= 1;
-                self.record_sent_unanswered(slot, f, Status::Drop, Reason::Timeout);
+            let conn = &mut self.conns[slot];
+            conn.close();
+            if let Some(mut job) = conn.job.take() {
+                self.busy -= 1;
+                if job.sent_ns == 0 {
+                    job.connect_ns = now.saturating_sub(job.taken_ns).max(1);
+                }
+                self.record(&Self::sample(slot, &job, Status::Drop, Reason::Stopped as u32));
             }
-            self.conns[slot].close();
         }
     }
 
     fn wait_ns(&self, now: u64) -> u64 {
         let mut wait = IDLE_WAIT_NS;
         for c in &self.conns {
-            if let Some(f) = &c.in_flight {
-                wait = wait.min(f.deadline_ns.saturating_sub(now));
+            if c.is_opening() {
+                wait = wait.min(c.connect_deadline_ns.saturating_sub(now));
+            } else if let Some(j) = c.job.filter(|j| j.sent_ns > 0) {
+                wait = wait.min(j.deadline_ns.saturating_sub(now));
             }
         }
         match &self.mode {
             Mode::Open { due, queue, .. } => {
-                if !queue.is_empty() && self.in_flight < self.conns.len() {
+                if !queue.is_empty() && self.busy < self.conns.len() {
                     return 0;
                 }
-                if self.in_flight > 0 && now < self.last_sent_ns + SPIN_AFTER_SEND_NS {
+                if self.busy > 0 && now < self.last_sent_ns + SPIN_AFTER_SEND_NS {
                     return 0;
                 }
                 if let Some(t) = due {
@@ -469,7 +527,7 @@ impl<'a> Engine<'a> {
             // Closed loop: no spinning; a response wakes the thread.
             Mode::Closed { next_ns, .. } => {
                 for (slot, t) in next_ns.iter().enumerate() {
-                    if let Some(t) = t.filter(|_| self.conns[slot].in_flight.is_none()) {
+                    if let Some(t) = t.filter(|_| self.conns[slot].job.is_none()) {
                         wait = wait.min(t.saturating_sub(now));
                     }
                 }
@@ -478,36 +536,56 @@ impl<'a> Engine<'a> {
         wait
     }
 
-    /// A request its connection could not send (connect or write failed): a drop with
-    /// its reason, and the connection free again.
-    fn not_sent(&mut self, slot: usize, id: u64, intended_ns: u64, op: u16, reason: Reason) {
-        self.record_unsent(id, intended_ns, op, slot as u32, Status::Drop, reason as u32);
-        self.client_done(slot, clock::now_ns());
+    /// The sample of `job` on `slot` with `status` and its reason (`arg`, 0: none),
+    /// nothing received yet; `queue_ns` is its connect time.
+    fn sample(slot: usize, job: &Job, status: Status, arg: u32) -> Sample {
+        Sample {
+            request_id: job.request_id,
+            intended_ns: job.intended_ns,
+            sent_ns: job.sent_ns,
+            queue_ns: job.connect_ns,
+            bytes_out: if job.sent_ns > 0 { job.bytes_out } else { 0 },
+            client: slot as u32,
+            op: job.pick.op,
+            status: status as u8,
+            arg,
+            ..Default::default()
+        }
     }
 
-    fn record_unsent(&self, id: u64, intended_ns: u64, op: u16, client: u32, status: Status, reason: u32) {
-        self.ctx.recorder.record(&Sample {
+    /// A request that never reached a connection: dropped, with its reason (its `op` is
+    /// drawn as a sent one's would be, so the mix of entries stays the same).
+    fn record_unsent(&mut self, id: u64, intended_ns: u64, client: u32, reason: Reason) {
+        let op = self.table.pick(&mut self.rng).op;
+        self.record(&Sample {
             request_id: id,
             intended_ns,
             client,
             op,
-            status: status as u8,
-            arg: reason,
-            ..Default::default()
-        });
-    }
-
-    fn record_sent_unanswered(&self, slot: usize, f: InFlight, status: Status, reason: Reason) {
-        self.ctx.recorder.record(&Sample {
-            request_id: f.request_id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
-            client: slot as u32,
-            op: f.op,
-            status: status as u8,
+            status: Status::Drop as u8,
             arg: reason as u32,
             ..Default::default()
         });
     }
+
+    fn record(&self, s: &Sample) {
+        self.ctx.recorder.record(s);
+    }
+
+    fn log(&mut self, line: &str) {
+        self.logged += 1;
+        if self.logged <= MAX_LOGGED {
+            stdio::log(line);
+        } else if self.logged == MAX_LOGGED + 1 {
+            stdio::log("(further connect and write failures are in the samples only)");
+        }
+    }
+}
+
+/// When a request's connection was ready for it: its intended time, or later if it had
+/// to wait for the connection to be free or to be made.
+fn intended_ns_ready(job: &Job, free_ns: u64) -> u64 {
+    job.intended_ns
+        .max(free_ns)
+        .max(job.taken_ns.saturating_add(job.connect_ns))
 }

@@ -1,4 +1,4 @@
-//! http: any HTTP/1.1 service as knee's target (`docs/http.md`). knee-node has no HTTP
+//! http: any HTTP/1.1 service (http:// or https://) as knee's target (`docs/http.md`). knee-node has no HTTP
 //! server of its own: `load http` drives the service at `load.target`, and `serve http`
 //! runs an nginx for a point (`nginx.rs`), for the experiment and the tests.
 //!
@@ -6,7 +6,10 @@
 //! - `requests.rs`: the table, built into wire bytes once;
 //! - `response.rs`: reading a response (framing on `httparse`), every failure a reason;
 //! - `timing.rs`: the Server-Timing header, the server time and its detail;
-//! - `conn.rs`: one keep-alive connection; `engine.rs`: the open and closed loops;
+//! - `transport.rs`: a non-blocking socket's byte stream, plain or TLS; `tls.rs`: rustls's
+//!   client config (the system's roots, a CA file, or any certificate);
+//! - `conn.rs`: one connection (connect, handshake, write, response); `pool.rs`: all of
+//!   them, made before the start; `engine.rs`: the open and closed loops over them;
 //! - `client.rs`: the role on the load harness.
 
 mod client;
@@ -14,9 +17,12 @@ mod config;
 mod conn;
 mod engine;
 mod nginx;
+mod pool;
 mod requests;
 pub mod response;
 pub mod timing;
+mod tls;
+mod transport;
 
 pub const SYSTEM: super::System = super::System {
     name: "http",

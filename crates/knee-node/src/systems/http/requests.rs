@@ -9,6 +9,16 @@ pub struct Request {
     pub bytes: Vec<u8>,
     /// A HEAD request: its response has no body whatever its headers say.
     pub head: bool,
+    /// It sends `Connection: close`: its connection ends with its response (RFC 9112 9.6).
+    pub close: bool,
+}
+
+/// A request of the table, by place: what a connection keeps while it writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pick {
+    /// Its entry: the sample's `op`.
+    pub op: u16,
+    line: u32,
 }
 
 /// The table: entries (an entry is a sample `op`), each with one request or a file's.
@@ -48,8 +58,13 @@ impl Table {
         })
     }
 
-    /// The next request: its entry (the sample's `op`) and its bytes.
-    pub fn pick(&mut self, rng: &mut Rng) -> (u16, &Request) {
+    /// The request at `p`.
+    pub fn get(&self, p: Pick) -> &Request {
+        &self.entries[p.op as usize][p.line as usize]
+    }
+
+    /// The next request: its entry (the sample's `op`) and its line.
+    pub fn pick(&mut self, rng: &mut Rng) -> Pick {
         let i = if self.entries.len() == 1 {
             0
         } else {
@@ -59,10 +74,12 @@ impl Table {
                 .partition_point(|&c| c <= x)
                 .min(self.entries.len() - 1)
         };
-        let lines = &self.entries[i];
-        let line = self.cursors[i] % lines.len();
+        let line = self.cursors[i] % self.entries[i].len();
         self.cursors[i] = line + 1;
-        (i as u16, &lines[line])
+        Pick {
+            op: i as u16,
+            line: line as u32,
+        }
     }
 }
 
@@ -147,7 +164,7 @@ fn request(
         ));
     }
     let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
-    let mut own_host = false;
+    let (mut own_host, mut close) = (false, false);
     for (name, value) in headers {
         if !is_token(name) {
             return Err(format!("header name {name:?} is not an HTTP token"));
@@ -159,6 +176,8 @@ fn request(
             return Err(format!("header {name} is set by knee from the body"));
         }
         own_host |= name.eq_ignore_ascii_case("host");
+        close |= name.eq_ignore_ascii_case("connection")
+            && value.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"));
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
     if !own_host {
@@ -173,6 +192,7 @@ fn request(
     Ok(Request {
         bytes: out,
         head: method == "HEAD",
+        close,
     })
 }
 
@@ -194,7 +214,8 @@ mod tests {
         let mut rng = Rng::new(1);
         let mut seen = [0; 2];
         for _ in 0..1000 {
-            let (op, r) = t.pick(&mut rng);
+            let p = t.pick(&mut rng);
+            let (op, r) = (p.op, t.get(p));
             let text = String::from_utf8(r.bytes.clone()).unwrap();
             if op == 0 {
                 assert_eq!(
@@ -207,6 +228,18 @@ mod tests {
             seen[op as usize] += 1;
         }
         assert!(seen[0] > 400 && seen[1] > 400, "{seen:?}");
+    }
+
+    #[test]
+    fn a_request_that_sends_connection_close_ends_its_connection() {
+        let d = driver(serde_json::json!([
+            {"path": "/a", "headers": [["Connection", "keep-alive, Close"]]},
+            {"path": "/b", "headers": [["Connection", "keep-alive"]]},
+            {"path": "/c"}
+        ]));
+        let t = Table::build(&d, "h").unwrap();
+        let close: Vec<bool> = (0..3).map(|op| t.get(Pick { op, line: 0 }).close).collect();
+        assert_eq!(close, [true, false, false]);
     }
 
     #[test]
@@ -223,7 +256,8 @@ mod tests {
         let mut rng = Rng::new(2);
         let (mut file_lines, mut heads) = (0, 0);
         for _ in 0..4000 {
-            let (op, r) = t.pick(&mut rng);
+            let p = t.pick(&mut rng);
+            let (op, r) = (p.op, t.get(p));
             file_lines += (op == 0) as u32;
             heads += r.head as u32;
         }

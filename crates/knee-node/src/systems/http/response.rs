@@ -1,4 +1,4 @@
-//! Reads one HTTP/1.1 response at a time off a keep-alive connection, as its bytes arrive,
+//! Reads one HTTP/1.x response at a time off a connection, as its bytes arrive,
 //! with `httparse` doing the parsing (status line, headers, chunk-size lines). This module
 //! only frames the body: Content-Length, chunked (trailers skipped), until the connection
 //! closes; no body after HEAD, 204 and 304; interim 1xx responses skipped. The body is
@@ -29,17 +29,27 @@ pub enum Reason {
     ExtraBytes = 7,
     /// No whole response before the request's timeout.
     Timeout = 8,
-    /// The connection could not be made.
+    /// The connection could not be made: refused, reset or unreachable.
     Connect = 9,
     /// The request could not be written.
     Send = 10,
     /// A `101 Switching Protocols` (or another 1xx that is not interim) the target may not send.
     Upgrade = 11,
+    /// The connection was not made within the connect timeout (e.g. a full accept queue
+    /// drops the SYN, and the kernel retries it after 1 s, then 3 s).
+    ConnectTimeout = 12,
+    /// The TLS handshake failed (an untrusted certificate, a protocol error, a close).
+    Tls = 13,
+    /// Due while `load.max_outstanding` requests already waited or were in flight.
+    MaxOutstanding = 14,
+    /// Still waiting for a connection, connecting or in flight when the run ended: its
+    /// duration (or a stop request) and then the 1 s grace had passed.
+    Stopped = 15,
 }
 
 impl Reason {
     /// Every reason by name, for `knee-node describe` (0 is "none").
-    pub const ALL: [(&'static str, Reason); 11] = [
+    pub const ALL: [(&'static str, Reason); 15] = [
         ("malformed", Reason::Malformed),
         ("header_too_large", Reason::HeaderTooLarge),
         ("body_too_large", Reason::BodyTooLarge),
@@ -51,7 +61,25 @@ impl Reason {
         ("connect", Reason::Connect),
         ("send", Reason::Send),
         ("upgrade", Reason::Upgrade),
+        ("connect_timeout", Reason::ConnectTimeout),
+        ("tls", Reason::Tls),
+        ("max_outstanding", Reason::MaxOutstanding),
+        ("stopped", Reason::Stopped),
     ];
+}
+
+impl Reason {
+    /// A failed connect's error in words, with what to do about an untrusted certificate.
+    pub fn words(self, e: &str) -> String {
+        match self {
+            Reason::Tls if e.contains("certificate") => format!(
+                "TLS: {e} (a self-signed certificate? --insecure / driver.tls_insecure accepts \
+                 it; --cacert / driver.tls_ca_file trusts the CA that signed it)"
+            ),
+            Reason::Tls => format!("TLS: {e}"),
+            _ => e.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

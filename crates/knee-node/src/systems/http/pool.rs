@@ -1,0 +1,106 @@
+//! The node's connections to the target, made before the start: every connect at once, so
+//! the first requests do not pay for them, each waiting at most the connect timeout.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use super::config::HttpConfig;
+use super::conn::Conn;
+use super::tls::Tls;
+use crate::load::config::ScheduleConfig;
+use crate::{clock, stdio};
+
+/// Connects (TCP and TLS together) wait at most this, or the request timeout if shorter.
+/// Long enough for the kernel's SYN retries at 1 s and 3 s to get through a full accept
+/// queue; a connect still not made then is its request's `connect_timeout`.
+const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Longest single wait while the connects go on.
+const WAIT_NS: u64 = 20_000_000;
+
+pub struct Pool {
+    pub conns: Vec<Conn>,
+    pub pollfds: Vec<libc::pollfd>,
+    pub addr: SocketAddr,
+    pub tls: Option<Tls>,
+    pub connect_timeout_ns: u64,
+}
+
+impl Pool {
+    /// Resolves the target, sets up TLS for https, and makes every connection (one per
+    /// closed-loop client, else `load.connections`). A target that refuses them, or whose
+    /// certificate is not trusted, is an error: nothing listens there, or nothing could be
+    /// measured. Connects that are merely slow are not: the run starts, and a connection not
+    /// made yet is made again when a request needs it.
+    pub fn open(cfg: &HttpConfig) -> Result<Pool, String> {
+        let load = &cfg.load;
+        let addr = cfg
+            .target
+            .authority
+            .to_socket_addrs()
+            .map_err(|e| format!("target {}: {e}", load.target))?
+            .next()
+            .ok_or_else(|| format!("target {}: no address", load.target))?;
+        let tls = match cfg.target.tls {
+            true => Some(Tls::new(&cfg.driver, &cfg.target.host)?),
+            false => None,
+        };
+        let count = match &load.schedule {
+            ScheduleConfig::Closed { clients, .. } => *clients,
+            _ => load.connections,
+        };
+        let limits = cfg.driver.limits();
+        let mut pool = Pool {
+            conns: (0..count).map(|i| Conn::new(i as u32, limits)).collect(),
+            pollfds: vec![
+                libc::pollfd {
+                    fd: -1,
+                    events: 0,
+                    revents: 0,
+                };
+                count
+            ],
+            addr,
+            tls,
+            connect_timeout_ns: ((load.timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS),
+        };
+        pool.connect_all()?;
+        Ok(pool)
+    }
+
+    fn connect_all(&mut self) -> Result<(), String> {
+        let (addr, tls) = (self.addr, self.tls.as_ref());
+        let start = clock::now_ns();
+        for c in &mut self.conns {
+            c.open(&addr, tls, start, self.connect_timeout_ns)
+                .map_err(|(reason, e)| format!("connection {} to {addr}: {}", c.index, reason.words(&e)))?;
+        }
+        loop {
+            let now = clock::now_ns();
+            for c in self.conns.iter_mut().filter(|c| c.is_opening()) {
+                if let Err((reason, e)) = c.progress(tls, now) {
+                    return Err(format!("connection {} to {addr}: {}", c.index, reason.words(&e)));
+                }
+                if c.is_opening() && now >= c.connect_deadline_ns {
+                    c.close();
+                }
+            }
+            if !self.conns.iter().any(Conn::is_opening) {
+                break;
+            }
+            for (c, p) in self.conns.iter().zip(&mut self.pollfds) {
+                (p.fd, p.events) = c.interest();
+            }
+            crate::poll::ppoll_ns(&mut self.pollfds, WAIT_NS);
+        }
+        let made = self.conns.iter().filter(|c| c.is_open()).count();
+        if made < self.conns.len() {
+            stdio::log(&format!(
+                "{} of {} connections to {addr} not made within {} ms (a full accept queue?); \
+                 the run starts, and each is made again when a request needs it",
+                self.conns.len() - made,
+                self.conns.len(),
+                self.connect_timeout_ns / 1_000_000
+            ));
+        }
+        Ok(())
+    }
+}
