@@ -49,8 +49,42 @@ pub enum Read {
     Done(Job, Result<Response, Reason>),
 }
 
-/// Why a connect failed: the reason its request records, and the words for the log.
-pub type Failed = (Reason, String);
+/// Why a connect (or TLS handshake) failed.
+#[derive(Debug)]
+pub struct Failed {
+    /// What its request records: connect, tls (connect_timeout is the engine's).
+    pub reason: Reason,
+    pub error: String,
+    /// The target said no: the connect was refused (nothing listens there) or TLS was
+    /// (an untrusted certificate, not TLS at all). A reset or a close is not a refusal.
+    pub refused: bool,
+}
+
+impl Failed {
+    fn of(reason: Reason, e: &io::Error) -> Failed {
+        Failed {
+            reason,
+            error: e.to_string(),
+            refused: matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::InvalidData
+            ),
+        }
+    }
+
+    /// In words, with what to do about an untrusted certificate.
+    pub fn words(&self) -> String {
+        let e = &self.error;
+        match self.reason {
+            Reason::Tls if e.contains("certificate") => format!(
+                "TLS: {e} (a self-signed certificate? --insecure / driver.tls_insecure accepts \
+                 it; --cacert / driver.tls_ca_file trusts the CA that signed it)"
+            ),
+            Reason::Tls => format!("TLS: {e}"),
+            _ => e.clone(),
+        }
+    }
+}
 
 enum Phase {
     Closed,
@@ -130,7 +164,7 @@ impl Conn {
     ) -> Result<(), Failed> {
         self.connect_started_ns = now;
         self.connect_deadline_ns = now.saturating_add(timeout_ns);
-        let (stream, made) = transport::connect(addr).map_err(|e| (Reason::Connect, e.to_string()))?;
+        let (stream, made) = transport::connect(addr).map_err(|e| Failed::of(Reason::Connect, &e))?;
         self.phase = Phase::Connecting(stream);
         if made {
             self.progress(tls, now)?;
@@ -156,7 +190,10 @@ impl Conn {
     fn step(&mut self, tls: Option<&Tls>) -> Result<bool, Failed> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Closed) {
-                Phase::Closed => return Err((Reason::Connect, "not connecting".into())),
+                Phase::Closed => {
+                    let e = io::Error::new(io::ErrorKind::NotConnected, "not connecting");
+                    return Err(Failed::of(Reason::Connect, &e));
+                }
                 Phase::Open(t) => {
                     self.phase = Phase::Open(t);
                     return Ok(true);
@@ -167,7 +204,11 @@ impl Conn {
                             None => Transport::Plain(stream),
                             Some(tls) => Transport::Tls {
                                 tcp: stream,
-                                tls: Box::new(tls.session().map_err(|e| (Reason::Tls, e))?),
+                                tls: Box::new(tls.session().map_err(|e| Failed {
+                                    reason: Reason::Tls,
+                                    error: e,
+                                    refused: true,
+                                })?),
                             },
                         });
                     }
@@ -176,7 +217,7 @@ impl Conn {
                         self.phase = Phase::Connecting(stream);
                         return Ok(false);
                     }
-                    Err(e) => return Err((Reason::Connect, e.to_string())),
+                    Err(e) => return Err(Failed::of(Reason::Connect, &e)),
                 },
                 Phase::Handshaking(mut t) => match t.handshake() {
                     Ok(true) => {
@@ -187,7 +228,7 @@ impl Conn {
                         self.phase = Phase::Handshaking(t);
                         return Ok(false);
                     }
-                    Err(e) => return Err((Reason::Tls, e.to_string())),
+                    Err(e) => return Err(Failed::of(Reason::Tls, &e)),
                 },
             }
         }

@@ -350,9 +350,10 @@ impl<'a> Engine<'a> {
 
     /// A connect (or TLS handshake) failed or timed out: the request on it, if any, is a
     /// drop with its reason; the connection is closed and free.
-    fn connect_failed(&mut self, slot: usize, (reason, e): Failed, now: u64) {
+    fn connect_failed(&mut self, slot: usize, failed: Failed, now: u64) {
         self.tally.connect_failures += 1;
-        self.log(&format!("connection {slot}: {}", reason.words(&e)));
+        self.log(&format!("connection {slot}: {}", failed.words()));
+        let reason = failed.reason;
         let conn = &mut self.conns[slot];
         conn.close();
         if let Some(mut job) = conn.job.take() {
@@ -455,8 +456,12 @@ impl<'a> Engine<'a> {
             if conn.is_opening() && now >= conn.connect_deadline_ns {
                 let ms = self.connect_timeout_ns / 1_000_000;
                 if conn.job.is_some() {
-                    let why = format!("not made within {ms} ms");
-                    self.connect_failed(slot, (Reason::ConnectTimeout, why), now);
+                    let failed = Failed {
+                        reason: Reason::ConnectTimeout,
+                        error: format!("connect: not made within {ms} ms"),
+                        refused: false,
+                    };
+                    self.connect_failed(slot, failed, now);
                 } else {
                     conn.close();
                 }

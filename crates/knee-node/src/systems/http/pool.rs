@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::config::HttpConfig;
-use super::conn::Conn;
+use super::conn::{Conn, Failed};
 use super::tls::Tls;
 use crate::load::config::ScheduleConfig;
 use crate::{clock, stdio};
@@ -69,15 +69,20 @@ impl Pool {
     fn connect_all(&mut self) -> Result<(), String> {
         let (addr, tls) = (self.addr, self.tls.as_ref());
         let start = clock::now_ns();
+        let refused = |index: u32, f: Failed| match f.refused {
+            true => Err(format!("connection {index} to {addr}: {}", f.words())),
+            false => Ok(()), // a reset or a close: the run goes on, and tries again
+        };
         for c in &mut self.conns {
-            c.open(&addr, tls, start, self.connect_timeout_ns)
-                .map_err(|(reason, e)| format!("connection {} to {addr}: {}", c.index, reason.words(&e)))?;
+            if let Err(f) = c.open(&addr, tls, start, self.connect_timeout_ns) {
+                refused(c.index, f)?;
+            }
         }
         loop {
             let now = clock::now_ns();
             for c in self.conns.iter_mut().filter(|c| c.is_opening()) {
-                if let Err((reason, e)) = c.progress(tls, now) {
-                    return Err(format!("connection {} to {addr}: {}", c.index, reason.words(&e)));
+                if let Err(f) = c.progress(tls, now) {
+                    refused(c.index, f)?;
                 }
                 if c.is_opening() && now >= c.connect_deadline_ns {
                     c.close();
@@ -94,8 +99,9 @@ impl Pool {
         let made = self.conns.iter().filter(|c| c.is_open()).count();
         if made < self.conns.len() {
             stdio::log(&format!(
-                "{} of {} connections to {addr} not made within {} ms (a full accept queue?); \
-                 the run starts, and each is made again when a request needs it",
+                "{} of {} connections to {addr} not made before the start (reset, closed, or not \
+                 within {} ms: a full accept queue?); the run starts, and each is made again \
+                 when a request needs it",
                 self.conns.len() - made,
                 self.conns.len(),
                 self.connect_timeout_ns / 1_000_000

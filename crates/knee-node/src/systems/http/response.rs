@@ -68,20 +68,6 @@ impl Reason {
     ];
 }
 
-impl Reason {
-    /// A failed connect's error in words, with what to do about an untrusted certificate.
-    pub fn words(self, e: &str) -> String {
-        match self {
-            Reason::Tls if e.contains("certificate") => format!(
-                "TLS: {e} (a self-signed certificate? --insecure / driver.tls_insecure accepts \
-                 it; --cacert / driver.tls_ca_file trusts the CA that signed it)"
-            ),
-            Reason::Tls => format!("TLS: {e}"),
-            _ => e.to_string(),
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_header_bytes: usize,
