@@ -140,10 +140,12 @@ class AcceptsNeverAnswers(_Accepting):
 
 
 class NeverAccepts(_Base):
-    """Listens with a backlog of 1 and never calls accept: the kernel completes the first
-    connections' handshakes and keeps them in the accept queue (two with backlog 1 on Linux;
-    what they are sent is never read), then drops every later SYN, so those connects hang
-    until the client's connect timeout."""
+    """Listens with a backlog of 1 and never calls accept. The kernel completes the handshakes
+    that fit in the accept queue (two with backlog 1 on Linux), and, seen from the client,
+    those whose SYN came while there was room (the server then drops their last ACK and keeps
+    them half-open): all are connections whose requests are never read. Once the queue is
+    full, every later SYN is dropped, so those connects hang until the client's connect
+    timeout."""
 
     def __init__(self) -> None:
         super().__init__(backlog=1)
@@ -231,10 +233,11 @@ class ClosesAfterReading(_Accepting):
 
 class AcceptsOnly(_Accepting):
     """Accepts its first `count` connections and answers every request on them at once
-    (`RESPONSE`, keep-alive), then never calls accept again. The listen backlog is 1: the next
-    connections' handshakes complete into the accept queue and are never accepted (what they
-    are sent is never answered), and the kernel drops every SYN after, so those connects hang.
-    One target that is healthy on some connections and stalls the connects of the others."""
+    (`RESPONSE`, keep-alive), then never calls accept again. The listen backlog is 1: as with
+    `NeverAccepts`, the next connections are made (seen from the client) but never accepted,
+    so what they are sent is never answered, and once the queue is full every SYN is dropped,
+    so the connects after hang. One target that is healthy on some connections and stalls
+    the others."""
 
     def __init__(self, count: int) -> None:
         self.count = count
