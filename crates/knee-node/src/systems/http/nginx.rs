@@ -8,6 +8,11 @@
 //! Every response carries `Server-Timing: app;dur=MS`, MS being nginx's `$request_time`
 //! (seconds, ms resolution) as whole ms when the header is written: the split is there, at
 //! a resolution of 1 ms.
+//!
+//! Two options make it another kind of server for the conformance tests: `keepalive = false`
+//! (`keepalive_timeout 0`: every response says `Connection: close` and nginx closes), and
+//! `tls` (PEM certificate and key: nginx listens with `ssl`, TLSv1.2 and TLSv1.3; Debian's
+//! nginx-light has the ssl module). Readiness is still a TCP accept, which TLS answers too.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -38,6 +43,17 @@ fn default_workers() -> u32 {
 fn default_binary() -> String {
     "nginx".into()
 }
+fn default_keepalive() -> bool {
+    true
+}
+
+/// A certificate and its private key, PEM files (relative paths: to knee-node's folder).
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: String,
+    pub key: String,
+}
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +67,13 @@ pub struct NginxConfig {
     pub cpu: Option<u32>,
     #[serde(default = "default_binary")]
     pub binary: String,
+    /// Keep connections open between requests (false: close after every response, each
+    /// carrying `Connection: close`).
+    #[serde(default = "default_keepalive")]
+    pub keepalive: bool,
+    /// Listen with TLS (TLSv1.2 and TLSv1.3) with these files (None: plain HTTP).
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -69,9 +92,12 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
         return Err("http has no server of its own: give server.nginx, or point load.target at yours".into());
     }
     let cfg: ServerConfig = super::super::parse(&opts.server, "server")?;
-    let n = cfg.nginx;
+    let mut n = cfg.nginx;
     if !(1..=MAX_WORKERS).contains(&n.workers) {
         return Err(format!("server.nginx.workers must be 1..={MAX_WORKERS}"));
+    }
+    if let Some(tls) = &mut n.tls {
+        resolve(tls)?;
     }
     let dir = std::path::Path::new(&n.dir);
     std::fs::create_dir_all(dir.join("tmp")).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -110,9 +136,46 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
     Err(format!("nginx did not start: {last_err}"))
 }
 
+/// The TLS files as absolute paths that can be read. nginx would take a relative path from
+/// its own prefix, and a `$` in a path for a variable; a missing file is named before nginx
+/// starts.
+fn resolve(tls: &mut TlsFiles) -> Result<(), String> {
+    for (what, path) in [("cert", &mut tls.cert), ("key", &mut tls.key)] {
+        let err = |e: &dyn std::fmt::Display| format!("server.nginx.tls.{what}: {path}: {e}");
+        if path.contains('$') {
+            return Err(err(&"nginx would read `$` as a variable"));
+        }
+        let full = std::path::absolute(&*path).map_err(|e| err(&e))?;
+        std::fs::File::open(&full).map_err(|e| err(&e))?;
+        *path = full.to_string_lossy().into_owned();
+    }
+    Ok(())
+}
+
+/// A string in nginx's config syntax: double-quoted, `"` and `\` escaped.
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
 /// The config: no files, answers from the config, Server-Timing on every response.
 fn config(n: &NginxConfig, port: u16) -> String {
     let dir = &n.dir;
+    let keepalive = if n.keepalive {
+        "keepalive_requests 1000000;\n    keepalive_timeout 75s;"
+    } else {
+        "# No keep-alive: every response carries Connection: close.\n    keepalive_timeout 0;"
+    };
+    let (ssl, tls) = n.tls.as_ref().map_or((String::new(), String::new()), |t| {
+        (
+            " ssl".into(),
+            format!(
+                "\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
+                 ssl_protocols TLSv1.2 TLSv1.3;",
+                quoted(&t.cert),
+                quoted(&t.key)
+            ),
+        )
+    });
     let affinity = n.cpu.map_or(String::new(), |cpu| {
         // One bit mask, the same CPU for every worker.
         let mask = format!("1{}", "0".repeat(cpu as usize));
@@ -135,15 +198,14 @@ http {{
     fastcgi_temp_path {dir}/tmp/fastcgi;
     uwsgi_temp_path {dir}/tmp/uwsgi;
     scgi_temp_path {dir}/tmp/scgi;
-    keepalive_requests 1000000;
-    keepalive_timeout 75s;
+    {keepalive}
     # $request_time is seconds with ms resolution ("0.003"): whole ms for Server-Timing.
     map $request_time $knee_request_ms {{
         "~^0\.0{{0,2}}(?<ms>\d+)$" $ms;
         "~^(?<s>\d+)\.(?<ms>\d+)$" $s$ms;
     }}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{ssl};{tls}
         add_header Server-Timing "app;dur=$knee_request_ms" always;
         location = /status/201 {{ return 201 "created\n"; }}
         location = /status/204 {{ return 204; }}
@@ -251,6 +313,105 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap()
+    }
+
+    fn parsed(json: serde_json::Value) -> Result<NginxConfig, String> {
+        serde_json::from_value(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn keepalive_is_on_and_tls_off_by_default() {
+        let n = parsed(serde_json::json!({"dir": "/x"})).unwrap();
+        assert!(n.keepalive && n.tls.is_none());
+        let conf = config(&n, 8080);
+        assert!(conf.contains("keepalive_requests 1000000;\n    keepalive_timeout 75s;"));
+        assert!(conf.contains("listen 127.0.0.1:8080;\n"), "{conf}");
+        assert!(!conf.contains("ssl"), "{conf}");
+    }
+
+    #[test]
+    fn without_keepalive_nginx_closes_after_every_response() {
+        let n = parsed(serde_json::json!({"dir": "/x", "keepalive": false})).unwrap();
+        let conf = config(&n, 8080);
+        assert!(conf.contains("\n    keepalive_timeout 0;\n"), "{conf}");
+        assert!(!conf.contains("keepalive_timeout 75s") && !conf.contains("keepalive_requests"));
+    }
+
+    #[test]
+    fn tls_listens_with_ssl_and_the_files() {
+        let tls = serde_json::json!({"cert": "/c/cert.pem", "key": "/c/my \"key\".pem"});
+        let n = parsed(serde_json::json!({"dir": "/x", "tls": tls})).unwrap();
+        let conf = config(&n, 8443);
+        let server = "listen 127.0.0.1:8443 ssl;\n        ssl_certificate \"/c/cert.pem\";\n        \
+                      ssl_certificate_key \"/c/my \\\"key\\\".pem\";\n        \
+                      ssl_protocols TLSv1.2 TLSv1.3;\n        add_header";
+        assert!(conf.contains(server), "{conf}");
+        assert!(conf.contains("keepalive_timeout 75s;"), "keep-alive stays on");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_in_tls_too() {
+        let err = parsed(serde_json::json!({"dir": "/x", "keepalive": true, "tsl": {}})).unwrap_err();
+        assert!(err.contains("unknown field `tsl`"), "{err}");
+        let tls = serde_json::json!({"cert": "c", "key": "k", "ca": "a"});
+        let err = parsed(serde_json::json!({"dir": "/x", "tls": tls})).unwrap_err();
+        assert!(err.contains("unknown field `ca`"), "{err}");
+        let err = parsed(serde_json::json!({"dir": "/x", "tls": {"cert": "c"}})).unwrap_err();
+        assert!(err.contains("missing field `key`"), "{err}");
+    }
+
+    #[test]
+    fn tls_files_become_absolute_and_must_exist() {
+        let dir = std::env::temp_dir().join(format!("knee-nginx-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = dir.join("cert.pem");
+        std::fs::write(&cert, "x").unwrap();
+        let cert = cert.to_str().unwrap().to_string();
+        let mut ok = TlsFiles {
+            cert: cert.clone(),
+            key: cert.clone(),
+        };
+        resolve(&mut ok).unwrap();
+        assert_eq!(
+            ok,
+            TlsFiles {
+                cert: cert.clone(),
+                key: cert.clone()
+            }
+        );
+        let missing = dir.join("none.pem").to_str().unwrap().to_string();
+        let mut bad = TlsFiles {
+            cert: cert.clone(),
+            key: missing.clone(),
+        };
+        let err = resolve(&mut bad).unwrap_err();
+        assert!(
+            err.starts_with(&format!("server.nginx.tls.key: {missing}: ")),
+            "{err}"
+        );
+        let mut dollar = TlsFiles {
+            cert: "/a/$host.pem".into(),
+            key: cert,
+        };
+        assert!(resolve(&mut dollar).unwrap_err().contains("variable"));
+        // cargo test runs in the crate's folder.
+        let mut here = TlsFiles {
+            cert: "Cargo.toml".into(),
+            key: "Cargo.toml".into(),
+        };
+        resolve(&mut here).unwrap();
+        let want = std::env::current_dir().unwrap().join("Cargo.toml");
+        assert_eq!(here.cert, want.to_str().unwrap());
+        let mut relative = TlsFiles {
+            cert: "no-such-knee-cert.pem".into(),
+            key: "k".into(),
+        };
+        let err = resolve(&mut relative).unwrap_err();
+        assert!(
+            err.starts_with("server.nginx.tls.cert: no-such-knee-cert.pem: "),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

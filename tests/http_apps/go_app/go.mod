@@ -1,0 +1,3 @@
+module kneehttpapp
+
+go 1.19

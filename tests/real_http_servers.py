@@ -1,0 +1,323 @@
+"""Real HTTP servers, not written for knee's tests, each with a tiny app (tests/http_apps/),
+for the conformance matrix in tests/test_http_servers.py.
+
+`real_server(name, workdir, knee_node)` is a context manager: it starts the server on a free
+port of 127.0.0.1, waits until it accepts connections and answers its path with a 200
+(at most START_TIMEOUT_S, else it fails quoting the server's stderr), yields a
+`RealServer`, and stops it by its PID (SIGTERM, then SIGKILL to its own process group: a
+server's workers go with it). Nothing is downloaded: scripts/http-servers installs node and
+go, `.[test]` gunicorn and uvicorn, scripts/nginx nginx.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+APPS = Path(__file__).resolve().parent / "http_apps"
+#: Where the Go app is built (once per session; go's own cache makes later builds quick).
+GO_BUILD_DIR = REPO / "target" / "http-apps"
+
+#: Seconds a server gets to accept connections and answer its path.
+START_TIMEOUT_S = 20.0
+#: Seconds between SIGTERM and SIGKILL.
+STOP_GRACE_S = 5.0
+#: Starts on a fresh free port when a server exits before accepting (another process may
+#: take the port between finding it and the server binding it).
+PORT_TRIES = 3
+#: Bytes of a server's stderr quoted when it fails to start.
+TAIL_BYTES = 2000
+
+#: Every server of the matrix, in the order the tests list them.
+NAMES = (
+    "python-http.server",
+    "gunicorn-sync",
+    "uvicorn-h11",
+    "node-http",
+    "go-net-http",
+    "nginx-keepalive",
+    "nginx-close",
+    "nginx-tls",
+)
+
+
+class ServerStartError(RuntimeError):
+    """A server that did not start: what went wrong and the tail of its stderr."""
+
+
+@dataclass(frozen=True)
+class RealServer:
+    """A running server: `url` (scheme://127.0.0.1:PORT) and the path to request."""
+
+    name: str
+    url: str
+    path: str
+    pid: int
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("https://")
+
+
+@dataclass
+class Launch:
+    """How to start one server: on `port` (None: the server picks one and says so in a
+    `ready` line, as `knee-node serve` does)."""
+
+    argv: list[str]
+    path: str = "/"
+    scheme: str = "http"
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    own_port: bool = True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _python_http_server(port: int, workdir: Path, _knee_node: str) -> Launch:
+    """HTTP/1.0, a connection per request, listen backlog 5 (socketserver's default)."""
+    root = workdir / "www"
+    root.mkdir(exist_ok=True)
+    (root / "index.html").write_text("<!doctype html><title>knee</title><p>hello\n")
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    return Launch([*argv, "--directory", str(root)], path="/index.html")
+
+
+def _gunicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """Two sync workers: one request per connection, then the close."""
+    argv = [sys.executable, "-m", "gunicorn", "--workers", "2", "--worker-class", "sync"]
+    argv += ["--bind", f"127.0.0.1:{port}", "--graceful-timeout", "2", "--chdir", str(APPS)]
+    return Launch([*argv, "wsgi_app:app"])
+
+
+def _uvicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """h11, keep-alive (idle connections closed after 5 s: uvicorn's default)."""
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(APPS), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--http", "h11", "--no-access-log", "--lifespan", "off"]
+    return Launch([*argv, "asgi_app:app"])
+
+
+def _node(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    node = shutil.which("node")
+    if node is None:
+        raise ServerStartError("node is missing: scripts/http-servers install installs it")
+    return Launch([node, str(APPS / "node_app.js"), str(port)])
+
+
+def go_binary() -> str:
+    for found in (shutil.which("go"), "/usr/local/go/bin/go", "/usr/lib/go/bin/go"):
+        if found and os.access(found, os.X_OK):
+            return found
+    raise ServerStartError("go is missing: scripts/http-servers install installs it")
+
+
+@cache
+def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
+    """`go build` of tests/http_apps/go_app (standard library only) into `out_dir`, with
+    go's caches there too; downloads are off (GOPROXY=off, GOTOOLCHAIN=local). Once per
+    process."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    binary = out_dir / "go-app"
+    env = {
+        **os.environ,
+        "GOPATH": str(out_dir / "gopath"),
+        "GOCACHE": str(out_dir / "gocache"),
+        "GOFLAGS": "-mod=mod",
+        "GOPROXY": "off",
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "0",
+    }
+    proc = subprocess.run(
+        [go_binary(), "build", "-o", str(binary), "."],
+        cwd=APPS / "go_app",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ServerStartError(f"go build failed ({proc.returncode}):\n{proc.stderr[-TAIL_BYTES:]}")
+    return binary
+
+
+def _go(port: int, workdir: Path, _knee_node: str) -> Launch:
+    return Launch([str(build_go_app()), str(port)])
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A throwaway EC certificate for 127.0.0.1 (CN and IP SAN), valid one day: (cert, key)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    argv += ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1"]
+    argv += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise ServerStartError(f"openssl req failed:\n{proc.stderr[-TAIL_BYTES:]}")
+    return cert, key
+
+
+def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, str], Launch]:
+    """nginx as a point runs it (`knee-node serve http`, which picks the port)."""
+
+    def launch(_port: int, workdir: Path, knee_node: str) -> Launch:
+        nginx: dict[str, object] = {"dir": str(workdir / "nginx"), "keepalive": keepalive}
+        if tls:
+            cert, key = self_signed_cert(workdir / "tls")
+            nginx["tls"] = {"cert": str(cert), "key": str(key)}
+        config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
+        argv = [knee_node, "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
+        return Launch(argv, scheme="https" if tls else "http", own_port=False)
+
+    return launch
+
+
+LAUNCHERS: dict[str, Callable[[int, Path, str], Launch]] = {
+    "python-http.server": _python_http_server,
+    "gunicorn-sync": _gunicorn,
+    "uvicorn-h11": _uvicorn,
+    "node-http": _node,
+    "go-net-http": _go,
+    "nginx-keepalive": _nginx(),
+    "nginx-close": _nginx(keepalive=False),
+    "nginx-tls": _nginx(tls=True),
+}
+assert tuple(LAUNCHERS) == NAMES
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the server's PID; SIGKILL to its process group (its own, made at the
+    start: the server and any workers) if it is still there after `grace_s`, and to
+    stragglers once it is gone."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group's id is the server's PID
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=grace_s)
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_bytes()[-TAIL_BYTES:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _ready_addr(out: Path) -> str | None:
+    """The address in a `knee-node serve` ready line, once printed."""
+    for line in out.read_text(errors="replace").splitlines():
+        if line.startswith("{") and (event := json.loads(line)).get("event") == "ready":
+            return str(event["addr"])
+    return None
+
+
+def _answers(scheme: str, host: str, port: int, path: str) -> bool:
+    """One GET of `path` answered 200 (certificates not checked: they are throwaway)."""
+    try:
+        if scheme == "https":
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=2, context=context
+            )
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=2)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            response.read()
+            return response.status == 200
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+class _Exited(Exception):
+    """The server exited before it answered."""
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], launch: Launch, port: int, out: Path, deadline: float
+) -> str:
+    """host:port once the server answers its path; _Exited if it exits, ServerStartError
+    after the deadline."""
+    addr = None if not launch.own_port else f"127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise _Exited(f"exited with {proc.returncode}")
+        if addr is None:
+            addr = _ready_addr(out)
+        if addr is not None:
+            host, _, p = addr.rpartition(":")
+            if _answers(launch.scheme, host, int(p), launch.path):
+                return addr
+        if time.monotonic() >= deadline:
+            raise ServerStartError(f"not answering {launch.path} within {START_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+
+
+@contextmanager
+def real_server(name: str, workdir: Path, knee_node: str) -> Iterator[RealServer]:
+    """Starts server `name` (one of NAMES) with its files in `workdir`; stops it at the end."""
+    make = LAUNCHERS[name]
+    workdir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, PORT_TRIES + 1):
+        port = free_port()
+        launch = make(port, workdir, knee_node)
+        out, err = workdir / f"{name}.{attempt}.out", workdir / f"{name}.{attempt}.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:  # files: nothing to drain
+            proc = subprocess.Popen(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=launch.cwd,
+                env={**os.environ, **launch.env},
+                start_new_session=True,  # its own process group, for its workers
+            )
+        try:
+            addr = _wait_ready(proc, launch, port, out, time.monotonic() + START_TIMEOUT_S)
+        except _Exited as e:
+            stop(proc)
+            if attempt == PORT_TRIES or not launch.own_port:
+                raise ServerStartError(f"{name} {e}; stderr:\n{_tail(err)}") from None
+            continue
+        except BaseException as e:
+            stop(proc)
+            if isinstance(e, ServerStartError):
+                raise ServerStartError(f"{name}: {e}; stderr:\n{_tail(err)}") from None
+            raise
+        try:
+            yield RealServer(name, f"{launch.scheme}://{addr}", launch.path, proc.pid)
+        finally:
+            stop(proc)
+        return

@@ -1,0 +1,129 @@
+"""The http target against real servers (tests/real_http_servers.py): python3 -m http.server,
+gunicorn, uvicorn, Node, Go net/http and nginx (keep-alive, no keep-alive, TLS), each with a
+tiny app (tests/http_apps/). At a rate every one of them carries easily, with a constant
+schedule, every scheduled request must be answered 200 and the node must end on time; and
+`knee http` against python3 -m http.server must do the same (HTTP/1.0, a connection per
+request, a listen backlog of 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from real_http_servers import NAMES, RealServer, real_server
+from report_helpers import only_dir, run_knee
+
+import knee
+
+OK = 0
+#: A rate every server here carries easily, over 8 connections, for 2 s.
+RATE_PER_S = 100.0
+DURATION_S = 2.0
+CONNECTIONS = 8
+#: After the last send, replies in flight get the node's 1 s stop grace; 1 s more of margin.
+ELAPSED_BOUND_S = DURATION_S + 1.0 + 1.0
+
+
+def constant_count(rate_per_s: float, duration_s: float) -> int:
+    """Requests a constant schedule sends within `duration_s`, as knee-node places them
+    (crates/knee-node/src/load/schedule.rs and harness.rs): request i is intended at
+    offset trunc(i * (1e9 / rate)) ns and is sent if that is before trunc(duration * 1e9) ns.
+    The same f64 arithmetic as Rust's, so the count is exact."""
+    gap_ns = 1e9 / rate_per_s
+    end_ns = int(duration_s * 1e9)
+    n = 0
+    while int(n * gap_ns) < end_ns:
+        n += 1
+    return n
+
+
+def test_the_constant_count_follows_the_schedule() -> None:
+    assert constant_count(100, 2.0) == 200  # 0, 10 ms, ..., 1.99 s
+    assert constant_count(3, 1.0) == 3  # 0, 333333333, 666666666 ns
+    assert constant_count(1000, 0.0015) == 2  # 0, 1 ms (2 ms is past 1.5 ms)
+    assert constant_count(1, 1.0) == 1  # the one at 1 s is at the end: not sent
+
+
+@pytest.fixture(params=NAMES)
+def server(request: pytest.FixtureRequest, tmp_path: Path, knee_node: str) -> Iterator[RealServer]:
+    with real_server(request.param, tmp_path / "server", knee_node) as running:
+        yield running
+
+
+def _driver(server: RealServer, **extra: Any) -> dict[str, Any]:
+    driver: dict[str, Any] = {"requests": [{"method": "GET", "path": server.path}]}
+    if server.tls:
+        driver["tls_insecure"] = True  # the throwaway certificate is self-signed
+    return driver | extra
+
+
+def _counts(values: np.ndarray) -> dict[int, int]:
+    keys, counts = np.unique(values, return_counts=True)
+    return {int(k): int(n) for k, n in zip(keys, counts, strict=True)}
+
+
+def test_every_scheduled_request_is_answered(run_load: Any, server: RealServer) -> None:
+    run = run_load(
+        "http",
+        server.url,
+        {"kind": "constant", "rate_per_s": RATE_PER_S},
+        duration_s=DURATION_S,
+        connections=CONNECTIONS,
+        driver=_driver(server),
+    )
+    r = run.records
+    want = constant_count(RATE_PER_S, DURATION_S)
+    counts = {k: _counts(r[k]) for k in ("status", "flags", "arg")}
+    seen = f"status/HTTP code/reason counts {counts}; done {run.done}"
+    assert len(r) == want, seen
+    assert run.done["completed"] == want, seen
+    assert set(r["status"]) == {OK} and set(r["flags"]) == {200}, seen
+    assert run.done["elapsed_s"] <= ELAPSED_BOUND_S, seen
+
+
+def test_a_self_signed_certificate_fails_without_tls_insecure(
+    run_load: Any, tmp_path: Path, knee_node: str
+) -> None:
+    with real_server("nginx-tls", tmp_path / "server", knee_node) as server:
+        assert server.tls
+        run = run_load(
+            "http",
+            server.url,
+            {"kind": "constant", "rate_per_s": RATE_PER_S},
+            check=False,
+            duration_s=DURATION_S,
+            connections=CONNECTIONS,
+            driver={"requests": [{"method": "GET", "path": server.path}]},
+        )
+    assert run.returncode != 0, run.done
+    assert "certificate" in run.stderr.lower(), run.stderr[-2000:]
+
+
+def test_knee_http_against_python_http_server(tmp_path: Path, knee_node: str) -> None:
+    """The regression: HTTP/1.0, a connection per request and a backlog of 5 used to make
+    most requests take 1,024 ms (a SYN retried) and the node never end."""
+    with real_server("python-http.server", tmp_path / "server", knee_node) as server:
+        out = run_knee(
+            "http",
+            f"{server.url}{server.path}",
+            "--rate",
+            "200",
+            "--duration",
+            "3s",
+            "--no-report",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "runs"),
+            timeout_s=120,
+        )
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = knee.open_run(only_dir(tmp_path / "runs"))
+    samples = run.samples
+    # Poisson at 200/s for 3 s: about 600 (a shortfall below 400 is beyond chance).
+    assert len(samples) > 400, len(samples)
+    statuses = samples["status"].astype(str).value_counts().to_dict()
+    codes = samples["flags"].value_counts().to_dict()
+    assert set(statuses) == {"ok"} and set(codes) == {200}, (statuses, codes)
