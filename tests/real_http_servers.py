@@ -52,6 +52,7 @@ NAMES = (
     "nginx-keepalive",
     "nginx-close",
     "nginx-tls",
+    "nginx-tls-close",
 )
 
 
@@ -67,6 +68,8 @@ class RealServer:
     url: str
     path: str
     pid: int
+    #: https: the throwaway CA that signed the server's certificate (PEM).
+    ca_file: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -84,6 +87,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     own_port: bool = True
+    ca_file: str | None = None
 
 
 def free_port() -> int:
@@ -163,17 +167,33 @@ def _go(port: int, workdir: Path, _knee_node: str) -> Launch:
     return Launch([str(build_go_app()), str(port)])
 
 
-def self_signed_cert(folder: Path) -> tuple[Path, Path]:
-    """A throwaway EC certificate for 127.0.0.1 (CN and IP SAN), valid one day: (cert, key)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    argv += ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1"]
-    argv += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+def _openssl(*argv: str) -> None:
+    proc = subprocess.run(
+        ["openssl", *argv], capture_output=True, text=True, timeout=60, check=False
+    )
     if proc.returncode != 0:
-        raise ServerStartError(f"openssl req failed:\n{proc.stderr[-TAIL_BYTES:]}")
-    return cert, key
+        raise ServerStartError(f"openssl {argv[0]} failed:\n{proc.stderr[-TAIL_BYTES:]}")
+
+
+def throwaway_certs(folder: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate it signs for 127.0.0.1 (CN and IP SAN), EC
+    P-256, valid one day: (ca, cert, key). No one trusts the CA but a test that says so."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = folder / "ca.pem", folder / "ca.key"
+    cert, key, csr = folder / "cert.pem", folder / "key.pem", folder / "cert.csr"
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl(
+        "req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", "1",
+        "-subj", "/CN=knee throwaway CA",
+    )  # fmt: skip
+    _openssl("req", "-new", *ec, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    ext = folder / "leaf.ext"
+    ext.write_text("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n")
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext),
+    )  # fmt: skip
+    return ca, cert, key
 
 
 def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, str], Launch]:
@@ -181,12 +201,14 @@ def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, st
 
     def launch(_port: int, workdir: Path, knee_node: str) -> Launch:
         nginx: dict[str, object] = {"dir": str(workdir / "nginx"), "keepalive": keepalive}
+        ca = None
         if tls:
-            cert, key = self_signed_cert(workdir / "tls")
+            ca, cert, key = throwaway_certs(workdir / "tls")
             nginx["tls"] = {"cert": str(cert), "key": str(key)}
         config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
         argv = [knee_node, "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
-        return Launch(argv, scheme="https" if tls else "http", own_port=False)
+        scheme = "https" if tls else "http"
+        return Launch(argv, scheme=scheme, own_port=False, ca_file=ca and str(ca))
 
     return launch
 
@@ -200,6 +222,7 @@ LAUNCHERS: dict[str, Callable[[int, Path, str], Launch]] = {
     "nginx-keepalive": _nginx(),
     "nginx-close": _nginx(keepalive=False),
     "nginx-tls": _nginx(tls=True),
+    "nginx-tls-close": _nginx(keepalive=False, tls=True),
 }
 assert tuple(LAUNCHERS) == NAMES
 
@@ -317,7 +340,8 @@ def real_server(name: str, workdir: Path, knee_node: str) -> Iterator[RealServer
                 raise ServerStartError(f"{name}: {e}; stderr:\n{_tail(err)}") from None
             raise
         try:
-            yield RealServer(name, f"{launch.scheme}://{addr}", launch.path, proc.pid)
+            url = f"{launch.scheme}://{addr}"
+            yield RealServer(name, url, launch.path, proc.pid, launch.ca_file)
         finally:
             stop(proc)
         return

@@ -243,13 +243,15 @@ def test_knee_http_writes_a_run_and_a_report_that_draws(
     assert [p["target_rate_per_s"] for p in summary["points"]] == [100, 300]
     html = run_dir / "report.html"
     text = html.read_text()
-    assert "HTTP: statuses, failures and the Server-Timing split" in text
+    assert "HTTP: statuses, failures, connects and the Server-Timing split" in text
     assert "Split unavailable." in text
     dom = check_in_browser(html, tmp_path)
     assert "200: " in dom
     check_pngs(html)
-    bad = run_knee("http", "https://example.invalid", "--rate", "10")
-    assert bad.returncode == 2 and "https is not supported" in bad.stderr
+    bad = run_knee("http", "ftp://example.invalid", "--rate", "10")
+    assert bad.returncode == 2 and "expected http://HOST:PORT or https://" in bad.stderr
+    insecure = run_knee("http", "http://127.0.0.1:9/", "--rate", "10", "--insecure")
+    assert insecure.returncode == 2 and "for https:// URLs" in insecure.stderr
 
 
 def test_the_failure_reasons_agree_with_knee_node(knee_node: str) -> None:

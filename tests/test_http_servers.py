@@ -17,6 +17,7 @@ from real_http_servers import NAMES, RealServer, real_server
 from report_helpers import only_dir, run_knee
 
 import knee
+from knee.analysis import http as http_analysis
 
 OK = 0
 #: A rate every server here carries easily, over 8 connections, for 2 s.
@@ -84,22 +85,73 @@ def test_every_scheduled_request_is_answered(run_load: Any, server: RealServer) 
     assert run.done["elapsed_s"] <= ELAPSED_BOUND_S, seen
 
 
-def test_a_self_signed_certificate_fails_without_tls_insecure(
+def test_an_untrusted_certificate_fails_the_node_until_its_ca_is_trusted(
     run_load: Any, tmp_path: Path, knee_node: str
 ) -> None:
+    """nginx's certificate is signed by a throwaway CA: refused before the start, with what
+    to do about it, unless driver.tls_ca_file trusts that CA (a real chain, verified)."""
     with real_server("nginx-tls", tmp_path / "server", knee_node) as server:
-        assert server.tls
-        run = run_load(
+        assert server.tls and server.ca_file
+        requests = {"requests": [{"method": "GET", "path": server.path}]}
+
+        def run(driver: dict[str, Any]) -> Any:
+            return run_load(
+                "http",
+                server.url,
+                {"kind": "constant", "rate_per_s": RATE_PER_S},
+                check=False,
+                duration_s=1.0,
+                connections=2,
+                driver=requests | driver,
+            )
+
+        refused = run({})
+        trusted = run({"tls_ca_file": server.ca_file})
+    assert refused.returncode != 0 and not refused.records.size, refused.done
+    assert "UnknownIssuer" in refused.stderr and "--cacert" in refused.stderr, refused.stderr
+    assert trusted.returncode == 0, trusted.stderr[-2000:]
+    assert set(trusted.records["status"]) == {OK}, trusted.done
+
+
+def test_knee_http_over_tls_counts_each_handshake_in_its_connect_time(
+    tmp_path: Path, knee_node: str
+) -> None:
+    """`knee http https://... --cacert CA` against nginx over TLS that closes after every
+    response: every request but those on the connections made before the start opens a
+    connection, and its connect time (TCP and the TLS handshake) is recorded apart, inside
+    its latency."""
+    with real_server("nginx-tls-close", tmp_path / "server", knee_node) as server:
+        assert server.ca_file
+        out = run_knee(
             "http",
-            server.url,
-            {"kind": "constant", "rate_per_s": RATE_PER_S},
-            check=False,
-            duration_s=DURATION_S,
-            connections=CONNECTIONS,
-            driver={"requests": [{"method": "GET", "path": server.path}]},
+            f"{server.url}{server.path}",
+            "--cacert",
+            server.ca_file,
+            "--rate",
+            "50",
+            "--duration",
+            "2s",
+            "--connections",
+            "4",
+            "--no-report",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "runs"),
+            timeout_s=120,
         )
-    assert run.returncode != 0, run.done
-    assert "certificate" in run.stderr.lower(), run.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = knee.open_run(only_dir(tmp_path / "runs"))
+    s = run.samples
+    assert set(s["status"].astype(str)) == {"ok"}, s["status"].value_counts()
+    opened = s[s["queue_ns"] > 0]
+    assert len(opened) >= len(s) - 4, (len(opened), len(s))
+    assert (opened["queue_ns"] < opened["latency_ns"]).all()
+    (point,) = run.summary["points"]
+    assert "connect_ns" in point and "queue_ns" not in point
+    (http,) = http_analysis.points(run)  # after the warm-up, as the report shows it
+    measured = s[~s["warmup"]]
+    assert http.sent == len(measured)
+    assert http.connected == int((measured["queue_ns"] > 0).sum()) >= len(measured) - 4
 
 
 def test_knee_http_against_python_http_server(tmp_path: Path, knee_node: str) -> None:

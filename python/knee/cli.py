@@ -78,12 +78,13 @@ def _parser() -> argparse.ArgumentParser:
 def _http_parser(sub: Any) -> None:
     h = sub.add_parser(
         "http",
-        help="load an HTTP/1.1 service at a rate (or a sweep of rates) and write a report",
+        help="load an HTTP/1.1 service (http:// or https://) at a rate (or a sweep of rates) "
+        "and write a report",
         description="Drive URL with keep-alive connections at --rate (or each of --rates), "
         "latency from each request's intended send time; writes a run directory and its "
         "report, as `knee run` does (docs/http.md).",
     )
-    h.add_argument("url", help="http://HOST:PORT/PATH?QUERY")
+    h.add_argument("url", help="http://HOST:PORT/PATH?QUERY or https://...")
     rate = h.add_mutually_exclusive_group(required=True)
     rate.add_argument("--rate", type=float, help="requests per second (Poisson arrivals)")
     rate.add_argument("--rates", help="a sweep: comma-separated rates, e.g. 100,200,500,1000")
@@ -101,6 +102,14 @@ def _http_parser(sub: Any) -> None:
         help="Server-Timing entries that add up to server time (comma-separated)",
     )
     h.add_argument("--detail", help="the Server-Timing entry kept as the detail (e.g. db)")
+    h.add_argument(
+        "--insecure",
+        action="store_true",
+        help="https: accept any certificate (a local service's self-signed one)",
+    )
+    h.add_argument(
+        "--cacert", metavar="FILE", help="https: also trust the CA certificates in this PEM file"
+    )
     h.add_argument("--name", default="http", help="the run directory's name (default http)")
     h.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
     h.add_argument("--no-progress", action="store_true", help="no live progress bar")

@@ -64,6 +64,14 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
     driver: dict[str, Any] = {"requests": [request], "server_timing": timing}
     if args.detail:
         driver["server_timing_detail"] = args.detail
+    if (args.insecure or args.cacert) and not target.startswith("https://"):
+        raise HttpArgsError("--insecure and --cacert are for https:// URLs")
+    if args.insecure:
+        driver["tls_insecure"] = True
+    if args.cacert:
+        if not os.path.isfile(args.cacert):
+            raise HttpArgsError(f"--cacert: no such file: {args.cacert}")
+        driver["tls_ca_file"] = os.path.abspath(args.cacert)
     load: dict[str, Any] = {
         "duration_s": seconds(args.duration, "--duration"),
         "warmup_s": seconds(args.warmup, "--warmup"),

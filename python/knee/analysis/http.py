@@ -1,9 +1,11 @@
 """The http system's numbers, from the run directory only: per point, the HTTP status codes
-of the responses, why the other requests failed, and whether the server/network split was
-there (the Server-Timing entries named by driver.server_timing), with its means.
+of the responses, why the other requests failed, whether the server/network split was
+there (the Server-Timing entries named by driver.server_timing), with its means, and how
+many requests had to wait for their connection to be made, and how long.
 
 An http sample's `flags` is its HTTP status code (0: no response), `arg` its failure reason
-(knee.contract.HTTP_ARGS; 0: none), `service` 1 when the response carried the split.
+(knee.contract.HTTP_ARGS; 0: none), `service` 1 when the response carried the split,
+`queue_ns` its connect time (TCP connect and TLS handshake; 0 on a connection already open).
 """
 
 from __future__ import annotations
@@ -14,8 +16,19 @@ import numpy as np
 
 from knee.contract import HTTP_ARGS
 from knee.results import Run
+from knee.stats.quantiles import order_statistic
 
-COLUMNS = ["status", "flags", "arg", "service", "server_ns", "detail_ns", "warmup"]
+COLUMNS = [
+    "status",
+    "flags",
+    "arg",
+    "service",
+    "server_ns",
+    "detail_ns",
+    "queue_ns",
+    "sent_ns",
+    "warmup",
+]
 
 
 @dataclass(frozen=True)
@@ -28,6 +41,10 @@ class PointHttp:
     with_split: int  # responses that carried the split
     server_mean_ns: float | None  # over the responses with the split
     detail_mean_ns: float | None
+    sent: int  # requests written to a connection
+    connected: int  # of those, sent on a connection made for them (the others: one open)
+    connect_p50_ns: float | None  # their connect time (TCP and TLS)
+    connect_max_ns: float | None
 
     @property
     def split_share(self) -> float:
@@ -46,6 +63,10 @@ def point_http(run: Run, point: int) -> PointHttp:
     reasons, reason_counts = np.unique(arg[arg > 0], return_counts=True)
     server = df["server_ns"].to_numpy(dtype=np.float64)[split]
     detail = df["detail_ns"].to_numpy(dtype=np.float64)[split]
+    # A connect that failed is a drop with its reason (never sent): counted there, not here.
+    sent = df["sent_ns"].to_numpy(dtype=np.int64) >= 0
+    connect = df["queue_ns"].to_numpy(dtype=np.float64)
+    connect = connect[sent & (connect > 0)]
     return PointHttp(
         point=point,
         requests=len(df),
@@ -58,6 +79,10 @@ def point_http(run: Run, point: int) -> PointHttp:
         with_split=int(split.sum()),
         server_mean_ns=float(server.mean()) if len(server) else None,
         detail_mean_ns=float(detail.mean()) if len(detail) and detail.any() else None,
+        sent=int(sent.sum()),
+        connected=len(connect),
+        connect_p50_ns=float(order_statistic(connect, 0.5)) if len(connect) else None,
+        connect_max_ns=float(connect.max()) if len(connect) else None,
     )
 
 

@@ -255,6 +255,7 @@ def _measure_point(
         late_ms=point.load["late_ms"],
         timeout_ms=point.load["timeout_ms"],
         cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
+        queue_name=system.queue_name,
     )
     warmup_end_s = min(r.warmup_end_ns - r.run_start_ns for r in raws.values()) / 1e9
     stats.update(

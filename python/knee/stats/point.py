@@ -40,12 +40,15 @@ def point_stats(
     late_ms: float | None = None,
     timeout_ms: float | None = None,
     cache_hit_flag: int | None = None,
+    queue_name: str = "queue_ns",
 ) -> dict[str, Any]:
     """Statistics of one point's samples (warm-up rows included and marked). `schedule`
     (load.schedule) and the offered rate feed the sender and Poisson checks, `late_ms` the
     late sends, `timeout_ms` the backlog at the schedule's end; without them those parts
     are n/a or unknown. `cache_hit_flag`, for a server with a result cache, adds `cache`:
-    its hit ratio and the service time of hits and misses (knee.stats.cache)."""
+    its hit ratio and the service time of hits and misses (knee.stats.cache). `queue_name`
+    is what the system's `queue_ns` column holds (http: `connect_ns`), the key of its
+    distribution."""
     all_codes = np.asarray(
         pd.Categorical(samples["status"], categories=list(STATUS_NAMES)).codes
     ).astype(np.int64)
@@ -91,7 +94,7 @@ def point_stats(
     dists = {
         **latency_pair(latency, counts, sorted_latency),
         **split_parts(server, network),
-        "queue_ns": distribution(ok_column("queue_ns")),
+        queue_name: distribution(ok_column("queue_ns")),
         "service_ns": distribution(ok_column("service_ns")),
         "detail_ns": distribution(ok_column("detail_ns")),
     }

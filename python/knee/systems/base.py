@@ -69,6 +69,10 @@ class System:
     #: The reply flag bit that marks a reply served from a result cache (matrix), when the
     #: point's `server.cache` is on: its hit ratio then goes into the point's statistics.
     cache_hit_flag: int | None = None
+    #: What the samples' `queue_ns` holds, as summary.json names its distribution: the
+    #: server's queue wait, or (http, which knows no server queue) `connect_ns`, the time a
+    #: request waited for its connection to be made (0 on a connection already open).
+    queue_name: str = "queue_ns"
     #: Its replicas report who they believe is primary (``primary`` events), so a timeline
     #: event may name ``node = "primary"`` (the runner resolves it when the event is due).
     reports_primary: bool = False

@@ -1,4 +1,4 @@
-"""http: any HTTP/1.1 service as the target (docs/http.md).
+"""http: any HTTP/1.1 service, over http:// or https://, as the target (docs/http.md).
 
 A point runs one ``load`` node (``knee-node load http``) against ``server.target``, or,
 with ``server.nginx = true``, first a ``server`` node (``knee-node serve http``) that runs
@@ -27,18 +27,22 @@ _ENTRY_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
+#: Each scheme's port when the URL gives none.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def origin(url: str) -> tuple[str, str]:
-    """``http://HOST[:PORT][/path?query]`` -> (``http://HOST:PORT``, ``/path?query``)."""
+    """``http(s)://HOST[:PORT][/path?query]`` -> (``http(s)://HOST:PORT``, ``/path?query``)."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"expected http://HOST:PORT, got {url!r} (https is not supported)")
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"expected http://HOST:PORT or https://HOST:PORT, got {url!r}")
     try:
-        port = parts.port or 80
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
         raise ValueError(f"bad port in {url!r}") from None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return f"http://{host}:{port}", path
+    return f"{parts.scheme}://{host}:{port}", path
 
 
 def _entry(i: int, entry: Any) -> dict[str, Any]:
@@ -111,6 +115,16 @@ def _http_rule(s: Sections) -> None:
     timing = driver["server_timing"]
     if not all(isinstance(t, str) and t for t in timing):
         raise RuleError("driver.server_timing", f"expected a list of entry names, got {timing!r}")
+    https = server["target"] is not None and server["target"].startswith("https://")
+    for key in ("tls_insecure", "tls_ca_file"):
+        if driver[key] and not https:
+            raise RuleError(f"driver.{key}", "is for an https:// server.target")
+    if driver["tls_ca_file"] is not None:
+        # Relative to where knee runs; the node gets the absolute path.
+        ca_file = os.path.abspath(driver["tls_ca_file"])
+        if not os.path.isfile(ca_file):
+            raise RuleError("driver.tls_ca_file", f"no such file: {driver['tls_ca_file']}")
+        driver["tls_ca_file"] = ca_file
 
 
 def _topology(point: Point) -> list[NodePlan]:
@@ -130,9 +144,9 @@ def _topology(point: Point) -> list[NodePlan]:
 
 SYSTEM = System(
     name="http",
-    summary="any HTTP/1.1 service: keep-alive connections, Server-Timing split",
+    summary="any HTTP/1.1 service (http, https): keep-alive connections, Server-Timing split",
     server={
-        "target": Param("str", None, "http://HOST:PORT of the service (or nginx = true)"),
+        "target": Param("str", None, "http(s)://HOST:PORT of the service (or nginx = true)"),
         "nginx": Param(
             "bool", False, "start an nginx of the point's own (scripts/nginx installs it)"
         ),
@@ -151,7 +165,14 @@ SYSTEM = System(
             "int", 64 << 10, "a response's status line and headers, at most", min=1, max=1 << 20
         ),
         "max_body_bytes": Param("int", 64 << 20, "a response body, at most", min=0, max=1 << 40),
+        "tls_insecure": Param(
+            "bool", False, "https: accept any certificate (a local service's self-signed one)"
+        ),
+        "tls_ca_file": Param(
+            "str", None, "https: PEM certificates of CAs trusted besides the system's roots"
+        ),
     },
     rules=(_http_rule,),
     topology=_topology,
+    queue_name="connect_ns",
 )

@@ -1,6 +1,7 @@
 """The http system's section: per point, the HTTP status codes of the responses, why the
-other requests failed, and the server/network split from Server-Timing, or that it was
-unavailable (no response carried the entries: the split is then unknown, not zero).
+other requests failed, the server/network split from Server-Timing, or that it was
+unavailable (no response carried the entries: the split is then unknown, not zero), and
+the requests that waited for a connection to be made, with their connect time.
 
 Every number comes from `knee.analysis.http`.
 """
@@ -15,7 +16,7 @@ from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Finding, Html, esc, findings, note, table
 
-TITLE = "HTTP: statuses, failures and the Server-Timing split"
+TITLE = "HTTP: statuses, failures, connects and the Server-Timing split"
 
 
 def _codes(p: analysis.PointHttp) -> str:
@@ -24,6 +25,10 @@ def _codes(p: analysis.PointHttp) -> str:
 
 def _reasons(p: analysis.PointHttp) -> str:
     return ", ".join(f"{name}: {n}" for name, n in sorted(p.reasons.items())) or "none"
+
+
+def _connects(p: analysis.PointHttp) -> str:
+    return f"{p.connected} of {p.sent}" if p.sent else "-"
 
 
 def _split(p: analysis.PointHttp) -> str:
@@ -37,7 +42,10 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     intro = Html(
         "<p>Every request to the HTTP service is one sample: its status code, or why there "
         "was none (a malformed response, a lying Content-Length, a connection closed "
-        "mid-response, a timeout; the connection is then opened again). Server time comes "
+        "mid-response, a timeout; the connection is then made again). A request that found "
+        "its connection closed (the server closes after each response, or closed it idle) "
+        "waited for a new one: its connect time (TCP, and TLS for https) is part of its "
+        "latency, shown apart here. Server time comes "
         "from the responses' <code>Server-Timing</code> header (the entries "
         "<code>driver.server_timing</code> names); where no response carried them, the "
         "split is unavailable, and the standard sections' server column reads 0 for it.</p>"
@@ -54,6 +62,9 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
             _split(p),
             fmt.ms(p.server_mean_ns) if p.with_split else "unavailable",
             fmt.ms(p.detail_mean_ns),
+            _connects(p),
+            fmt.ms(p.connect_p50_ns),
+            fmt.ms(p.connect_max_ns),
         ]
         for p in pts
     ]
@@ -65,6 +76,12 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
         Col("split", tip="share of responses with the Server-Timing server entries"),
         Col("server (ms)", tip="mean server time over the responses with the split"),
         Col("detail (ms)", tip="mean of driver.server_timing_detail's entry"),
+        Col("new connections", tip="requests sent on a connection made for them, of those sent"),
+        Col("connect p50 (ms)", tip="their connect time: TCP connect, and TLS for https"),
+        Col(
+            "connect max (ms)",
+            tip="a full accept queue shows here: the kernel retries a SYN after 1 s",
+        ),
     ]
     found = []
     without = [p for p in pts if p.answered and p.with_split == 0]
