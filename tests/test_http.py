@@ -251,7 +251,7 @@ def test_knee_http_writes_a_run_and_a_report_that_draws(
     bad = run_knee("http", "ftp://example.invalid", "--rate", "10")
     assert bad.returncode == 2 and "expected http://HOST:PORT or https://" in bad.stderr
     insecure = run_knee("http", "http://127.0.0.1:9/", "--rate", "10", "--insecure")
-    assert insecure.returncode == 2 and "for https:// URLs" in insecure.stderr
+    assert insecure.returncode == 2 and "are for https:// URLs" in insecure.stderr
 
 
 def test_the_failure_reasons_agree_with_knee_node(knee_node: str) -> None:

@@ -110,6 +110,11 @@ def _http_parser(sub: Any) -> None:
     h.add_argument(
         "--cacert", metavar="FILE", help="https: also trust the CA certificates in this PEM file"
     )
+    h.add_argument(
+        "--no-tls-resume",
+        action="store_true",
+        help="https: a full TLS handshake on every new connection (default: resume sessions)",
+    )
     h.add_argument("--name", default="http", help="the run directory's name (default http)")
     h.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
     h.add_argument("--no-progress", action="store_true", help="no live progress bar")

@@ -64,8 +64,10 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
     driver: dict[str, Any] = {"requests": [request], "server_timing": timing}
     if args.detail:
         driver["server_timing_detail"] = args.detail
-    if (args.insecure or args.cacert) and not target.startswith("https://"):
-        raise HttpArgsError("--insecure and --cacert are for https:// URLs")
+    if (args.insecure or args.cacert or args.no_tls_resume) and not target.startswith("https://"):
+        raise HttpArgsError("--insecure, --cacert and --no-tls-resume are for https:// URLs")
+    if args.no_tls_resume:
+        driver["tls_resume"] = False
     if args.insecure:
         driver["tls_insecure"] = True
     if args.cacert:

@@ -171,6 +171,9 @@ SYSTEM = System(
         "tls_ca_file": Param(
             "str", None, "https: PEM certificates of CAs trusted besides the system's roots"
         ),
+        "tls_resume": Param(
+            "bool", True, "https: resume TLS sessions on new connections (false: full handshakes)"
+        ),
     },
     rules=(_http_rule,),
     topology=_topology,

@@ -31,6 +31,9 @@ pub fn default_max_body_bytes() -> u64 {
 pub fn default_server_timing() -> Vec<String> {
     vec!["app".into()]
 }
+pub fn default_tls_resume() -> bool {
+    true
+}
 fn default_method() -> String {
     "GET".into()
 }
@@ -85,6 +88,10 @@ pub struct DriverConfig {
     /// https: PEM certificates trusted besides the system's roots (a local CA).
     #[serde(default)]
     pub tls_ca_file: Option<String>,
+    /// https: resume TLS sessions (tickets, as browsers do) on new connections; false: a
+    /// full handshake on every connection, the server's most expensive case.
+    #[serde(default = "default_tls_resume")]
+    pub tls_resume: bool,
 }
 
 impl DriverConfig {

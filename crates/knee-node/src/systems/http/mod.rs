@@ -39,6 +39,8 @@ pub const SYSTEM: super::System = super::System {
             .with_default("driver.max_header_bytes", config::default_max_header_bytes())
             .with_default("driver.max_body_bytes", config::default_max_body_bytes())
             .with_default("driver.server_timing", config::default_server_timing())
+            .with_default("driver.tls_insecure", false)
+            .with_default("driver.tls_resume", config::default_tls_resume())
             .with_default("server.nginx_workers", 1);
         for (name, reason) in response::Reason::ALL {
             c = c.arg(name, reason as u32);

@@ -1,6 +1,9 @@
 //! TLS for `https://` targets: rustls (a maintained TLS stack in Rust, with ring's
 //! primitives: no OpenSSL to build against), set up once per node.
 //!
+//! Sessions are resumed on new connections (rustls's in-memory ticket cache, as browsers
+//! do) unless `driver.tls_resume` is false: then every connection is a full handshake.
+//!
 //! Trusted roots: the system's (`rustls-native-certs`: /etc/ssl/certs on Debian), plus the
 //! certificates of `driver.tls_ca_file`. `driver.tls_insecure` accepts any certificate, for a
 //! local service with a self-signed one: the handshake's signatures are still verified, so
@@ -10,6 +13,7 @@
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::Resumption;
 use rustls::crypto::{self, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -35,7 +39,7 @@ impl Tls {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
-        let config = if driver.tls_insecure {
+        let mut config = if driver.tls_insecure {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
@@ -45,6 +49,9 @@ impl Tls {
                 .with_root_certificates(roots(driver.tls_ca_file.as_deref())?)
                 .with_no_client_auth()
         };
+        if !driver.tls_resume {
+            config.resumption = Resumption::disabled();
+        }
         Ok(Tls {
             config: Arc::new(config),
             server_name,
