@@ -10,6 +10,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 
 use super::requests::Pick;
 use super::response::{Limits, Reason, Response, ResponseReader};
@@ -142,15 +143,12 @@ impl Conn {
     pub fn interest(&self) -> (i32, i16) {
         match &self.phase {
             Phase::Closed => (-1, 0),
-            Phase::Connecting(s) => (std::os::fd::AsRawFd::as_raw_fd(s), libc::POLLOUT),
+            Phase::Connecting(s) => (s.as_raw_fd(), libc::POLLOUT),
             Phase::Handshaking(t) => (t.fd(), t.interest()),
-            Phase::Open(t) => {
-                let mut events = t.interest();
-                if self.job.is_some_and(|j| j.sent_ns > 0) && self.written < j_len(&self.job) {
-                    events |= libc::POLLOUT;
-                }
-                (t.fd(), events)
-            }
+            // POLLOUT only while a request is going out: TLS bytes queued on an idle
+            // connection wait for its next write rather than wake the poll for nothing.
+            Phase::Open(t) if self.writing() => (t.fd(), libc::POLLIN | libc::POLLOUT),
+            Phase::Open(t) => (t.fd(), libc::POLLIN),
         }
     }
 
@@ -259,10 +257,8 @@ impl Conn {
 
     /// Whether the job's request is not all out yet (a write to finish on POLLOUT).
     pub fn writing(&self) -> bool {
-        match &self.phase {
-            Phase::Open(t) => {
-                self.job.is_some_and(|j| j.sent_ns > 0) && (self.written < j_len(&self.job) || t.unsent())
-            }
+        match (&self.phase, self.job) {
+            (Phase::Open(t), Some(j)) => j.sent_ns > 0 && (self.written < j.bytes_out as usize || t.unsent()),
             _ => false,
         }
     }
@@ -310,9 +306,11 @@ impl Conn {
             let Some(job) = self.job.take() else {
                 return Read::Nothing; // not reached: an idle connection returned above
             };
-            let whole_request_out = self.written >= j_len(&Some(job)) || job.bytes_out == 0;
+            // A response before the whole request was out (e.g. an early 413): the rest of
+            // the request would be read as the next one, so the connection ends too.
+            let cut_short = self.written < job.bytes_out as usize;
             let ends = matches!(n, Ok(0)) || result.as_ref().map_or(true, |r| r.close) || job.close;
-            if ends || !whole_request_out {
+            if ends || cut_short {
                 self.close();
             }
             return Read::Done(job, result);
@@ -320,7 +318,9 @@ impl Conn {
     }
 }
 
-/// The job's request length, in bytes (0: no job).
-fn j_len(job: &Option<Job>) -> usize {
-    job.map_or(0, |j| j.bytes_out as usize)
+/// Sets each connection's descriptor and events for the next `ppoll`.
+pub fn watch(conns: &[Conn], pollfds: &mut [libc::pollfd]) {
+    for (c, p) in conns.iter().zip(pollfds) {
+        (p.fd, p.events) = c.interest();
+    }
 }

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use super::config::HttpConfig;
-use super::conn::{Conn, Failed, Job, Read};
+use super::conn::{self, Conn, Failed, Job, Read};
 use super::pool::Pool;
 use super::requests::Table;
 use super::response::{Reason, Response};
@@ -383,9 +383,7 @@ impl<'a> Engine<'a> {
     }
 
     fn poll(&mut self, wait_ns: u64) {
-        for (c, p) in self.conns.iter().zip(&mut self.pollfds) {
-            (p.fd, p.events) = c.interest();
-        }
+        conn::watch(&self.conns, &mut self.pollfds);
         if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return;
         }

@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::config::HttpConfig;
-use super::conn::{Conn, Failed};
+use super::conn::{self, Conn, Failed};
 use super::tls::Tls;
 use crate::load::config::ScheduleConfig;
 use crate::{clock, stdio};
@@ -91,9 +91,7 @@ impl Pool {
             if !self.conns.iter().any(Conn::is_opening) {
                 break;
             }
-            for (c, p) in self.conns.iter().zip(&mut self.pollfds) {
-                (p.fd, p.events) = c.interest();
-            }
+            conn::watch(&self.conns, &mut self.pollfds);
             crate::poll::ppoll_ns(&mut self.pollfds, WAIT_NS);
         }
         let made = self.conns.iter().filter(|c| c.is_open()).count();
