@@ -3,6 +3,7 @@ result table with its one-line JSON summary."""
 
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -71,6 +72,15 @@ def run_child(cmd: list[str], timeout_s: float, cpus: set[int] | None = None) ->
         tail = proc.stderr.strip().splitlines()[-5:]
         raise BenchError(f"{Path(cmd[0]).name} exited {proc.returncode}: {' | '.join(tail)}")
     return ChildRun(stdout=proc.stdout, wall_s=wall_s, cpu_ns=cpu_ns)
+
+
+def wrk_totals(stdout: str) -> tuple[int, float]:
+    """wrk's output: (requests completed, its Requests/sec)."""
+    total = re.search(r"(\d+) requests in", stdout)
+    rate = re.search(r"Requests/sec:\s*([\d.]+)", stdout)
+    if not total or not rate:
+        raise BenchError(f"wrk printed no totals: {stdout[-300:]!r}")
+    return int(total.group(1)), float(rate.group(1))
 
 
 def json_lines(text: str) -> list[dict]:

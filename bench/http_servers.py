@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
+from benchlib import (
+    BENCH_DIR,
+    BenchError,
+    find_knee_node,
+    json_lines,
+    median,
+    run_child,
+    wrk_totals,
+)
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 sys.path.insert(0, str(BENCH_DIR.parent / "tests"))  # the servers are the tests' own
@@ -181,11 +189,8 @@ def wrk_run(server: RealServer, seconds: float) -> Measured:
     """One `wrk -t1 -c16` run on the generator CPU."""
     cmd = [WRK, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{server.url}{server.path}"]
     run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    total = re.search(r"(\d+) requests in", run.stdout)
-    rate = re.search(r"Requests/sec:\s*([\d.]+)", run.stdout)
-    if not total or not rate:
-        raise BenchError(f"wrk printed no totals: {run.stdout[-300:]!r}")
-    if int(total.group(1)) == 0:
+    total, rate = wrk_totals(run.stdout)
+    if total == 0:
         raise BenchError(f"wrk completed no response: {run.stdout[-300:]!r}")
     failures: Counter[str] = Counter()
     if errors := re.search(r"Socket errors: (.*)", run.stdout):
@@ -194,7 +199,7 @@ def wrk_run(server: RealServer, seconds: float) -> Measured:
                 failures[kind] = int(n)
     if non2xx := re.search(r"Non-2xx or 3xx responses: (\d+)", run.stdout):
         failures["non-2xx/3xx"] = int(non2xx.group(1))
-    return Measured(float(rate.group(1)), run.cpu_ns / int(total.group(1)), failures)
+    return Measured(rate, run.cpu_ns / total, failures)
 
 
 def describe(m: Measured, side: str) -> str:

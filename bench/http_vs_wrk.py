@@ -28,7 +28,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
+from benchlib import (
+    BENCH_DIR,
+    BenchError,
+    find_knee_node,
+    json_lines,
+    median,
+    run_child,
+    wrk_totals,
+)
 
 REPEATS = 3
 SERVER_CPU = 0
@@ -127,15 +135,12 @@ def wrk_run(wrk: str, url: str, seconds: float) -> tuple[int, float, int]:
     """wrk -t1 -c16: (requests, requests/s, CPU ns)."""
     cmd = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{url}/"]
     run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    total = re.search(r"(\d+) requests in", run.stdout)
-    rate = re.search(r"Requests/sec:\s*([\d.]+)", run.stdout)
-    if not total or not rate:
-        raise BenchError(f"wrk printed no totals: {run.stdout[-300:]}")
+    total, rate = wrk_totals(run.stdout)
     if "Non-2xx" in run.stdout:
         raise BenchError(f"wrk saw error responses: {run.stdout[-300:]}")
     if errors := re.search(r"Socket errors: .*", run.stdout):
         print(f"  wrk: {errors.group(0)}", flush=True)  # as for knee above: said
-    return int(total.group(1)), float(rate.group(1)), run.cpu_ns
+    return total, rate, run.cpu_ns
 
 
 #: The minimal blocking client: one connection, a request per 1/rate slot (sleep to 100 us

@@ -240,6 +240,18 @@ def start_server(knee_node: str, processes: Processes, tmp_path: Path) -> StartS
     return start
 
 
+def constant_offsets(rate_per_s: float, duration_s: float) -> list[int]:
+    """The intended offsets (ns from the start) of a constant schedule inside `duration_s`,
+    as knee-node places them (load/schedule.rs: request i at trunc(i * 1e9 / rate); the
+    harness sends those before trunc(duration * 1e9)), in the same f64 arithmetic, so the
+    count of scheduled requests is exact."""
+    gap_ns, end_ns = 1e9 / rate_per_s, int(duration_s * 1e9)
+    offsets: list[int] = []
+    while (at := int(len(offsets) * gap_ns)) < end_ns:
+        offsets.append(at)
+    return offsets
+
+
 @dataclass
 class LoadRun:
     """A finished `knee-node load`: its stdout events, log and sample records."""

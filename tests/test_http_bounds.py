@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import LoadRun, RunLoad
+from conftest import LoadRun, RunLoad, constant_offsets
 from hostile_http_servers import (
     AcceptsNeverAnswers,
     AcceptsOnly,
@@ -89,17 +89,6 @@ RUN_TIMEOUT_S = 15.0
 CONNECT_TIMEOUT_S = 5.0
 
 REQUESTS = {"requests": [{"method": "GET", "path": "/"}]}
-
-
-def scheduled_offsets(rate_per_s: float, duration_s: float) -> list[int]:
-    """The constant schedule's intended offsets from the start, in ns, as knee-node places
-    them (load/schedule.rs: request i at i * gap, truncated; harness: those before the
-    duration's end, `duration_s * 1e9` truncated)."""
-    gap_ns, end_ns = 1e9 / rate_per_s, int(duration_s * 1e9)
-    offsets: list[int] = []
-    while (at := int(len(offsets) * gap_ns)) < end_ns:
-        offsets.append(at)
-    return offsets
 
 
 def tally(records: np.ndarray) -> str:
@@ -225,7 +214,7 @@ def test_a_hostile_target_cannot_hold_the_run(
     make, allowed, fewest_stopped = BOUNDED[name]
     server = serve(make)
     run = open_loop(run_load, server.url)
-    offsets = scheduled_offsets(RATE_PER_S, DURATION_S)
+    offsets = constant_offsets(RATE_PER_S, DURATION_S)
     check_bounded(run, len(offsets), offsets)
     r = run.records
     assert not (r["status"] == OK).any(), f"an ok sample from a hostile target: {tally(r)}"
@@ -251,7 +240,7 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
     accepted = 2
     server = serve(AcceptsOnly, accepted)
     run = open_loop(run_load, server.url)
-    offsets = scheduled_offsets(RATE_PER_S, DURATION_S)
+    offsets = constant_offsets(RATE_PER_S, DURATION_S)
     check_bounded(run, len(offsets), offsets)
     r = run.records
     ok = r[r["status"] == OK]
@@ -276,7 +265,7 @@ def test_an_idle_close_is_noticed_before_the_next_request(
     polls idle connections too) and open a new connection, not write on the closed one. Every
     request is ok, and all but the first two went on a new connection."""
     server = serve(ClosesIdle, 0.1)
-    offsets = scheduled_offsets(3, DURATION_S)
+    offsets = constant_offsets(3, DURATION_S)
     run = open_loop(run_load, server.url, rate_per_s=3, connections=2)
     check_bounded(run, len(offsets), offsets)
     r = run.records
@@ -294,7 +283,7 @@ def test_a_close_after_reading_is_closed_before_reply(
     the run keeps its bound."""
     server = serve(ClosesAfterReading)
     run = open_loop(run_load, server.url)
-    offsets = scheduled_offsets(RATE_PER_S, DURATION_S)
+    offsets = constant_offsets(RATE_PER_S, DURATION_S)
     check_bounded(run, len(offsets), offsets)
     r = run.records
     assert set(r["status"]) == {ERROR}, tally(r)
@@ -331,7 +320,7 @@ def test_requests_beyond_max_outstanding_are_dropped_with_their_reason(
     outstanding when it is due and is dropped then, `max_outstanding`. Exactly."""
     server = serve(AcceptsNeverAnswers)
     run = open_loop(run_load, server.url, max_outstanding=10)
-    offsets = scheduled_offsets(RATE_PER_S, DURATION_S)
+    offsets = constant_offsets(RATE_PER_S, DURATION_S)
     check_bounded(run, len(offsets), offsets)
     r = run.records
     seen = check_reasons(r, {"stopped", "max_outstanding"})
@@ -350,7 +339,7 @@ def test_a_connect_times_out_at_the_request_timeout(
     before the start merely timed out."""
     server = serve(FullBacklog)
     run = open_loop(run_load, server.url, timeout_ms=500)
-    offsets = scheduled_offsets(RATE_PER_S, DURATION_S)
+    offsets = constant_offsets(RATE_PER_S, DURATION_S)
     check_bounded(run, len(offsets), offsets)
     r = run.records
     seen = check_reasons(r, {"stopped", "connect_timeout"})

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import constant_offsets
 from real_http_servers import NAMES, RealServer, real_server
 from report_helpers import only_dir, run_knee
 
@@ -28,24 +29,21 @@ CONNECTIONS = 8
 ELAPSED_BOUND_S = DURATION_S + 1.0 + 1.0
 
 
-def constant_count(rate_per_s: float, duration_s: float) -> int:
-    """Requests a constant schedule sends within `duration_s`, as knee-node places them
-    (crates/knee-node/src/load/schedule.rs and harness.rs): request i is intended at
-    offset trunc(i * (1e9 / rate)) ns and is sent if that is before trunc(duration * 1e9) ns.
-    The same f64 arithmetic as Rust's, so the count is exact."""
-    gap_ns = 1e9 / rate_per_s
-    end_ns = int(duration_s * 1e9)
-    n = 0
-    while int(n * gap_ns) < end_ns:
-        n += 1
-    return n
+def test_the_constant_schedule_is_counted_exactly() -> None:
+    assert len(constant_offsets(100, 2.0)) == 200  # 0, 10 ms, ..., 1.99 s
+    assert constant_offsets(3, 1.0) == [0, 333_333_333, 666_666_666]
+    assert len(constant_offsets(1000, 0.0015)) == 2  # 0, 1 ms (2 ms is past 1.5 ms)
+    assert constant_offsets(1, 1.0) == [0]  # the one at 1 s is at the end: not sent
 
 
-def test_the_constant_count_follows_the_schedule() -> None:
-    assert constant_count(100, 2.0) == 200  # 0, 10 ms, ..., 1.99 s
-    assert constant_count(3, 1.0) == 3  # 0, 333333333, 666666666 ns
-    assert constant_count(1000, 0.0015) == 2  # 0, 1 ms (2 ms is past 1.5 ms)
-    assert constant_count(1, 1.0) == 1  # the one at 1 s is at the end: not sent
+def _knee_http(tmp_path: Path, url: str, *args: str) -> knee.results.Run:
+    """`knee http URL ARGS --no-report` into tmp_path/runs: exits 0, its run opened."""
+    runs = tmp_path / "runs"
+    out = run_knee(
+        "http", url, *args, "--no-report", "--no-progress", "--out", str(runs), timeout_s=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return knee.open_run(only_dir(runs))
 
 
 @pytest.fixture(params=NAMES)
@@ -76,7 +74,7 @@ def test_every_scheduled_request_is_answered(run_load: Any, server: RealServer) 
         driver=_driver(server),
     )
     r = run.records
-    want = constant_count(RATE_PER_S, DURATION_S)
+    want = len(constant_offsets(RATE_PER_S, DURATION_S))
     counts = {k: _counts(r[k]) for k in ("status", "flags", "arg")}
     seen = f"status/HTTP code/reason counts {counts}; done {run.done}"
     assert len(r) == want, seen
@@ -122,25 +120,10 @@ def test_knee_http_over_tls_counts_each_handshake_in_its_connect_time(
     its latency."""
     with real_server("nginx-tls-close", tmp_path / "server", knee_node) as server:
         assert server.ca_file
-        out = run_knee(
-            "http",
-            f"{server.url}{server.path}",
-            "--cacert",
-            server.ca_file,
-            "--rate",
-            "50",
-            "--duration",
-            "2s",
-            "--connections",
-            "4",
-            "--no-report",
-            "--no-progress",
-            "--out",
-            str(tmp_path / "runs"),
-            timeout_s=120,
-        )
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = knee.open_run(only_dir(tmp_path / "runs"))
+        run = _knee_http(
+            tmp_path, f"{server.url}{server.path}", "--cacert", server.ca_file,
+            "--rate", "50", "--duration", "2s", "--connections", "4",
+        )  # fmt: skip
     s = run.samples
     assert set(s["status"].astype(str)) == {"ok"}, s["status"].value_counts()
     opened = s[s["queue_ns"] > 0]
@@ -158,21 +141,9 @@ def test_knee_http_against_python_http_server(tmp_path: Path, knee_node: str) ->
     """The regression: HTTP/1.0, a connection per request and a backlog of 5 used to make
     most requests take 1,024 ms (a SYN retried) and the node never end."""
     with real_server("python-http.server", tmp_path / "server", knee_node) as server:
-        out = run_knee(
-            "http",
-            f"{server.url}{server.path}",
-            "--rate",
-            "200",
-            "--duration",
-            "3s",
-            "--no-report",
-            "--no-progress",
-            "--out",
-            str(tmp_path / "runs"),
-            timeout_s=120,
+        run = _knee_http(
+            tmp_path, f"{server.url}{server.path}", "--rate", "200", "--duration", "3s"
         )
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = knee.open_run(only_dir(tmp_path / "runs"))
     samples = run.samples
     # Poisson at 200/s for 3 s: about 600 (a shortfall below 400 is beyond chance).
     assert len(samples) > 400, len(samples)
