@@ -8,6 +8,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,21 @@ def run_child(cmd: list[str], timeout_s: float, cpus: set[int] | None = None) ->
         tail = proc.stderr.strip().splitlines()[-5:]
         raise BenchError(f"{Path(cmd[0]).name} exited {proc.returncode}: {' | '.join(tail)}")
     return ChildRun(stdout=proc.stdout, wall_s=wall_s, cpu_ns=cpu_ns)
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk (apt-get)", file=sys.stderr)
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise BenchError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-300:]}")
+    found = shutil.which("wrk")
+    if not found:
+        raise BenchError("wrk is still missing after apt-get install")
+    return found
 
 
 def wrk_totals(stdout: str) -> tuple[int, float]:

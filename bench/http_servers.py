@@ -39,6 +39,7 @@ import psutil
 from benchlib import (
     BENCH_DIR,
     BenchError,
+    ensure_wrk,
     find_knee_node,
     json_lines,
     median,
@@ -54,7 +55,6 @@ from real_http_servers import NAMES, RealServer, ServerStartError, real_server  
 from knee.contract import HTTP_ARGS  # noqa: E402
 from knee.results import SAMPLE_DTYPE, STATUS_NAMES, read_sample_records  # noqa: E402
 
-WRK = "/usr/bin/wrk"
 REPEATS_FULL = 3
 REPEATS_QUICK = 1
 SECONDS_FULL = 10.0
@@ -185,9 +185,9 @@ def knee_run(knee: Path, server: RealServer, workdir: Path, seconds: float) -> M
     return Measured(in_time / seconds, run.cpu_ns / responses, failures)
 
 
-def wrk_run(server: RealServer, seconds: float) -> Measured:
+def wrk_run(wrk: str, server: RealServer, seconds: float) -> Measured:
     """One `wrk -t1 -c16` run on the generator CPU."""
-    cmd = [WRK, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{server.url}{server.path}"]
+    cmd = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{server.url}{server.path}"]
     run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
     total, rate = wrk_totals(run.stdout)
     if total == 0:
@@ -214,7 +214,7 @@ def said(failures: Counter[str]) -> str:
 
 
 def bench_server(
-    index: int, name: str, knee: Path, workdir: Path, repeats: int, seconds: float
+    index: int, name: str, knee: Path, wrk: str, workdir: Path, repeats: int, seconds: float
 ) -> ServerResult:
     result = ServerResult(name)
     try:
@@ -229,7 +229,7 @@ def bench_server(
                     if side == "knee":
                         result.knee.append(knee_run(knee, server, workdir, seconds))
                     else:
-                        result.wrk.append(wrk_run(server, seconds))
+                        result.wrk.append(wrk_run(wrk, server, seconds))
                     lines.append(describe(getattr(result, side)[-1], side))
                 print(f"  round {i + 1}: " + "; ".join(lines), flush=True)
     except (BenchError, ServerStartError, OSError, KeyError, ValueError) as e:
@@ -286,12 +286,15 @@ def main() -> int:
     except BenchError as e:
         print(f"http_servers: broken: {e}", file=sys.stderr)
         return 1
-    if not os.access(WRK, os.X_OK):
-        print(f"http_servers: broken: {WRK} missing (apt-get install wrk)", file=sys.stderr)
+    try:
+        wrk = ensure_wrk()
+    except BenchError as e:
+        print(f"http_servers: broken: {e}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="knee-http-servers-") as tmp:
         results = [
-            bench_server(i, name, knee, Path(tmp), repeats, seconds) for i, name in enumerate(NAMES)
+            bench_server(i, name, knee, wrk, Path(tmp), repeats, seconds)
+            for i, name in enumerate(NAMES)
         ]
     print()
     print_table(results)

@@ -20,7 +20,6 @@ Exits 0 even when a target is missed (a measurement), 1 when something broke.
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 from benchlib import (
     BENCH_DIR,
     BenchError,
+    ensure_wrk,
     find_knee_node,
     json_lines,
     median,
@@ -54,21 +54,6 @@ class Plan:
 
 FULL = Plan(closed_s=10.0, open_rate_per_s=1000.0, open_requests=5000)
 QUICK = Plan(closed_s=4.0, open_rate_per_s=1000.0, open_requests=2000)
-
-
-def ensure_wrk() -> str:
-    found = shutil.which("wrk")
-    if found:
-        return found
-    print("installing wrk (apt-get)", file=sys.stderr)
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode != 0:
-            raise BenchError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-300:]}")
-    found = shutil.which("wrk")
-    if not found:
-        raise BenchError("wrk is still missing after apt-get install")
-    return found
 
 
 class Nginx:

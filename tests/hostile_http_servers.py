@@ -14,91 +14,17 @@ from __future__ import annotations
 import select
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable
 
-#: A request head longer than this ends the connection (knee sends small ones).
-MAX_HEAD_BYTES = 64 << 10
-#: Bytes read per recv.
-READ_BYTES = 65536
-#: How often a blocked server thread looks at its stop flag.
-TICK_S = 0.2
+from http_servers import MAX_HEAD_BYTES, READ_BYTES, TICK_S, Accepting, Listening
+
 #: The answer every answering server gives: a valid keep-alive HTTP/1.1 200.
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: app;dur=1\r\n\r\nok"
 
 
-class _Base:
-    """A listening socket on 127.0.0.1 and the connections taken from it."""
-
-    def __init__(self, backlog: int) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(backlog)
-        self.port: int = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        #: Connections accepted so far.
-        self.connections = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._conns: list[socket.socket] = []
-
-    def _keep(self, conn: socket.socket) -> None:
-        with self._lock:
-            self.connections += 1
-            self._conns.append(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            c.close()
-
-
-class _Accepting(_Base):
-    """Accepts connections (while `accepts_more()`) and serves each on a daemon thread with
-    `handle`; a handler that returns (or fails with OSError) closes its connection."""
-
-    def __init__(self, backlog: int = 128) -> None:
-        super().__init__(backlog)
-        self.sock.settimeout(TICK_S)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def accepts_more(self) -> bool:
-        return True
-
-    def _accept(self) -> None:
-        while not self._stop.is_set() and self.accepts_more():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return  # closed
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._keep(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            self.handle(conn)
-        except OSError:
-            pass
-        finally:
-            with self._lock:
-                if conn in self._conns:
-                    self._conns.remove(conn)
-            conn.close()
-
-    def handle(self, conn: socket.socket) -> None:
-        raise NotImplementedError
+class _Accepting(Accepting):
+    """An accepting server with the reads the hostile handlers share."""
 
     def _recv(self, conn: socket.socket, idle_s: float | None = None) -> bytes | None:
         """The next bytes (b"" at EOF); None when the server stops or nothing came for
@@ -139,7 +65,7 @@ class AcceptsNeverAnswers(_Accepting):
             pass
 
 
-class NeverAccepts(_Base):
+class NeverAccepts(Listening):
     """Listens with a backlog of 1 and never calls accept. The kernel completes the handshakes
     that fit in the accept queue (two with backlog 1 on Linux), and, seen from the client,
     those whose SYN came while there was room (the server then drops their last ACK and keeps
@@ -151,7 +77,7 @@ class NeverAccepts(_Base):
         super().__init__(backlog=1)
 
 
-class FullBacklog(_Base):
+class FullBacklog(Listening):
     """A listen backlog of 1, filled before the test by the server's own idle connections and
     never accepted: every SYN the client sends is dropped, so every connect of the client hangs
     until its connect timeout (nothing is refused, nothing is reset)."""
@@ -253,7 +179,7 @@ class AcceptsOnly(_Accepting):
 
 
 #: Every hostile server's constructor, by name (for parametrized tests).
-SERVERS: dict[str, Callable[[], _Base]] = {
+SERVERS: dict[str, Callable[[], Listening]] = {
     "accepts_never_answers": AcceptsNeverAnswers,
     "never_accepts": NeverAccepts,
     "one_byte_per_second": OneBytePerSecond,

@@ -6,6 +6,9 @@ well-behaved server never would (tests only; every one on 127.0.0.1, stopped by 
 - `OneWorkerServer`: one worker serves the requests of every connection in arrival order,
   each for a known service time, and says so in `Server-Timing: app;dur=MS`: its capacity
   is 1 / service time.
+
+`Listening` and `Accepting` are the listener every raw-socket test server is built on (these
+and tests/hostile_http_servers.py's).
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 #: A request head longer than this is refused (the tests send small ones).
 MAX_HEAD_BYTES = 64 << 10
+#: Bytes read per recv.
+READ_BYTES = 65536
+#: How often a blocked server thread looks at its stop flag.
+TICK_S = 0.2
 #: Requests waiting for the one worker; beyond, the connection thread waits (TCP pushes back).
 MAX_WAITING = 100_000
 
@@ -49,44 +55,77 @@ def _read_request(conn: socket.socket, buf: bytearray) -> str | None:
     return lines[0].split(" ")[1]
 
 
-class _Listener:
-    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+class Listening:
+    """A listening socket on 127.0.0.1 and the connections taken from it."""
+
+    def __init__(self, backlog: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(backlog)
+        self.port: int = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        #: Connections accepted so far.
         self.connections = 0
-        self._handle = handle
-        self._conns: list[socket.socket] = []
+        self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+
+    def _keep(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+            self._conns.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+
+class Accepting(Listening):
+    """Accepts connections (while `accepts_more()`) and serves each on a daemon thread with
+    `handle`; a handler that returns (or fails with OSError) closes its connection."""
+
+    def __init__(self, backlog: int = 128) -> None:
+        super().__init__(backlog)
+        self.sock.settimeout(TICK_S)
         threading.Thread(target=self._accept, daemon=True).start()
 
+    def accepts_more(self) -> bool:
+        return True
+
     def _accept(self) -> None:
-        while True:
+        while not self._stop.is_set() and self.accepts_more():
             try:
                 conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return  # closed
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self.connections += 1
-                self._conns.append(conn)
+            self._keep(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            self._handle(conn)
+            self.handle(conn)
         except OSError:
             pass
         finally:
+            with self._lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
             conn.close()
 
-    def close(self) -> None:
-        self.sock.close()
-        with self._lock:
-            for c in self._conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
 
 def _response(status: str, body: bytes, *headers: str) -> bytes:
@@ -117,12 +156,8 @@ ROUTES: dict[str, Reply] = {
 }
 
 
-class ScriptedServer(_Listener):
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        super().__init__(self._handle_conn)
-
-    def _handle_conn(self, conn: socket.socket) -> None:
+class ScriptedServer(Accepting):
+    def handle(self, conn: socket.socket) -> None:
         buf = bytearray()
         while (path := _read_request(conn, buf)) is not None:
             reply, then = ROUTES.get(path, (_response("404 Not Found", b""), "keep"))
@@ -133,21 +168,17 @@ class ScriptedServer(_Listener):
                 self._stop.wait()
                 return
 
-    def close(self) -> None:
-        self._stop.set()
-        super().close()
 
-
-class OneWorkerServer(_Listener):
+class OneWorkerServer(Accepting):
     """Every connection's requests go to one worker, in arrival order."""
 
     def __init__(self, service_s: float) -> None:
         self.service_s = service_s
         self._work: queue.Queue[tuple[socket.socket, threading.Event]] = queue.Queue(MAX_WAITING)
-        super().__init__(self._handle_conn)
+        super().__init__()
         threading.Thread(target=self._worker, daemon=True).start()
 
-    def _handle_conn(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket) -> None:
         buf = bytearray()
         done = threading.Event()
         while _read_request(conn, buf) is not None:

@@ -233,10 +233,10 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
     accepted holds its request for good (1); a hanging connect holds one for its 5 s timeout,
     which can fire within the 3 s of the run only once (2). So at most 2 requests per
     unhealthy connection fail, `stopped` or `connect_timeout`, and every other request goes
-    through the two healthy connections at once, well under 0.5 s from its intended time
-    (a Python server on loopback answers in ms). A connect that held up the engine (up to
-    the 5 s connect timeout, or the kernel's 1 s SYN retry) would show in their latency,
-    or leave them waiting until `stopped`."""
+    through the two healthy connections at once, in well under 0.9 s from its intended
+    time (a Python server on loopback answers in ms). The 0.9 s is no speed target: a
+    connect that held up the engine costs the requests behind it at least the kernel's 1 s
+    SYN retry (or the 5 s connect timeout), or leaves them waiting until `stopped`."""
     accepted = 2
     server = serve(AcceptsOnly, accepted)
     run = open_loop(run_load, server.url)
@@ -248,7 +248,7 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
     assert len(ok) >= len(r) - most_failed, tally(r)
     check_reasons(r, {"stopped", "connect_timeout"})
     latency_s = (ok["received_ns"] - ok["intended_ns"]) / 1e9
-    late = ok[latency_s >= 0.5]
+    late = ok[latency_s >= 0.9]
     assert not len(late), (
         f"{len(late)} ok requests waited up to {latency_s.max():.2f} s, sent from "
         f"{(late['sent_ns'].min() - run.start_ns) / 1e9:.2f} s after the start"
