@@ -256,6 +256,7 @@ def _measure_point(
         timeout_ms=point.load["timeout_ms"],
         cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
         queue_name=system.queue_name,
+        connections=point.load["connections"] if system.one_request_per_connection else None,
     )
     warmup_end_s = min(r.warmup_end_ns - r.run_start_ns for r in raws.values()) / 1e9
     stats.update(

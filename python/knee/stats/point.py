@@ -41,6 +41,7 @@ def point_stats(
     timeout_ms: float | None = None,
     cache_hit_flag: int | None = None,
     queue_name: str = "queue_ns",
+    connections: int | None = None,
 ) -> dict[str, Any]:
     """Statistics of one point's samples (warm-up rows included and marked). `schedule`
     (load.schedule) and the offered rate feed the sender and Poisson checks, `late_ms` the
@@ -48,7 +49,9 @@ def point_stats(
     are n/a or unknown. `cache_hit_flag`, for a server with a result cache, adds `cache`:
     its hit ratio and the service time of hits and misses (knee.stats.cache). `queue_name`
     is what the system's `queue_ns` column holds (http: `connect_ns`), the key of its
-    distribution."""
+    distribution. `connections`: the generators' connections each carry one request at a time
+    (http), so a late send with all of them busy waited for the target (knee.stats.stability);
+    None where a connection carries many (the reference systems' open loop)."""
     all_codes = np.asarray(
         pd.Categorical(samples["status"], categories=list(STATUS_NAMES)).codes
     ).astype(np.int64)

@@ -76,6 +76,10 @@ class System:
     #: Its replicas report who they believe is primary (``primary`` events), so a timeline
     #: event may name ``node = "primary"`` (the runner resolves it when the event is due).
     reports_primary: bool = False
+    #: Each of its load generator's `load.connections` carries one request at a time (http:
+    #: HTTP/1.1 without pipelining), so a due request waits for a free connection: a send
+    #: late while every connection was busy waited for the target, not for the generator.
+    one_request_per_connection: bool = False
     #: A verdict on each point, run as it ends (before its scratch folder goes): (the
     #: point's samples as `knee.results.point_frame`, the configs its nodes ran with, its
     #: timeline events) -> a dict kept as the point's ``check`` in summary.json.

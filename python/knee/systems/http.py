@@ -178,4 +178,5 @@ SYSTEM = System(
     rules=(_http_rule,),
     topology=_topology,
     queue_name="connect_ns",
+    one_request_per_connection=True,
 )
