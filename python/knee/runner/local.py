@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +64,8 @@ class RunState:
     monitor: Monitor = field(default_factory=Monitor)
     keep_scratch: bool = False
     remote_usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # node: t, cpu_s
+    #: Top-level keys added to summary.json besides the points (`knee find`: "find").
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def t_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
@@ -98,44 +101,102 @@ def run_experiment(
     """Runs every point; returns the run directory. Raises NodeFailed or KeyboardInterrupt
     after stopping every node and writing what was measured, and Unsupported (knee.hosts)
     before anything starts when this machine cannot make the spec's hosts."""
-    binary = node_binary()
-    hosts = RunHosts(spec.placement, cleanup.new_run_id())
-    hosts.check()
-    run_dir = create_run_dir(out_root, spec.experiment["name"])
-    header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
-    (run_dir / "spec.toml").write_text(header + "\n" + dump_toml(spec.resolved))
-    run_params.write_plan(run_dir, spec.experiment, spec.events, spec.points)
-    machine = env.collect(binary)
-    results.write_json(run_dir / "env.json", machine)
-    state = RunState(
-        run_dir=run_dir, t0_ns=time.monotonic_ns(), keep_scratch=keep_scratch, hosts=hosts
-    )
-    display.run_started(run_dir, len(spec.points))
-    status = "failed"
-    try:
-        if hosts.needs_setup():
-            state.event("hosts_setup", None, detail=f"run id {hosts.run_id}")
-            hosts.setup()
-            # What each host is (addresses, links, limits, clock offsets) as made.
-            results.write_json(run_dir / "env.json", {**machine, "hosts": hosts.describe()})
+    with Session(spec, out_root, display, keep_scratch) as session:
+        session.plan(spec.points)
         for point in spec.points:
             interrupt.check()
-            _run_point(spec, point, state, display)
+            session.run_point(point)
+    return session.run_dir
+
+
+#: Called with a point's merged progress (knee.runner.display) about once a second; a
+#: string it returns cuts the point short (its generators are stopped, as at the end of
+#: their schedule) for that reason. `knee find` stops an overloaded probe this way.
+Watch = Callable[[dict[str, Any]], str | None]
+
+
+class Session:
+    """One run directory and its hosts, open while points are run one at a time: `knee run`
+    runs the spec's list, `knee find` decides each next point from the last one. On the
+    way out (``with``), every node is stopped, the hosts are removed and the run's tables
+    and summary.json are written with the run's status."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        out_root: Path,
+        display: Display,
+        keep_scratch: bool = False,
+        n_points: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.display = display
+        self.binary = node_binary()
+        self.hosts = RunHosts(spec.placement, cleanup.new_run_id())
+        self.hosts.check()
+        self.run_dir = create_run_dir(out_root, spec.experiment["name"])
+        self.state = RunState(
+            run_dir=self.run_dir,
+            t0_ns=time.monotonic_ns(),
+            keep_scratch=keep_scratch,
+            hosts=self.hosts,
+        )
+        self.n_points = len(spec.points) if n_points is None else n_points
+        self.extra = self.state.extra
+
+    def __enter__(self) -> Session:
+        spec, run_dir = self.spec, self.run_dir
+        header = f"# resolved from {spec.path}" + (f", preset {spec.preset}" if spec.preset else "")
+        (run_dir / "spec.toml").write_text(header + "\n" + dump_toml(spec.resolved))
+        self.plan([])
+        self.machine = env.collect(self.binary)
+        results.write_json(run_dir / "env.json", self.machine)
+        self.display.run_started(run_dir, self.n_points)
+        try:
+            if self.hosts.needs_setup():
+                self.state.event("hosts_setup", None, detail=f"run id {self.hosts.run_id}")
+                self.hosts.setup()
+                # What each host is (addresses, links, limits, clock offsets) as made.
+                results.write_json(
+                    run_dir / "env.json", {**self.machine, "hosts": self.hosts.describe()}
+                )
+        except BaseException as e:
+            self.__exit__(type(e), e, None)
+            raise
+        return self
+
+    def plan(self, points: list[Point]) -> None:
+        """plan.json: the points planned so far (a search plans each probe as it decides
+        it)."""
+        run_params.write_plan(self.run_dir, self.spec.experiment, self.spec.events, points)
+
+    def run_point(self, point: Point, watch: Watch | None = None) -> dict[str, Any]:
+        """Runs one point and returns its statistics (also added to summary.json)."""
+        _run_point(self.spec, point, self.state, self.display, watch)
+        return self.state.points[-1]
+
+    def write_summary(self) -> None:
+        """summary.json now, with the points so far and `extra`."""
+        results.write_json(
+            self.run_dir / results.SUMMARY, _summary(self.spec, self.state, "running", self.extra)
+        )
+
+    def __exit__(self, kind: Any, error: Any, _tb: Any) -> None:
+        state = self.state
         status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        state.event("run_interrupted", None)
-        raise
-    except Exception as e:
-        state.event("run_failed", None, detail=str(e).splitlines()[0])
-        raise
-    finally:
-        _stop_all(state)
-        for problem in hosts.teardown():
-            state.event("cleanup_failed", None, detail=problem)
-        display.run_finished()
-        _write_outputs(spec, state, status)
-    return run_dir
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            status = "interrupted"
+            state.event("run_interrupted", None)
+        elif kind is not None:
+            status = "failed"
+            state.event("run_failed", None, detail=str(error).splitlines()[0] if str(error) else "")
+        try:
+            _stop_all(state)
+            for problem in self.hosts.teardown():
+                state.event("cleanup_failed", None, detail=problem)
+        finally:
+            self.display.run_finished()
+            _write_outputs(self.spec, state, status, self.extra)
 
 
 @dataclass
@@ -155,13 +216,15 @@ class PointNodes:
     starts_ns: dict[str, int] = field(default_factory=dict)  # each recorder's schedule start
 
 
-def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> None:
+def _run_point(
+    spec: Spec, point: Point, state: RunState, display: Display, watch: Watch | None
+) -> None:
     """Runs one point, its record in points/pNNN.json saying how it ended."""
     record = run_params.from_point(point)
     record.status, record.started_s = "running", state.t_s()
     run_params.write_point(state.run_dir, record)
     try:
-        _measure_point(spec, point, state, display, record)
+        _measure_point(spec, point, state, display, record, watch)
     except BaseException as e:
         record.status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
         raise
@@ -173,7 +236,12 @@ def _run_point(spec: Spec, point: Point, state: RunState, display: Display) -> N
 
 
 def _measure_point(
-    spec: Spec, point: Point, state: RunState, display: Display, record: PointParams
+    spec: Spec,
+    point: Point,
+    state: RunState,
+    display: Display,
+    record: PointParams,
+    watch: Watch | None,
 ) -> None:
     system = systems.SYSTEMS[spec.experiment["system"]]
     plans = systems.plan_nodes(system, point)
@@ -224,7 +292,7 @@ def _measure_point(
     expected = systems.expected_requests(point.load)
     per_recorder = len(raws) / point.load["generators"]  # generators share the requests
     display.point_started(point, round(expected * per_recorder) if expected else None)
-    _drive(point, spec.events, state, display, nodes, system.name)
+    cut = _drive(point, spec.events, state, display, nodes, system.name, watch)
     for name, raw in raws.items():
         raw.warmup_end_ns = nodes.starts_ns[name] + warmup_ns
     results.write_manifest(state.run_dir, state.raws)
@@ -269,9 +337,13 @@ def _measure_point(
     )
     if check is not None:
         stats["check"] = check
+    if cut is not None:
+        stats["cut_short"] = cut
     _add_interference(stats, state.timeseries, point.index, warmup_end_s)
     state.points.append(stats)
-    results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, "running"))
+    results.write_json(
+        state.run_dir / results.SUMMARY, _summary(spec, state, "running", state.extra)
+    )
     state.event("point_end", point.index)
     display.point_finished(point, stats)
 
@@ -438,9 +510,12 @@ def _drive(
     display: Display,
     nodes: PointNodes,
     system: str,
-) -> None:
+    watch: Watch | None = None,
+) -> str | None:
     """Follows the recording nodes until every one has ended, applying the event timeline
-    (times from the moment the recorders were started) and sampling resources."""
+    (times from the moment the recorders were started) and sampling resources. Returns why
+    `watch` cut the point short, or None."""
+    cut: str | None = None
     t0 = time.monotonic()
     pending = list(timeline)
     bound_s = point.load.get("duration_s")
@@ -461,7 +536,14 @@ def _drive(
             if "start" in node.latest:
                 nodes.starts_ns[name] = int(node.latest["start"]["start_ns"])
         if progress:
-            display.progress(_merged_progress(list(progress.values())))
+            merged = _merged_progress(list(progress.values()))
+            display.progress(merged)
+            if watch is not None and cut is None and (cut := watch(merged)) is not None:
+                state.event("cut_short", point.index, detail=cut)
+                for name in nodes.recorders:  # no new sends; the grace for replies
+                    if name not in nodes.ended and state.nodes[name].alive():
+                        state.nodes[name].signal(signal.SIGTERM)
+            progress.clear()  # each line is watched once
         for name, node in list(state.nodes.items()):
             if name in nodes.ended or node.alive():
                 continue
@@ -486,13 +568,19 @@ def _drive(
     missing = [n for n in nodes.recorders if n not in nodes.starts_ns]
     if missing:
         raise state.nodes[missing[0]].failure("ended without reporting its start")
+    return cut
 
 
 def _merged_progress(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """One progress view of several recorders: counts and rates add, p99 is the worst."""
+    """One progress view of several recorders: counts and rates add, p99 is the worst, the
+    time is the latest."""
     return {
-        "completed": sum(e.get("completed", 0) for e in events),
-        "rate_per_s": sum(e.get("rate_per_s", 0) for e in events),
+        "t_s": max(e.get("t_s", 0.0) for e in events),
+        **{
+            key: sum(e.get(key, 0) for e in events)
+            for key in ("sent", "completed", "ok", "late_sends", "rate_per_s", "sent_rate_per_s")
+        },
+        "target_rate_per_s": sum(e.get("target_rate_per_s") or 0 for e in events) or None,
         "p99_ns": max((e.get("p99_ns") or 0) for e in events),
     }
 
@@ -611,20 +699,25 @@ def _stop_all(state: RunState) -> None:
         _stop(state, None, name)
 
 
-def _summary(spec: Spec, state: RunState, status: str) -> dict[str, Any]:
+def _summary(
+    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "experiment": spec.experiment["name"],
         "system": spec.experiment["system"],
         "preset": spec.preset,
         "status": status,
         "points": state.points,
+        **(extra or {}),
     }
 
 
-def _write_outputs(spec: Spec, state: RunState, status: str) -> None:
+def _write_outputs(
+    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
+) -> None:
     results.write_table(state.run_dir / results.EVENTS, state.events)
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)
     results.write_samples(state.run_dir, state.raws)
-    results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, status))
+    results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, status, extra))
     if status == "complete":  # the system's checker verdict per point (knee.analysis.chaos)
         chaos.add_to_summary(state.run_dir)
