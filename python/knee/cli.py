@@ -16,6 +16,8 @@ from knee.runner.display import Display
 EXIT_SPEC_ERROR = 2
 EXIT_NODE_FAILED = 3
 EXIT_REPORT_FAILED = 4
+#: A point missed the spec's (or --slo's) SLO with 95% confidence: for CI pipelines.
+EXIT_SLO_MISSED = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -67,12 +69,48 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--out", type=Path, help="output directory (default: ./compare-<A>-vs-<B>)"
     )
+    _find_parser(sub)
     _http_parser(sub)
     sub.add_parser(
         "cleanup",
         help="remove the namespaces, links and cgroups of runs whose runner was killed",
     )
     return p
+
+
+def _search_options(p: argparse.ArgumentParser) -> None:
+    """The options of a capacity search (knee find, and knee http with no rate)."""
+    g = p.add_argument_group("search (docs/find.md)")
+    g.add_argument(
+        "--tolerance",
+        default="5%",
+        help="how narrow the final bracket must be, hi/lo - 1 (default 5%%)",
+    )
+    g.add_argument("--budget", default="10m", help="wall time for the whole search (default 10m)")
+    g.add_argument("--min-rate", type=float, help="the lowest rate probed, per second")
+    g.add_argument("--max-rate", type=float, help="the highest rate probed, per second")
+    g.add_argument("--probe", default="10s", help="the shortest probe (default 10s)")
+    g.add_argument(
+        "--json", action="store_true", help="print the answers as JSON on stdout at the end"
+    )
+
+
+def _find_parser(sub: Any) -> None:
+    f = sub.add_parser(
+        "find",
+        help="search a spec's open-loop rate for its capacity, SLO capacity and knee",
+        description="Each group of the spec's points (every swept setting but the rate) gets "
+        "a search: a low-load probe, a model, geometric steps, bisection, repeats. Writes a "
+        "run directory with find.json and its report (docs/find.md).",
+    )
+    f.add_argument("spec", type=Path, help="experiment spec (TOML)")
+    f.add_argument("--preset", help="a preset defined in the spec (e.g. quick, full)")
+    f.add_argument("--series", help="search only this series")
+    f.add_argument("--slo", help="latency objective, e.g. 'p99<50ms' (any percentile, or mean)")
+    _search_options(f)
+    f.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
+    f.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    f.add_argument("--no-report", action="store_true", help="do not write report.html")
 
 
 def _http_parser(sub: Any) -> None:
@@ -85,13 +123,28 @@ def _http_parser(sub: Any) -> None:
         "report, as `knee run` does (docs/http.md).",
     )
     h.add_argument("url", help="http://HOST:PORT/PATH?QUERY or https://...")
-    rate = h.add_mutually_exclusive_group(required=True)
-    rate.add_argument("--rate", type=float, help="requests per second (Poisson arrivals)")
+    rate = h.add_mutually_exclusive_group()
+    rate.add_argument(
+        "--rate",
+        type=float,
+        help="requests per second (Poisson arrivals); with none of --rate, --rates and "
+        "--clients, knee searches for the capacity (docs/find.md)",
+    )
     rate.add_argument("--rates", help="a sweep: comma-separated rates, e.g. 100,200,500,1000")
     rate.add_argument("--clients", type=int, help="closed loop: this many clients, no pause")
     h.add_argument("--duration", default="30s", help="per rate, warm-up included (30s, 2m)")
     h.add_argument("--warmup", default="1s", help="left out of the statistics (default 1s)")
-    h.add_argument("--connections", type=int, default=8, help="keep-alive connections")
+    h.add_argument(
+        "--connections",
+        type=int,
+        help="keep-alive connections (default 8; a search: 64, so that the service's own "
+        "concurrency and not the connections sets the capacity)",
+    )
+    h.add_argument(
+        "--slo",
+        help="latency objective, e.g. 'p99<50ms': with a rate, a threshold (exit code 5 "
+        "when missed at 95%% confidence); with none, the search also finds the SLO capacity",
+    )
     h.add_argument("--timeout", default="5s", help="per request (default 5s)")
     h.add_argument("-X", "--method", default="GET")
     h.add_argument("-H", "--header", action="append", default=[], help="'Name: value'")
@@ -115,6 +168,7 @@ def _http_parser(sub: Any) -> None:
         action="store_true",
         help="https: a full TLS handshake on every new connection (default: resume sessions)",
     )
+    _search_options(h)
     h.add_argument("--name", default="http", help="the run directory's name (default http)")
     h.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
     h.add_argument("--no-progress", action="store_true", help="no live progress bar")
@@ -175,9 +229,27 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         console.print(line, highlight=False)
     console.print(f"run directory: {run_dir}")
     console.print(f"summary:       {run_dir / SUMMARY}")
-    if args.no_report:
-        return 0
-    return _report(run_dir, None, console)
+    code = 0 if args.no_report else _report(run_dir, None, console)
+    return code or _slo_verdict(points)
+
+
+def _slo_verdict(points: list[dict[str, Any]]) -> int:
+    """The SLO as a threshold: EXIT_SLO_MISSED when a point missed it at 95% confidence,
+    a warning (and 0) for each point whose interval straddles it."""
+    missed = 0
+    for p in points:
+        slo = p.get("slo")
+        if not slo:
+            continue
+        if slo["verdict"] == "missed":
+            missed += 1
+            print(f"knee: {p['label']}: {slo['detail']}", file=sys.stderr)
+        elif slo["verdict"] == "undecided":
+            print(
+                f"knee: warning: {p['label']}: {slo['detail']}; undecided: a longer run would tell",
+                file=sys.stderr,
+            )
+    return EXIT_SLO_MISSED if missed else 0
 
 
 class _RunDirDisplay(Display):
@@ -271,10 +343,11 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def _http(args: argparse.Namespace, console: Console) -> int:
-    """`knee http`: a spec built from the arguments, run as `knee run` runs one."""
+    """`knee http`: a spec built from the arguments, run as `knee run` runs one, or, with
+    no rate, searched as `knee find` searches one."""
     import tempfile
 
-    from knee.httpcli import HttpArgsError, http_spec
+    from knee.httpcli import HttpArgsError, http_spec, searching
     from knee.toml_writer import dump_toml
 
     try:
@@ -286,14 +359,59 @@ def _http(args: argparse.Namespace, console: Console) -> int:
         spec = Path(tmp) / f"{args.name}.toml"
         spec.write_text(dump_toml(doc))
         run_args = argparse.Namespace(
-            spec=spec,
-            preset=None,
-            out=args.out,
-            no_progress=args.no_progress,
-            keep_scratch=False,
-            no_report=args.no_report,
+            **vars(args), spec=spec, preset=None, series=None, keep_scratch=False
         )
+        if searching(args):
+            return _find(run_args, console, prog="knee http")
         return _run(run_args, console)
+
+
+def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -> int:
+    """`knee find`: the search, its answers printed (and as JSON with --json), the report."""
+    import json
+
+    from knee.find.cli import FindArgsError, options, print_answers
+    from knee.find.run import FindError, find
+    from knee.hosts import HostError, Unsupported
+    from knee.runner import NodeFailed, interrupt
+    from knee.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec, args.preset)
+        opts = options(args)
+    except (SpecError, FindArgsError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    interrupt.install()
+    display = _RunDirDisplay(console, enabled=not args.no_progress)
+    try:
+        run_dir = find(spec, opts, args.out, display)
+    except (FindError, Unsupported) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except (HostError, NodeFailed) as e:
+        print(f"knee: {e}", file=sys.stderr)
+        print(
+            "knee: every node was stopped; what was measured is in the run directory",
+            file=sys.stderr,
+        )
+        if display.run_dir is not None and not args.no_report:
+            _report(display.run_dir, None, console)
+        return EXIT_NODE_FAILED
+    except KeyboardInterrupt:
+        print(
+            "knee: interrupted; every node was stopped; the search so far is in find.json",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    answers = json.loads((run_dir / "summary.json").read_text())["find"]
+    print_answers(console, answers)
+    console.print(f"run directory: {run_dir}")
+    console.print(f"search path:   {run_dir / 'find.json'}")
+    code = 0 if args.no_report else _report(run_dir, None, console)
+    if args.json:
+        sys.stdout.write(json.dumps(answers, indent=2) + "\n")
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         return _compare(args, console)
     if args.command == "http":
         return _http(args, console)
+    if args.command == "find":
+        return _find(args, console)
     if args.command == "cleanup":
         from knee.hosts import cleanup
 

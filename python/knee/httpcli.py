@@ -44,6 +44,17 @@ def _header(text: str) -> list[str]:
     return [name.strip(), value.strip()]
 
 
+def searching(args: argparse.Namespace) -> bool:
+    """No --rate, --rates or --clients: `knee http` searches for the capacity."""
+    return args.rate is None and args.rates is None and args.clients is None
+
+
+#: Connections of a search: enough that a service's own concurrency, not the generator's
+#: connections, sets the capacity it finds (docs/find.md).
+SEARCH_CONNECTIONS = 64
+FIXED_CONNECTIONS = 8
+
+
 def http_spec(args: argparse.Namespace) -> dict[str, Any]:
     try:
         target, path = origin(args.url)
@@ -74,11 +85,13 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
         if not os.path.isfile(args.cacert):
             raise HttpArgsError(f"--cacert: no such file: {args.cacert}")
         driver["tls_ca_file"] = os.path.abspath(args.cacert)
+    search = searching(args)
+    default_connections = SEARCH_CONNECTIONS if search else FIXED_CONNECTIONS
     load: dict[str, Any] = {
         "duration_s": seconds(args.duration, "--duration"),
         "warmup_s": seconds(args.warmup, "--warmup"),
         "timeout_ms": seconds(args.timeout, "--timeout") * 1000,
-        "connections": args.connections,
+        "connections": args.connections or default_connections,
     }
     doc: dict[str, Any] = {
         "experiment": {
@@ -90,7 +103,11 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
         "driver": driver,
         "load": load,
     }
-    if args.clients is not None:
+    if args.slo:
+        doc["experiment"]["slo"] = args.slo
+    if search:  # the search sets each probe's rate and length; these start it
+        load |= {"schedule": "poisson", "rate_per_s": args.min_rate or 10.0}
+    elif args.clients is not None:
         load |= {"schedule": "closed", "clients": args.clients}
     elif args.rate is not None:
         load |= {"schedule": "poisson", "rate_per_s": args.rate}

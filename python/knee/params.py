@@ -76,6 +76,12 @@ EXPERIMENT: Schema = {
     "system": Param("str", REQUIRED, "which reference system runs (see knee.systems)"),
     "description": Param("str", "", "one line shown in the report"),
     "seed": Param("int", 1, "seed of every random choice (schedules, request contents)", min=0),
+    "slo": Param(
+        "str",
+        OPTIONAL,
+        "a latency objective, e.g. 'p99<50ms': each point is judged met, missed or undecided "
+        "at 95% confidence, and `knee run` exits with its own code when one is missed",
+    ),
 }
 
 #: At most this many load generator nodes per point: each is a process with its own

@@ -29,6 +29,7 @@ from knee.params import (
     Schema,
     Sections,
 )
+from knee.stats import slo
 from knee.systems import SYSTEMS, plan_nodes
 
 SECTIONS = ("server", "load", "driver")  # the sections a series overrides and a sweep varies
@@ -125,7 +126,15 @@ def _check_steps(steps: list[Any]) -> list[list[float]]:
     ]
 
 
-COMMON_RULES: list[Rule] = [_load_rule]
+def _slo_rule(s: Sections) -> None:
+    if s["experiment"].get("slo") is not None:
+        try:
+            slo.parse(s["experiment"]["slo"])
+        except slo.SloError as err:
+            raise RuleError("experiment.slo", str(err)) from None
+
+
+COMMON_RULES: list[Rule] = [_load_rule, _slo_rule]
 
 
 # ---------------------------------------------------------------- values and sections

@@ -52,7 +52,8 @@ class Display:
 
     def run_started(self, run_dir: Path, n_points: int) -> None:
         self._n_points = n_points
-        self.console.print(f"run directory: [bold]{run_dir}[/]  ({n_points} points)")
+        shown = f"{n_points} points" if n_points else "a search: probes as it decides them"
+        self.console.print(f"run directory: [bold]{run_dir}[/]  ({shown})")
         if self.enabled:
             self._progress = Progress(
                 TextColumn("{task.description}"),
@@ -71,7 +72,7 @@ class Display:
         if self._task is not None:
             self._progress.remove_task(self._task)
         self._task = self._progress.add_task(
-            f"[{point.index + 1}/{self._n_points}] {point.label}",
+            f"{self._tag(point)} {point.label}",
             total=expected_requests,
             rate="-",
             p99="-",
@@ -91,13 +92,19 @@ class Display:
         lat = stats["latency_ns"]
         flags = warnings_of(stats)
         self.console.print(
-            f"  [{point.index + 1}/{self._n_points}] {point.label}: {stats['count']} requests, "
+            f"  {self._tag(point)} {point.label}: {stats['count']} requests, "
             f"sent {stats['achieved_rate_per_s']:.1f}/s, done {stats['throughput_per_s']:.1f}/s, "
             f"p50 {fmt_percentile(lat, 'p50')} ms, p99 {fmt_percentile(lat, 'p99')} ms, "
             f"ok {stats['status_rates']['ok']:.1%}"
             + (f"  [bold red]{', '.join(flags)}[/]" if flags else ""),
             highlight=False,
         )
+
+    def _tag(self, point: Point) -> str:
+        """[i/n]; a search's probes, whose number is not known ahead: [probe i]."""
+        if self._n_points:
+            return f"[{point.index + 1}/{self._n_points}]"
+        return f"[probe {point.index + 1}]"
 
     def run_finished(self) -> None:
         if self._progress is not None:

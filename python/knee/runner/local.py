@@ -38,8 +38,9 @@ from knee.runner import interrupt
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import PRIMARY, Spec
-from knee.stats import point_stats
+from knee.stats import point_stats, slo
 from knee.stats.interference import interference
+from knee.stats.slo import point_slo
 from knee.systems import NodePlan
 from knee.toml_writer import dump_toml
 
@@ -339,6 +340,8 @@ def _measure_point(
         stats["check"] = check
     if cut is not None:
         stats["cut_short"] = cut
+    if point.experiment.get("slo"):
+        stats["slo"] = point_slo(frame, slo.parse(point.experiment["slo"]), stats)
     _add_interference(stats, state.timeseries, point.index, warmup_end_s)
     state.points.append(stats)
     results.write_json(

@@ -1,0 +1,167 @@
+"""The three answers of a load curve (docs/find.md, "The answers"): the sustainable
+capacity, the SLO capacity and the knee, each with its interval. `knee find` computes them
+from its probes; every report computes them the same way from a sweep's points.
+
+- **capacity**: the highest rate shown stable. Its interval is the bracket from it to the
+  lowest rate shown not stable: the truth lies between (each probe's verdict is a test at
+  1%, and the answer was repeated with fresh probes). A sweep's bracket is as wide as its
+  grid. Beside it, the *saturated throughput*: what the target completed while over
+  capacity (pooled over those probes, with its Poisson 95% interval), a second estimate.
+- **SLO capacity**: the highest rate shown stable with the SLO met at 95% confidence
+  (knee.stats.slo), and the bracket to the lowest rate shown not to meet it.
+- **the knee**: where latency bends. Two estimates: Kleinrock's power (throughput / mean
+  latency) measured at each stable point (knee.models.measured, with the rates whose
+  power cannot be told apart as its interval), and the fitted model's maximum of power.
+  The answer is the measured one when its best point lies inside the rates measured (no
+  model's assumption); when it lies at an edge (the maximum may be beyond) the model's,
+  if a model fits; else the measured one, marked at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from knee.find.probe import decide
+from knee.models.measured import measured_knee
+from knee.stats.intervals import poisson_count_ci
+
+RATE_KEY = "load.rate_per_s"
+
+
+def _rate(point: dict[str, Any]) -> float:
+    return float(point.get("target_rate_per_s") or 0.0)
+
+
+def group_key(point: dict[str, Any]) -> str:
+    """The group a rate point belongs to: its series and every swept value but the rate."""
+    others = {k: v for k, v in (point.get("swept") or {}).items() if k != RATE_KEY}
+    return json.dumps([point.get("series"), others], sort_keys=True)
+
+
+def group_label(point: dict[str, Any]) -> str:
+    others = {k: v for k, v in (point.get("swept") or {}).items() if k != RATE_KEY}
+    shown = " ".join(f"{k.partition('.')[2]}={v}" for k, v in others.items())
+    return " ".join(x for x in (str(point.get("series") or ""), shown) if x)
+
+
+def _good(point: dict[str, Any], answer: str) -> bool:
+    d = decide(point)
+    return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
+
+
+def bracket(points: list[dict[str, Any]], answer: str) -> tuple[float | None, float | None]:
+    """(highest rate shown good below the lowest shown bad, lowest shown bad) over points
+    of one group, for "capacity" or "slo"."""
+    bad = [_rate(p) for p in points if not _good(p, answer)]
+    hi = min(bad) if bad else None
+    good = [_rate(p) for p in points if _good(p, answer) and (hi is None or _rate(p) < hi)]
+    return (max(good) if good else None), hi
+
+
+def saturated_throughput(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """OK completions per second while over capacity (unstable points not cut short and
+    not failing), pooled, with Garwood's 95% interval; None without such a point."""
+    over = [
+        p
+        for p in points
+        if decide(p).capacity == "unstable"
+        and decide(p).limit == "target"
+        and not p.get("cut_short")
+        and p.get("window_s")
+    ]
+    count = sum(int(p.get("ok_in_window") or 0) for p in over)
+    window_s = sum(float(p["window_s"]) for p in over)
+    if not over or window_s <= 0:
+        return None
+    lo, hi = poisson_count_ci(count)
+    return {
+        "per_s": count / window_s,
+        "ci_per_s": [lo / window_s, hi / window_s],
+        "points": [p["point"] for p in over],
+    }
+
+
+def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) -> dict[str, Any]:
+    if lo is None and hi is None:
+        detail = f"no point measured for the {what}"
+    elif lo is None:
+        detail = f"not shown at any rate measured: the {what} is below {hi:.4g}/s"
+    elif hi is None:
+        detail = f"at least {lo:.4g}/s: no higher rate was shown over it"
+    else:
+        detail = f"{lo:.4g}/s, between {lo:.4g} and {hi:.4g}/s (+{hi / lo - 1:.1%})"
+    return {
+        "rate_per_s": lo,
+        "interval_per_s": [lo, hi],
+        "decided": lo is not None and hi is not None,
+        "limited_by": limit,
+        "detail": detail,
+    }
+
+
+def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The knee of one group (see the module's docstring for which estimate is used)."""
+    power = measured_knee(points, lambda p: float(p.get("achieved_rate_per_s") or _rate(p)))
+    model_x = (model or {}).get("knee_x")
+    fits = (model or {}).get("fits", True)
+    if power is not None and power["edge"] is None:
+        method, x, interval = "power", power["x"], power["interval_x"]
+        why = "the highest measured power lies inside the rates measured"
+    elif model_x and fits:
+        method, x, interval = "model", model_x, (model or {}).get("knee_interval_x")
+        why = (
+            "the measured power is highest at the "
+            + (f"{power['edge']} rate measured" if power else "few stable points measured")
+            + f"; the {model.get('kind')} model's maximum of power is used"  # type: ignore[union-attr]
+        )
+    elif power is not None:
+        method, x, interval = "power", power["x"], power["interval_x"]
+        why = (
+            f"measured power, highest at the {power['edge']} rate measured: the knee may lie beyond"
+        )
+    else:
+        return None
+    return {
+        "rate_per_s": x,
+        "interval_per_s": interval,
+        "method": method,
+        "why": why,
+        "power": power,
+        "model": model,
+    }
+
+
+def group_answers(
+    points: list[dict[str, Any]],
+    slo: str | None,
+    model: dict[str, Any] | None = None,
+    brackets: dict[str, list[float | None]] | None = None,
+) -> dict[str, Any]:
+    """The answers of one group's points; `brackets` (a search's final ones) replace the
+    brackets read from the points."""
+    cap = (brackets or {}).get("capacity") or list(bracket(points, "capacity"))
+    limits = [decide(p).limit for p in points if _rate(p) == cap[1]]
+    out: dict[str, Any] = {
+        "label": group_label(points[0]) if points else "",
+        "capacity": _answer(cap[0], cap[1], "capacity", limits[0] if limits else None),
+        "saturated_throughput": saturated_throughput(points),
+        "slo_capacity": None,
+        "knee": knee(points, model),
+        "points": [p["point"] for p in points],
+    }
+    if slo:
+        got = (brackets or {}).get("slo") or list(bracket(points, "slo"))
+        out["slo_capacity"] = _answer(got[0], got[1], f"SLO {slo} capacity", None)
+        out["slo_capacity"]["slo"] = slo
+    return out
+
+
+def from_points(points: list[dict[str, Any]], slo: str | None) -> list[dict[str, Any]]:
+    """Answers per group of a run's open-loop rate points (a sweep), in order of first
+    appearance; groups of fewer than two rates have none."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        if p.get("target_rate_per_s") and RATE_KEY in (p.get("swept") or {}):
+            groups.setdefault(group_key(p), []).append(p)
+    return [group_answers(g, slo) for g in groups.values() if len({_rate(p) for p in g}) >= 2]

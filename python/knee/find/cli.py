@@ -1,0 +1,115 @@
+"""The search's command-line options, read into knee.find.run.Options, and its answers as
+printed at the end of `knee find` (and `knee http` with no rate)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from knee.find.run import Options
+from knee.httpcli import HttpArgsError, seconds
+from knee.stats import slo as slo_mod
+
+
+class FindArgsError(ValueError):
+    """An option of the search that cannot be read (one line)."""
+
+
+def _fraction(text: str, what: str) -> float:
+    """'5%' or '0.05' -> 0.05."""
+    t = text.strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise FindArgsError(f"{what}: expected a share such as 5% or 0.05, got {text!r}") from None
+
+
+def options(args: argparse.Namespace) -> Options:
+    try:
+        budget_s = seconds(args.budget, "--budget")
+        probe_s = seconds(args.probe, "--probe")
+    except HttpArgsError as e:
+        raise FindArgsError(str(e)) from None
+    slo = getattr(args, "slo", None)
+    if slo:
+        try:
+            slo = slo_mod.parse(slo).text
+        except slo_mod.SloError as e:
+            raise FindArgsError(f"--slo: {e}") from None
+    tolerance = _fraction(args.tolerance, "--tolerance")
+    if not 0 < tolerance < 1:
+        raise FindArgsError(f"--tolerance: expected above 0% and below 100%, got {args.tolerance}")
+    if probe_s < 2:
+        raise FindArgsError(
+            f"--probe: at least 2 s (a probe needs a warm-up and a window), got {args.probe}"
+        )
+    if budget_s < probe_s:
+        raise FindArgsError(f"--budget ({args.budget}) is shorter than one probe ({args.probe})")
+    for name in ("min_rate", "max_rate"):
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:
+            raise FindArgsError(
+                f"--{name.replace('_', '-')}: expected a rate above 0, got {value:g}"
+            )
+    return Options(
+        slo=slo,
+        tolerance=tolerance,
+        budget_s=budget_s,
+        min_rate_per_s=args.min_rate,
+        max_rate_per_s=args.max_rate,
+        probe_s=probe_s,
+        series=getattr(args, "series", None),
+    )
+
+
+def _interval(answer: dict[str, Any] | None) -> str:
+    if not answer:
+        return "-"
+    lo, hi = answer.get("interval_per_s") or [None, None]
+    value = answer.get("rate_per_s")
+    if value is None:
+        return f"below {hi:.4g}/s" if hi else "not found"
+    shown = f"{value:.4g}/s"
+    if hi is None:
+        return f"at least {shown}"
+    return f"{shown}  [{lo:.4g}, {hi:.4g}]"
+
+
+def print_answers(console: Console, answers: dict[str, Any]) -> None:
+    """One block per group: capacity, SLO capacity, knee, and how the search ended."""
+    for group in answers.get("groups", []):
+        title = group.get("label") or "answers"
+        console.print(f"[bold]{title}[/]", highlight=False)
+        cap = group["capacity"]
+        console.print(f"  capacity      {_interval(cap)}  {cap.get('detail', '')}", highlight=False)
+        sat = group.get("saturated_throughput")
+        if sat:
+            lo, hi = sat["ci_per_s"]
+            console.print(
+                f"  saturated     {sat['per_s']:.4g}/s done while over capacity  "
+                f"[{lo:.4g}, {hi:.4g}]",
+                highlight=False,
+            )
+        if group.get("slo_capacity"):
+            slo = group["slo_capacity"]
+            console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}", highlight=False)
+        knee = group.get("knee")
+        if knee:
+            lo, hi = knee.get("interval_per_s") or [None, None]
+            shown = f"  [{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else ""
+            console.print(
+                f"  knee          {knee['rate_per_s']:.4g}/s{shown}  "
+                f"({knee['method']}: {knee['why']})",
+                highlight=False,
+            )
+        else:
+            console.print("  knee          - (too few stable probes)", highlight=False)
+        search = group.get("search") or {}
+        if search:
+            console.print(
+                f"  search        {search['probes']} probes, {search['wall_s']:.0f} s; "
+                f"{search['stopped']}{': ' + search['detail'] if search.get('detail') else ''}",
+                highlight=False,
+            )

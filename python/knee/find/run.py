@@ -1,0 +1,272 @@
+"""`knee find`: the search run as points of one run directory (docs/find.md).
+
+Each group of the spec's points (a series, and every swept setting but the rate: matrix's
+threads = 1, 2, 4 are three groups) gets a search of its own (knee.find.search). A probe is
+an ordinary point, its rate and length set by the search, with its samples, statistics and
+record in points/pNNN.json. find.json holds the path (every probe, its decision and reason,
+the brackets after it) and the answers, rewritten after every probe so that an interrupted
+search leaves what it had; summary.json's `find` holds the answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knee import results
+from knee.find.answers import RATE_KEY, group_answers
+from knee.find.probe import decide, overload_watch
+from knee.find.search import OutOfBudget, Probe, Search, Settings
+from knee.models import analyze
+from knee.params import Point
+from knee.runner.display import Display
+from knee.runner.local import Session
+from knee.spec import Spec
+from knee.stats import slo as slo_mod
+
+FIND = "find.json"
+#: Seconds a probe costs beyond its length (nodes started and stopped, statistics): the
+#: budget check counts it.
+PROBE_OVERHEAD_S = 3.0
+#: The longest wait for a target to drain the backlog an overloaded probe left.
+MAX_DRAIN_S = 30.0
+#: Defaults for a service the user knows nothing about (`knee http URL` with no rate).
+DEFAULT_MIN_RATE_PER_S = 10.0
+DEFAULT_MAX_RATE_PER_S = 1_000_000.0
+
+
+class FindError(ValueError):
+    """A spec or option the search cannot run with; one line."""
+
+
+@dataclass
+class Options:
+    slo: str | None = None
+    tolerance: float = 0.05
+    budget_s: float = 600.0
+    min_rate_per_s: float | None = None
+    max_rate_per_s: float | None = None
+    probe_s: float = 10.0
+    series: str | None = None
+
+
+def groups_of(spec: Spec, series: str | None) -> list[list[Point]]:
+    """The spec's points grouped by series and every swept value but the rate."""
+    points = [p for p in spec.points if series is None or p.series == series]
+    if not points:
+        names = ", ".join(sorted({p.series for p in spec.points}))
+        raise FindError(f"--series {series}: no such series; the spec has: {names}")
+    for p in points:
+        if p.load["schedule"] not in ("poisson", "constant"):
+            raise FindError(
+                f"point {p.label!r}: load.schedule is {p.load['schedule']!r}; knee find searches "
+                "an open-loop rate (schedule 'poisson' or 'constant')"
+            )
+        if p.load["generators"] < 1:
+            raise FindError("load.generators must be at least 1")
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        others = {k: v for k, v in p.swept.items() if k != RATE_KEY}
+        groups.setdefault(json.dumps([p.series, others], sort_keys=True, default=str), []).append(p)
+    return list(groups.values())
+
+
+def _probe_point(
+    template: Point, index: int, rate: float, length_s: float, slo: str | None
+) -> Point:
+    load = dict(template.load)
+    load.update(rate_per_s=rate, duration_s=length_s, requests=None)
+    warmup = min(load["warmup_s"], length_s / 4)  # a short probe keeps most of its samples
+    load["warmup_s"] = warmup
+    experiment = dict(template.experiment)
+    if slo:
+        experiment["slo"] = slo
+    swept = {**{k: v for k, v in template.swept.items() if k != RATE_KEY}, RATE_KEY: rate}
+    return dataclasses.replace(template, index=index, swept=swept, load=load, experiment=experiment)
+
+
+class _Finder:
+    def __init__(self, spec: Spec, options: Options, session: Session) -> None:
+        self.spec, self.o, self.session = spec, options, session
+        self.t0 = time.monotonic()
+        self.points: list[Point] = []
+        self.stats: list[dict[str, Any]] = []
+        self.path: list[dict[str, Any]] = []  # find.json's probes
+        self.groups: list[dict[str, Any]] = []  # answers so far
+        self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def measure(self, template: Point, label: str, budget_end_s: float) -> Any:
+        low_latency: list[float] = []
+
+        def run(rate: float, length_s: float, phase: str) -> Probe:
+            if self.elapsed_s() + length_s + PROBE_OVERHEAD_S > budget_end_s:
+                raise OutOfBudget(
+                    f"a {length_s:.0f} s probe at {rate:.4g}/s would end past the budget"
+                )
+            point = _probe_point(template, len(self.points), rate, length_s, self.slo)
+            self.points.append(point)
+            self.session.plan(self.points)
+            cuts: list[str] = []
+            watch = overload_watch(rate, low_latency[0] if low_latency else None, cuts)
+            started = time.monotonic()
+            stats = self.session.run_point(point, watch)
+            self.stats.append(stats)
+            decision = decide(stats)
+            probe = Probe(
+                point.index, rate, length_s, phase, decision, stats, time.monotonic() - started
+            )
+            if phase == "low" and (mean := (stats.get("latency_ok_ns") or {}).get("mean")):
+                low_latency.append(float(mean) / 1e9)
+            self.path.append({"group": label, **probe.to_json()})
+            self._write(partial=True)
+            self._drain(point, stats, decision.capacity)
+            return probe
+
+        return run
+
+    def _drain(self, point: Point, stats: dict[str, Any], capacity: str) -> None:
+        """After an overloaded probe against a target knee did not start (its own servers
+        are new at every point), wait as long as the backlog it left would take at the
+        throughput it measured (the target's own queue is not visible), at most
+        MAX_DRAIN_S."""
+        if capacity == "stable" or not point.server.get("target"):
+            return
+        backlog = float((stats.get("stability") or {}).get("backlog") or 0)
+        throughput = float(stats.get("throughput_per_s") or 0.0)
+        wait_s = min(MAX_DRAIN_S, backlog / throughput if throughput > 0 else MAX_DRAIN_S)
+        if wait_s > 0:
+            time.sleep(wait_s)
+
+    def search(self, groups: list[list[Point]]) -> None:
+        for i, group in enumerate(groups):
+            template = group[0]
+            label = " ".join(
+                [template.series]
+                + [f"{k.partition('.')[2]}={v}" for k, v in template.swept.items() if k != RATE_KEY]
+            )
+            rates = [float(p.load["rate_per_s"]) for p in group]
+            min_rate = self.o.min_rate_per_s or min(rates)
+            max_rate = self.o.max_rate_per_s or DEFAULT_MAX_RATE_PER_S
+            if min_rate >= max_rate:
+                raise FindError(f"--min-rate {min_rate:g} is not below --max-rate {max_rate:g}")
+            left_s = self.o.budget_s - self.elapsed_s()
+            budget_end_s = self.elapsed_s() + left_s / (len(groups) - i)  # an equal share
+            settings = Settings(
+                min_rate_per_s=min_rate,
+                max_rate_per_s=max_rate,
+                probe_s=self.o.probe_s,
+                tolerance=self.o.tolerance,
+                slo=self.slo is not None,
+                servers=int(template.server.get("threads") or 1),
+            )
+            outcome = Search(settings, self.measure(template, label, budget_end_s)).run()
+            self.groups.append(self._answers(label, outcome))
+            self._write(partial=True)
+
+    def _answers(self, label: str, outcome: Any) -> dict[str, Any]:
+        indices = {p.point for p in outcome.probes}
+        points = [s for s in self.stats if s["point"] in indices]
+        model = _primary_model(points, self.points, self.spec)
+        out = group_answers(
+            points,
+            self.slo,
+            model,
+            {"capacity": outcome.capacity.to_json(), "slo": outcome.slo.to_json()},
+        )
+        out["label"] = label
+        answer = out["capacity"]["rate_per_s"]
+        repeats = [p for p in outcome.probes if p.phase == "repeat" and p.rate_per_s == answer]
+        done = [p.stats.get("throughput_per_s") or 0.0 for p in repeats]
+        out["repeats"] = {
+            "rate_per_s": answer,
+            "probes": [p.point for p in repeats],
+            "verdicts": [p.decision.capacity for p in repeats],
+            "throughput_spread_per_s": [min(done), max(done)] if done else None,
+        }
+        out["search"] = {
+            "stopped": outcome.stopped,
+            "detail": outcome.detail,
+            "probes": len(outcome.probes),
+            "wall_s": sum(p.wall_s for p in outcome.probes),
+            "service_s": outcome.service_s,
+            "first_model_per_s": outcome.first_model_per_s,
+        }
+        if outcome.stopped == "generator":
+            out["capacity"]["limited_by"] = "generator"
+            out["capacity"]["detail"] = (
+                "the generator is the limit here, not the target: " + outcome.detail
+            )
+        elif outcome.stopped != "done":
+            out["capacity"]["detail"] += f" (search stopped: {outcome.detail})"
+        return out
+
+    def answers(self) -> dict[str, Any]:
+        return {
+            "slo": self.slo,
+            "tolerance": self.o.tolerance,
+            "budget_s": self.o.budget_s,
+            "elapsed_s": self.elapsed_s(),
+            "probe_s": self.o.probe_s,
+            "groups": self.groups,
+        }
+
+    def _write(self, partial: bool) -> None:
+        answers = self.answers()
+        doc = {"version": 1, "status": "running" if partial else "complete", "probes": self.path}
+        results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
+        self.session.extra["find"] = answers
+        self.session.write_summary()
+
+
+def _primary_model(
+    points: list[dict[str, Any]], planned: list[Point], spec: Spec
+) -> dict[str, Any] | None:
+    """The primary fitted model of one group's probes (knee.models.analyze), or None."""
+    by_index = {p.index: p for p in planned}
+
+    def setting(point: dict[str, Any], key: str) -> Any:
+        section, _, name = key.partition(".")
+        known = by_index.get(point.get("point", -1))
+        return None if known is None else getattr(known, section, {}).get(name)
+
+    try:
+        series = analyze.analyze(points, setting, None)
+    except Exception:  # a model that cannot be fitted leaves the knee to the data
+        return None
+    for entry in series:
+        for model in entry.get("models", []):
+            if model.get("primary"):
+                return model
+    return None
+
+
+def find(
+    spec: Spec,
+    options: Options,
+    out_root: Path,
+    display: Display,
+    keep_scratch: bool = False,
+) -> Path:
+    """Runs the search; returns the run directory (find.json, summary.json's `find`)."""
+    if not 0 < options.tolerance < 1:
+        raise FindError(f"--tolerance: expected between 0% and 100%, got {options.tolerance:.0%}")
+    if not math.isfinite(options.budget_s) or options.budget_s <= 0:
+        raise FindError("--budget: expected a positive time")
+    groups = groups_of(spec, options.series)
+    with Session(spec, out_root, display, keep_scratch, n_points=0) as session:
+        finder = _Finder(spec, options, session)
+        try:
+            finder.search(groups)
+        except BaseException:
+            finder._write(partial=True)  # what the search had; the run's status says why
+            raise
+        finder._write(partial=False)
+    return session.run_dir
