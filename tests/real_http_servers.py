@@ -112,6 +112,20 @@ def _gunicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:
     return Launch([*argv, "wsgi_app:app"])
 
 
+#: The known-capacity service (tests/http_apps/sleep_app.py): W sync workers, each request
+#: sleeping SLEEP_MS, so at most W / SLEEP_MS requests per second.
+SLEEP_WORKERS = 2
+SLEEP_MS = 20.0
+
+
+def _gunicorn_sleep(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """gunicorn's sync workers in front of an app that sleeps: capacity W / sleep."""
+    argv = [sys.executable, "-m", "gunicorn", "--workers", str(SLEEP_WORKERS)]
+    argv += ["--worker-class", "sync", "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "2"]
+    argv += ["--chdir", str(APPS), "--backlog", "2048"]
+    return Launch([*argv, "sleep_app:app"], env={"KNEE_SLEEP_MS": f"{SLEEP_MS:g}"})
+
+
 def _uvicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:
     """h11, keep-alive (idle connections closed after 5 s: uvicorn's default)."""
     argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(APPS), "--host", "127.0.0.1"]
@@ -225,6 +239,8 @@ LAUNCHERS: dict[str, Callable[[int, Path, str], Launch]] = {
     "nginx-tls-close": _nginx(keepalive=False, tls=True),
 }
 assert tuple(LAUNCHERS) == NAMES
+#: Servers started by name outside the conformance matrix.
+LAUNCHERS["gunicorn-sleep"] = _gunicorn_sleep
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

@@ -1,0 +1,249 @@
+"""`knee find` and `knee http` with no rate (docs/find.md): the SLO's decisions on samples
+of known quantiles, the search's rules (a probe lengthened while undecided, the brackets,
+the repeats), and real searches: a service of known capacity found within a wide margin,
+a generator held to a sliver of a core named as the limit, and `--slo` as a threshold."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import unavailable
+from real_http_servers import SLEEP_MS, SLEEP_WORKERS, real_server
+from test_runner import only_run_dir, run_knee, write_spec
+
+from knee.find.probe import Decision
+from knee.find.search import REPEATS, Probe, Search, Settings
+from knee.stats import slo as slo_mod
+
+# ------------------------------------------------------------------ SLO decisions
+
+
+def test_slo_parses_percentiles_means_and_units() -> None:
+    assert slo_mod.parse("p99<50ms").limit_ns == 50e6
+    assert slo_mod.parse("p99.9 < 1s").q == pytest.approx(0.999)
+    assert slo_mod.parse("p999<2ms").stat == "p99.9"
+    assert slo_mod.parse("mean<200us").q is None
+    for bad in ("p100<1ms", "p99<0ms", "p99>5ms", "99<5ms", "p99<5 minutes"):
+        with pytest.raises(slo_mod.SloError):
+            slo_mod.parse(bad)
+
+
+def _decide(values_ms: np.ndarray, text: str, failures: int = 0, unstable: bool = False) -> str:
+    ns = values_ms * 1e6
+    return slo_mod.decide(np.sort(ns), ns, failures, slo_mod.parse(text), unstable)["verdict"]
+
+
+def test_slo_met_missed_and_undecided_on_known_quantiles() -> None:
+    # 10,000 samples uniform on [0, 100) ms: the true p99 is 99 ms, the sample's within a
+    # few tenths of a ms at 95%.
+    values = np.random.default_rng(1).uniform(0, 100, 10_000)
+    assert _decide(values, "p99<100ms") == "met"
+    assert _decide(values, "p99<95ms") == "missed"
+    assert _decide(values, "p99<99ms") == "undecided"  # the interval straddles the truth
+    assert _decide(values, "p50<55ms") == "met"
+    assert _decide(values, "mean<52ms") == "met" and _decide(values, "mean<48ms") == "missed"
+    # Too few samples for a p99 interval: undecided, whatever the value.
+    assert _decide(values[:50], "p99<1s") == "undecided"
+
+
+def test_failures_rank_above_successes_and_an_unstable_point_misses() -> None:
+    values = np.full(1000, 1.0)  # every success takes 1 ms
+    assert _decide(values, "p99<10ms") == "met"
+    # 5% of requests failed: the p99 lands on a failure, over any limit.
+    assert _decide(values, "p99<10ms", failures=50) == "missed"
+    assert _decide(values, "p99<10ms", unstable=True) == "missed"
+
+
+# ------------------------------------------------------------------ the search's rules
+
+
+class _Target:
+    """A target for the search's rules alone: stable below `capacity`, unstable above, and
+    undecided within `margin` of it on probes shorter than `decides_s`."""
+
+    def __init__(self, capacity: float, margin: float = 0.0, decides_s: float = 0.0) -> None:
+        self.capacity, self.margin, self.decides_s = capacity, margin, decides_s
+        self.calls: list[tuple[float, float, str]] = []
+
+    def __call__(self, rate: float, length_s: float, phase: str) -> Probe:
+        self.calls.append((rate, length_s, phase))
+        near = abs(rate / self.capacity - 1) < self.margin and length_s < self.decides_s
+        verdict = "undecided" if near else "stable" if rate < self.capacity else "unstable"
+        decision = Decision(verdict, None if verdict == "stable" else "target", None, "")
+        stats = {"latency_ok_ns": {"mean": 10e6}, "server_ns": {"mean": 10e6}}
+        return Probe(len(self.calls) - 1, rate, length_s, phase, decision, stats, length_s)
+
+
+def _settings(**kw: float) -> Settings:
+    base = dict(
+        min_rate_per_s=5.0, max_rate_per_s=1e6, probe_s=10.0, tolerance=0.05, slo=False, servers=1
+    )
+    return Settings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_the_search_brackets_bisects_and_repeats_to_the_tolerance() -> None:
+    target = _Target(capacity=333.0)
+    outcome = Search(_settings(), target).run()
+    lo, hi = outcome.capacity.lo, outcome.capacity.hi
+    assert outcome.stopped == "done", outcome.detail
+    assert lo is not None and hi is not None
+    assert lo < 333.0 <= hi and hi / lo - 1 <= 0.05
+    assert [p for p in target.calls if p[2] == "repeat"] == [(lo, 10.0, "repeat")] * REPEATS
+    assert target.calls[0][2] == "low" and target.calls[0][0] == 5.0
+
+
+def test_an_undecided_probe_is_lengthened_at_the_same_rate_not_re_guessed() -> None:
+    target = _Target(capacity=100.0, margin=0.03, decides_s=25.0)
+    outcome = Search(_settings(min_rate_per_s=30.0), target).run()
+    lengthened = [c for c in target.calls if c[2] == "lengthen"]
+    assert lengthened, target.calls
+    for rate, length_s, _ in lengthened:
+        before = target.calls[target.calls.index((rate, length_s, "lengthen")) - 1]
+        assert before[0] == rate and length_s == 2 * before[1]  # same rate, twice as long
+    assert outcome.capacity.lo is not None and outcome.capacity.lo < 100.0
+
+
+def test_the_budget_stops_the_search_and_keeps_its_bracket() -> None:
+    target = _Target(capacity=500.0)
+    calls = 0
+
+    def measure(rate: float, length_s: float, phase: str) -> Probe:
+        nonlocal calls
+        calls += 1
+        if calls > 4:
+            from knee.find.search import OutOfBudget
+
+            raise OutOfBudget("test budget")
+        return target(rate, length_s, phase)
+
+    outcome = Search(_settings(), measure).run()
+    assert outcome.stopped == "budget"
+    assert outcome.capacity.lo is not None  # the bracket reached is kept
+
+
+# ------------------------------------------------------------------ real searches
+
+
+def _answers(stdout: str) -> dict:
+    start = stdout.index("\n{\n") + 1
+    return json.loads(stdout[start:])
+
+
+def test_knee_http_with_no_rate_finds_a_known_capacity(tmp_path: Path, knee_node: str) -> None:
+    """gunicorn, W sync workers in front of an app that sleeps D: at most W / D per second.
+    Found within a wide margin (the sleep overshoots, each request is a new connection)."""
+    truth = SLEEP_WORKERS / (SLEEP_MS / 1e3)
+    with real_server("gunicorn-sleep", tmp_path / "srv", knee_node) as server:
+        proc = run_knee(
+            "http",
+            server.url + "/",
+            "--probe", "4s", "--tolerance", "10%", "--budget", "200s",
+            "--min-rate", "20", "--out", str(tmp_path / "runs"), "--no-progress", "--json",
+            timeout_s=400,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    group = _answers(proc.stdout)["groups"][0]
+    capacity = group["capacity"]
+    assert capacity["limited_by"] != "generator", capacity
+    assert 0.6 * truth <= capacity["rate_per_s"] <= 1.1 * truth, capacity
+    run_dir = only_run_dir(tmp_path / "runs")
+    path = json.loads((run_dir / "find.json").read_text())
+    assert path["status"] == "complete"
+    assert path["probes"][0]["phase"] == "low"
+    phases = {p["phase"] for p in path["probes"]}
+    assert {"low", "step"} <= phases
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["points"]) == len(path["probes"])
+
+
+GENERATOR_SPEC = """
+[experiment]
+name = "starved"
+system = "echo"
+
+[hosts.sliver]
+kind = "local"
+cpu_cores = 0.03
+
+[placement]
+load = "sliver"
+
+[load]
+schedule = "poisson"
+rate_per_s = 200
+duration_s = 3
+warmup_s = 0.5
+"""
+
+
+def _cgroups_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "CPU limits need root (cgroups)"
+    from knee.hosts import Unsupported, cgroups
+    from knee.hosts.base import Limits
+
+    try:
+        cgroups.check_limits([Limits(cpu_cores=0.03)])
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def test_a_starved_generator_is_named_as_the_limit(tmp_path: Path) -> None:
+    """The generator on 3% of a core cannot keep a high rate's schedule: the search names
+    the generator, never reporting that rate as the target's capacity."""
+    reason = _cgroups_usable()
+    if reason:
+        unavailable(reason)
+    spec = write_spec(tmp_path, GENERATOR_SPEC)
+    proc = run_knee(
+        "find", str(spec), "--probe", "3s", "--budget", "120s", "--out", str(tmp_path / "runs"),
+        "--no-progress", "--no-report", "--json",
+        timeout_s=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    group = _answers(proc.stdout)["groups"][0]
+    assert group["search"]["stopped"] == "generator", group["search"]
+    assert group["capacity"]["limited_by"] == "generator"
+    assert "generator is the limit" in group["capacity"]["detail"]
+
+
+SLO_SPEC = """
+[experiment]
+name = "threshold"
+system = "echo"
+slo = "{slo}"
+
+[load]
+schedule = "poisson"
+rate_per_s = 300
+duration_s = 3
+warmup_s = 0.5
+"""
+
+
+@pytest.mark.parametrize(("slo", "code"), [("p99<1s", 0), ("p50<1us", 5)])
+def test_an_slo_on_a_fixed_rate_run_is_a_threshold(tmp_path: Path, slo: str, code: int) -> None:
+    """Loopback echo answers in tens of microseconds: p99 < 1 s is met, p50 < 1 us missed
+    (exit code 5), each decided at 95% confidence and recorded on the point."""
+    spec = write_spec(tmp_path, SLO_SPEC.format(slo=slo))
+    proc = run_knee(
+        "run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress", "--no-report"
+    )
+    assert proc.returncode == code, proc.stderr
+    point = json.loads((only_run_dir(tmp_path / "runs") / "summary.json").read_text())["points"][0]
+    assert point["slo"]["verdict"] == ("met" if code == 0 else "missed")
+    if code:
+        assert "SLO p50<1us missed" in proc.stderr
+
+
+def test_a_bad_slo_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SLO_SPEC.format(slo="p99 under 5ms"))
+    proc = run_knee("run", str(spec), "--out", str(tmp_path / "runs"))
+    assert proc.returncode == 2
+    assert "experiment.slo" in proc.stderr and "p99<50ms" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
