@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
 from typing import Any
 
 from knee.models.closed_loop import ClosedModel
@@ -22,6 +23,7 @@ from knee.models.fit import (
     Fit,
     Settings,
     cache_setting,
+    declared_servers,
     fit_service,
     ok_latency,
     servers,
@@ -31,6 +33,7 @@ from knee.models.fit import (
 )
 from knee.models.measured import measured_knee
 from knee.models.open_loop import CS2_CONSTANT, OpenModel, open_models, primary_kind
+from knee.models.servers import ServersEstimate, Throughput, estimate_servers
 
 #: A point is flagged when the predicted mean is outside the measured mean's 95% interval
 #: and differs from the measured mean by more than this fraction of it.
@@ -121,17 +124,23 @@ def _series(
         by_threads: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for p in members:
             by_threads[servers(p, spec)].append(p)
-        for threads, group in sorted(by_threads.items()):
+        for configured, group in sorted(by_threads.items()):
             group.sort(key=lambda p: _x_of(p, spec, closed) or 0.0)
             xs = [_x_of(p, spec, closed) or 0.0 for p in group]
             if closed and len(set(xs)) < 2:
                 continue  # one population: the fit predicts only itself
-            where = settings[key] | ({SERVERS_KEY: threads} if pool_series else {})
+            where = settings[key] | ({SERVERS_KEY: configured} if pool_series else {})
             knee = measured_knee(group, lambda p: _measured_x(p, spec, closed))
+            estimate = estimate_servers(group, fit, lambda p: _measured_x(p, spec, closed))
+            source = _servers_source(group[0], spec, estimate)
+            threads = configured if source == "declared" else estimate.c
             summary: dict[str, Any] = {
                 "group": where,
                 "servers": threads,
+                "servers_source": source,
+                "servers_estimate": estimate.to_json(),
                 "primary": None,
+                "fits": None,
                 "fit": None if fit is None else fit.to_json(),
                 "fit_points": [] if fit is None else list(fit.points),
                 "unstable_points": [p["point"] for p in group if unstable(p)],
@@ -139,23 +148,35 @@ def _series(
             }
             groups.append(summary)
             if fit is None:
-                notes.append(_no_fit_note(group, closed, where))
+                notes.append(_no_fit_note(group, closed, where, source, estimate))
                 continue
+            # An estimated c already has the machine's cores in it (it is what the server
+            # completed), so only a declared pool gets the cores-limited variant.
+            cores_cap = cores if source == "declared" else None
             if closed:
                 think_s = float(setting(group[0], spec, "load.think_ms") or 0) / 1e3
                 built: list[Model] = [ClosedModel(threads, fit, think_s, int(max(xs)))]
-                if cores is not None and cores < threads:
-                    built.append(ClosedModel(cores, fit, think_s, int(max(xs)), "cores"))
+                if cores_cap is not None and cores_cap < threads:
+                    built.append(ClosedModel(cores_cap, fit, think_s, int(max(xs)), "cores"))
                 primary = "MVA"
             else:
-                built = list(open_models(fit, threads, cores))
+                built = list(open_models(fit, threads, cores_cap))
                 primary = primary_kind(fit, threads)
             summary["primary"] = primary
             entries = [
-                _model_entry(m, group, spec, closed, where, m.kind == primary) for m in built
+                _model_entry(m, group, spec, closed, where, m.kind == primary, threads, source)
+                for m in built
             ]
             models += entries
-            notes.append(_group_note(fit, threads, cores, group, entries, closed, where, knee))
+            verdict = judge_fit(entries, estimate.throughput)
+            summary["fits"] = verdict.fits
+            notes.append(
+                _group_note(
+                    fit, threads, cores_cap, group, entries, closed, where, knee, source, estimate
+                )
+                + " "
+                + verdict.sentence
+            )
     if not models:
         return None
     kinds = Counter(g["primary"] for g in groups if g["primary"])
@@ -173,13 +194,40 @@ def _series(
     }
 
 
-def _label(model: Model, threads: int) -> str:
+def _servers_source(point: dict[str, Any], spec: Settings, estimate: ServersEstimate) -> str:
+    """ "declared" (the system's `server.threads`), "estimated" (c = X_sat E[S] from the
+    data) or "assumed" (1: nothing to estimate it from)."""
+    if declared_servers(point, spec) is not None:
+        return "declared"
+    return "estimated" if estimate.estimated else "assumed"
+
+
+def _label(model: Model, threads: int, source: str = "declared") -> str:
     name = model.kind if model.kind != "M/M/c" else f"M/M/{model.servers}"
     if model.kind == "M/M/1":
         name += " (source report's reference)"
     if model.limited_by == "cores":
         return f"{name} ({threads} threads on {model.servers} cores)"
+    if source == "estimated":
+        return f"{name} (c = {threads}, estimated)"
     return name if threads == 1 else f"{name} ({threads} threads)"
+
+
+def _with_service(model: Model, service_s: float) -> Model:
+    return replace(model, fit=replace(model.fit, service_s=service_s))
+
+
+def _knee_and_capacity_ci(model: Model) -> tuple[list[float] | None, list[float] | None]:
+    """The model's knee and capacity at the ends of the fitted service time's 95% interval
+    (the knee scales with the service rate; the delay and cs2 are held), or None without
+    an interval."""
+    ci = model.fit.service_ci_s
+    if ci is None or ci[0] <= 0:
+        return None, None
+    ends = [_with_service(model, s) for s in ci]
+    knees = sorted(m.knee_x() for m in ends)
+    caps = sorted(m.capacity_per_s for m in ends)
+    return knees, caps
 
 
 def _model_entry(
@@ -189,14 +237,17 @@ def _model_entry(
     closed: bool,
     where: dict[str, Any],
     primary: bool,
+    threads: int,
+    source: str,
 ) -> dict[str, Any]:
-    threads = servers(group[0], spec)
     xs = [_measured_x(p, spec, closed) for p in group]
     knee = model.knee_x()
+    knee_ci, capacity_ci = _knee_and_capacity_ci(model)
     return {
         "kind": model.kind,
         "servers": model.servers,
-        "label": _label(model, threads),
+        "servers_source": source,
+        "label": _label(model, threads, source),
         "primary": primary,
         "reference": model.kind == "M/M/1",
         "limited_by": model.limited_by,
@@ -206,7 +257,9 @@ def _model_entry(
         "delay_ns": model.fit.delay_s * 1e9,
         "fit_points": list(model.fit.points),
         "capacity_per_s": model.capacity_per_s,
+        "capacity_ci_per_s": capacity_ci,
         "knee_x": knee,
+        "knee_ci_x": knee_ci,
         "curve": model.curve(max(xs + ([knee] if closed else []))),
         "points": [_compare(model, p, spec, closed) for p in group],
     }
@@ -259,13 +312,32 @@ def _head(where: dict[str, Any]) -> str:
     return ", ".join(f"{k.partition('.')[2]}={v}" for k, v in where.items()) or "all points"
 
 
-def _no_fit_note(group: list[dict[str, Any]], closed: bool, where: dict[str, Any]) -> str:
+def _no_fit_note(
+    group: list[dict[str, Any]],
+    closed: bool,
+    where: dict[str, Any],
+    source: str,
+    estimate: ServersEstimate,
+) -> str:
     why = (
         "every point is unstable (over capacity), and no model is fitted to an unstable point"
         if all(unstable(p) for p in group)
         else "no stable point has service times"
     )
-    return f"[{_head(where)}] no model: {why}."
+    servers_said = _servers_sentence(estimate.c, source, estimate) if source != "declared" else ""
+    return " ".join(x for x in (f"[{_head(where)}] no model: {why}.", servers_said) if x)
+
+
+def _servers_sentence(threads: int, source: str, estimate: ServersEstimate) -> str:
+    if source == "estimated":
+        return f"Servers: c = {threads}, estimated from the data: {estimate.detail}."
+    if source == "assumed":
+        return f"Servers: 1, assumed: {estimate.detail}."
+    text = f"Servers: {threads}, declared (server.threads)"
+    if estimate.value is not None:
+        # A cross-check: what the server completed over capacity, in servers' worth.
+        text += f"; the data give c = {estimate.value:.2f}"
+    return text + "."
 
 
 def _primary_reason(kind: str, fit: Fit, threads: int) -> str:
@@ -343,12 +415,18 @@ def _group_note(
     closed: bool,
     where: dict[str, Any],
     knee: dict[str, Any] | None,
+    source: str,
+    estimate: ServersEstimate,
 ) -> str:
     """What the fit found for one group, in words."""
     unit = "clients" if closed else "req/s"
     primary = next((e for e in entries if e["primary"]), entries[0])
     capacity = primary["capacity_per_s"]
-    lines = [f"[{_head(where)}] {_fit_sentence(fit, closed)}", _cache_sentence(fit)]
+    lines = [
+        f"[{_head(where)}] {_fit_sentence(fit, closed)}",
+        _cache_sentence(fit),
+        _servers_sentence(threads, source, estimate),
+    ]
     lines.append(_primary_reason(primary["kind"], fit, threads))
     lines.append(
         f"{threads} thread{'s' if threads > 1 else ''} can serve {capacity:.3g} req/s; "
@@ -394,6 +472,107 @@ def _group_note(
         else:
             lines.append(f"{e['label']}: no stable point below capacity.")
     return " ".join(line for line in lines if line)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a group's primary model explains its points, and the sentence that says
+    when it does not."""
+
+    fits: bool
+    closest: str | None  # the label of the model that came closest
+    sentence: str
+
+
+def _misfit(e: dict[str, Any], sat: Throughput | None) -> tuple[bool, float, list[str]]:
+    """(fits, error, reasons) of one model entry: it misses when its prediction is off
+    (flagged, or no prediction: the point is past the model's capacity) at most stable
+    points, or when its capacity and the saturated throughput differ beyond both
+    intervals and by more than FLAG_TOLERANCE. error (for "closest"): the mean relative
+    error over stable points (1 for a point past capacity) plus the capacity's."""
+    stable = [p for p in e["points"] if p["stable"]]
+    off = sum(bool(p["flag"]) or p["predicted_mean_ns"] is None for p in stable)
+    errors = [
+        1.0
+        if p["predicted_mean_ns"] is None
+        else abs(p["predicted_mean_ns"] / p["measured_mean_ns"] - 1)
+        for p in stable
+    ]
+    error = sum(errors) / len(errors) if errors else 0.0
+    reasons = []
+    if stable and off > len(stable) / 2:
+        reasons.append(
+            f"is off beyond the measured interval at {off} of {len(stable)} stable points"
+        )
+    if sat is not None:
+        cap = e["capacity_per_s"]
+        lo, hi = e.get("capacity_ci_per_s") or (cap, cap)
+        rel = cap / sat.per_s - 1
+        error += abs(rel)
+        apart = hi < sat.ci_per_s[0] or lo > sat.ci_per_s[1]
+        if apart and abs(rel) > FLAG_TOLERANCE:
+            reasons.append(
+                f"gives capacity {cap:.3g} req/s [{lo:.3g}, {hi:.3g}] where the server "
+                f"completed {sat.per_s:.3g}/s [{sat.ci_per_s[0]:.3g}, {sat.ci_per_s[1]:.3g}] "
+                f"over capacity (point {sat.point})"
+            )
+    return not reasons, error, reasons
+
+
+def judge_fit(entries: list[dict[str, Any]], sat: Throughput | None) -> Verdict:
+    """A group's primary model fits unless it misses (`_misfit`); with a cores-limited
+    variant beside it, one of the two fitting is enough (the binding limit is either).
+    When none fits, the sentence names the model that came closest, so the group's note
+    does not present a model that does not fit as the explanation."""
+    judged = [(e, *_misfit(e, sat)) for e in entries]
+    primaries = [j for j in judged if j[0]["primary"]] or judged[:1]
+    if any(ok for _, ok, _, _ in primaries):
+        return Verdict(True, None, "")
+    first, _, _, reasons = primaries[0]
+    closest, closest_ok, _, _ = min(judged, key=lambda j: (not j[1], j[2]))
+    if closest is first:
+        which = "no other model drawn came closer"
+    elif closest_ok:
+        which = f"{closest['label']} does fit"
+    else:
+        which = f"{closest['label']} came closest"
+    return Verdict(
+        False,
+        closest["label"],
+        f"No model fits these points: the primary model, {first['label']}, "
+        f"{' and '.join(reasons)}; {which}. Its predictions are not offered as the "
+        "explanation of these points.",
+    )
+
+
+def model_knee(group: dict[str, Any], models: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The knee of one group's primary model, for other code: `group` is an entry of an
+    analyze() result's "groups", `models` that result's "models". Returns
+
+        {"kind", "label", "servers", "servers_source": "declared"|"estimated"|"assumed",
+         "x": the model's knee (max power; req/s or clients),
+         "interval": [lo, hi] | None   the knee at the ends of the fitted service time's
+                                       95% interval (None: the fit has no interval),
+         "capacity_per_s", "capacity_interval_per_s": [lo, hi] | None,
+         "fits": bool}                 false: no model explains the group (judge_fit)
+
+    or None when the group has no model. When a cores-limited variant is primary beside
+    the declared pool, the one of lower capacity (the binding limit) is given."""
+    mine = [m for m in models if m["primary"] and m["group"] == group["group"]]
+    if not mine:
+        return None
+    m = min(mine, key=lambda m: m["capacity_per_s"])
+    return {
+        "kind": m["kind"],
+        "label": m["label"],
+        "servers": m["servers"],
+        "servers_source": group.get("servers_source"),
+        "x": m["knee_x"],
+        "interval": m.get("knee_ci_x"),
+        "capacity_per_s": m["capacity_per_s"],
+        "capacity_interval_per_s": m.get("capacity_ci_per_s"),
+        "fits": group.get("fits"),
+    }
 
 
 def _busiest_cpu(group: list[dict[str, Any]]) -> tuple[str, float] | None:

@@ -53,6 +53,13 @@ def servers(point: dict[str, Any], spec: Settings) -> int:
     return int(value) if value else 1
 
 
+def declared_servers(point: dict[str, Any], spec: Settings) -> int | None:
+    """The number of servers the system declares (`server.threads`); None for a system
+    without the setting (an http service: its concurrency is estimated from the data)."""
+    value = setting(point, spec, SERVERS_KEY)
+    return int(value) if value else None
+
+
 def cache_setting(point: dict[str, Any], spec: Settings) -> int:
     """The entries of the point's result cache; 0 without one."""
     value = setting(point, spec, CACHE_KEY)
@@ -175,10 +182,15 @@ class Fit:
     xs: tuple[float, ...] = ()
     n: int = 0
     cache: CacheFit | None = None
+    #: The 95% interval of service_s (`pooled_mean_ci`); None when the points carry none.
+    service_ci_s: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "service_mean_ns": self.service_s * 1e9,
+            "service_ci_ns": None
+            if self.service_ci_s is None
+            else [self.service_ci_s[0] * 1e9, self.service_ci_s[1] * 1e9],
             "service_cs2": self.cs2,
             "delay_ns": self.delay_s * 1e9,
             "points": list(self.points),
@@ -200,6 +212,21 @@ def _service_part(point: dict[str, Any]) -> tuple[int, float, float | None] | No
     return part if part is not None and part[1] > 0 else None
 
 
+def pooled_mean_ci(dists: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """The 95% interval of the count-weighted mean of several points' means, from each
+    mean's own interval (batch means): each side's half-width combined as independent,
+    sqrt(sum (w_i h_i)^2) with w_i = n_i / N. None when a point has no interval."""
+    rows = [(d.get("n") or 0, d.get("mean"), (d.get("ci") or {}).get("mean")) for d in dists]
+    rows = [(int(n), float(m), ci) for n, m, ci in rows if n and m is not None]
+    if not rows or any(ci is None for _, _, ci in rows):
+        return None
+    total = sum(n for n, _, _ in rows)
+    mean = sum(n * m for n, m, _ in rows) / total
+    below = sum((n / total * (m - ci[0])) ** 2 for n, m, ci in rows) ** 0.5
+    above = sum((n / total * (ci[1] - m)) ** 2 for n, m, ci in rows) ** 0.5
+    return mean - below, mean + above
+
+
 def fit_service(
     points: Sequence[dict[str, Any]], xs: Sequence[float], cache_entries: int = 0
 ) -> Fit | None:
@@ -219,9 +246,14 @@ def fit_service(
             delays.append((latency[0], latency[1] - server[1], 0.0))
     delay = pool(delays)
     mean_s, cs2 = service.mean / 1e9, service.var / service.mean**2
+    ci_ns = pooled_mean_ci([p["service_ns"] for p, _ in used])
+    ci_s = None if ci_ns is None else (ci_ns[0] / 1e9, ci_ns[1] / 1e9)
     cache = _cache_fit(used, cache_entries) if cache_entries > 0 else None
     if cache is not None:
         mean_s, cs2 = cache.moments(cache.hit_ratio)
+        # The mixture's mean moves with h: its interval from h's ends (the dominant term).
+        ends = sorted(cache.moments(h)[0] for h in cache.hit_ratio_ci)
+        ci_s = (ends[0], ends[1])
     return Fit(
         service_s=mean_s,
         cs2=cs2,
@@ -230,6 +262,7 @@ def fit_service(
         xs=tuple(float(x) for _, x in used),
         n=service.n,
         cache=cache,
+        service_ci_s=ci_s,
     )
 
 
