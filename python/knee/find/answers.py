@@ -132,6 +132,30 @@ def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str
     }
 
 
+def interference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How many of the points ran while other processes used the machine (the interference
+    check warned: knee.stats.interference), with the worst foreign CPU; None when none."""
+    busy = [
+        c
+        for p in points
+        for c in p.get("checks") or []
+        if c.get("name") == "interference" and c.get("verdict") in ("warn", "fail")
+    ]
+    if not busy:
+        return None
+    worst = max(float(c.get("value") or 0.0) for c in busy)
+    return {
+        "points": len(busy),
+        "of": len(points),
+        "foreign_cpu_percent_max": worst,
+        "detail": (
+            f"{len(busy)} of {len(points)} points ran while other processes used the machine "
+            f"(up to {worst:.0f}% of a core on average in a point): the verdicts, and so the "
+            "answers, may be lower and noisier than on a quiet machine"
+        ),
+    }
+
+
 def group_answers(
     points: list[dict[str, Any]],
     slo: str | None,
@@ -148,6 +172,7 @@ def group_answers(
         "saturated_throughput": saturated_throughput(points),
         "slo_capacity": None,
         "knee": knee(points, model),
+        "interference": interference(points),
         "points": [p["point"] for p in points],
     }
     if slo:

@@ -106,6 +106,8 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
             )
         else:
             console.print("  knee          - (too few stable probes)", highlight=False)
+        if group.get("interference"):
+            console.print(f"  [yellow]busy[/]          {group['interference']['detail']}")
         search = group.get("search") or {}
         if search:
             console.print(
