@@ -107,6 +107,16 @@ def test_an_undecided_probe_is_lengthened_at_the_same_rate_not_re_guessed() -> N
     assert outcome.capacity.lo is not None and outcome.capacity.lo < 100.0
 
 
+def test_a_low_probe_over_capacity_steps_down_to_the_floor() -> None:
+    target = _Target(capacity=2.0)
+    outcome = Search(_settings(floor_per_s=5.0 / 64), target).run()
+    assert outcome.stopped == "done", outcome.detail
+    assert outcome.capacity.lo is not None and outcome.capacity.lo < 2.0 <= outcome.capacity.hi
+    # A floor the user gave (--min-rate) is not crossed: the search says so.
+    refused = Search(_settings(floor_per_s=5.0), _Target(capacity=2.0)).run()
+    assert refused.stopped == "min_rate" and "--min-rate" in refused.detail
+
+
 def test_the_budget_stops_the_search_and_keeps_its_bracket() -> None:
     target = _Target(capacity=500.0)
     calls = 0

@@ -38,6 +38,9 @@ MAX_DRAIN_S = 30.0
 #: Defaults for a service the user knows nothing about (`knee http URL` with no rate).
 DEFAULT_MIN_RATE_PER_S = 10.0
 DEFAULT_MAX_RATE_PER_S = 1_000_000.0
+#: Without --min-rate, a search whose first rate is not sustainable steps down to this
+#: fraction of it at most.
+FLOOR_DIVISOR = 64.0
 
 
 class FindError(ValueError):
@@ -166,6 +169,8 @@ class _Finder:
                 tolerance=self.o.tolerance,
                 slo=self.slo is not None,
                 servers=int(template.server.get("threads") or 1),
+                # A rate the user gave is a floor; the spec's lowest rate is a first guess.
+                floor_per_s=min_rate if self.o.min_rate_per_s else min_rate / FLOOR_DIVISOR,
             )
             outcome = Search(settings, self.measure(template, label, budget_end_s)).run()
             self.groups.append(self._answers(label, outcome))

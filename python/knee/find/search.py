@@ -5,7 +5,7 @@
    declared servers, else 1).
 2. **Bracket**: the first step goes to MODEL_START of the model's capacity (at least
    STEP x the low rate), then rates step up geometrically (x STEP) until a probe is not
-   stable. A probe that is unstable at the lowest rate steps down instead.
+   stable. A low probe that is not stable steps down instead (/ STEP^2), to the floor.
 3. **Bisect** (geometric midpoints) the capacity bracket [highest stable, lowest
    unstable], then, with an SLO, the SLO bracket [highest met, lowest missed], until each
    is within the tolerance (hi / lo - 1).
@@ -90,6 +90,9 @@ class Settings:
     tolerance: float  # hi / lo - 1 at which a bracket is narrow enough
     slo: bool  # an SLO was set
     servers: int  # declared (else 1): the first model's c
+    #: The lowest rate a step down may reach when the low probe is not sustainable: the
+    #: lowest rate itself when the user gave it (--min-rate), else far below it.
+    floor_per_s: float | None = None
 
 
 @dataclass
@@ -159,7 +162,8 @@ class Search:
     def _probe(self, rate: float, phase: str) -> Probe:
         """A probe at `rate`, lengthened while undecided; the brackets updated."""
         # 4 significant digits: a rate a reader can type again, finer than any tolerance.
-        rate = float(f"{min(max(rate, self.s.min_rate_per_s), self.s.max_rate_per_s):.4g}")
+        floor = self.s.floor_per_s if self.s.floor_per_s is not None else self.s.min_rate_per_s
+        rate = float(f"{min(max(rate, floor), self.s.max_rate_per_s):.4g}")
         length = self._length(rate)
         cap = length * LENGTHEN_MAX
         while True:
@@ -245,11 +249,15 @@ class Search:
 
     def _bracket(self) -> None:
         s = self.s
-        if self.capacity.lo is None:  # not stable at the lowest rate
-            raise MinRate(
-                f"not stable at the lowest rate, {s.min_rate_per_s:g}/s "
-                f"({self.probes[-1].decision.reason}); give a lower --min-rate"
-            )
+        floor = s.floor_per_s if s.floor_per_s is not None else s.min_rate_per_s
+        while self.capacity.lo is None:  # not sustainable at the lowest rate: step down
+            rate = min(p.rate_per_s for p in self.probes) / (STEP * STEP)
+            if rate < floor:
+                raise MinRate(
+                    f"not sustainable at {min(p.rate_per_s for p in self.probes):.4g}/s "
+                    f"({self.probes[-1].decision.reason}); give a lower --min-rate"
+                )
+            self._probe(rate, "step")
         rate = self.capacity.lo * STEP
         if self.model_per_s:
             rate = max(rate, MODEL_START * self.model_per_s)
