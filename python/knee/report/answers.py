@@ -147,9 +147,12 @@ def search_line(group: dict[str, Any]) -> str:
 
 def difference(a: Any, b: Any) -> tuple[float | None, float | None]:
     """The bracket difference B - A: [lo_B - hi_A, hi_B - lo_A] (None: unbounded that way).
-    It holds every difference of a rate inside A's bracket and one inside B's."""
+    It holds every difference of a rate inside A's bracket and one inside B's. A bracket
+    with only its upper end ("below hi") is [0, hi]: a rate is not negative."""
     lo_a, hi_a = (list(a or []) + [None, None])[:2]
     lo_b, hi_b = (list(b or []) + [None, None])[:2]
+    lo_a = 0.0 if lo_a is None and hi_a is not None else lo_a
+    lo_b = 0.0 if lo_b is None and hi_b is not None else lo_b
     low = None if lo_b is None or hi_a is None else lo_b - hi_a
     high = None if hi_b is None or lo_a is None else hi_b - lo_a
     return low, high
