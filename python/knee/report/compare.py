@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from knee.report import data, fmt
+from knee.report import compare_answers, data, fmt
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.spectrum import spectrum
@@ -115,16 +115,19 @@ class NothingMatched(Exception):
 
 def build(run_a: Path, run_b: Path, out_dir: Path) -> Written:
     """The comparison page in `out_dir`; NothingMatched, before anything is written, when the
-    runs have no point in common."""
+    runs have no point in common and not both have answers (capacity, SLO capacity, knee:
+    two searches probe different rates, yet their answers compare)."""
     a, b = data.load(run_a), data.load(run_b)
-    if not _matched(a, b):
+    answered = compare_answers.section(a, b)
+    if not _matched(a, b) and answered is None:
         raise NothingMatched(
             [
                 (tag, rr.path, [str(p.get("label")) for p in rr.points])
                 for tag, rr in (("A", a), ("B", b))
             ]
         )
-    sections = [_what(a, b), *_differences(a, b), *_overlays(a, b)]
+    sections = [_what(a, b), *([answered] if answered else []), *_differences(a, b)]
+    sections += _overlays(a, b)
     out_dir.mkdir(parents=True, exist_ok=True)
     return write(
         out_dir / COMPARE,

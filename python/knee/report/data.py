@@ -5,6 +5,7 @@ a run of any size is reported in the memory of its largest point."""
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ SAMPLE_COLUMNS = (
 
 #: The rows most figures read: successful requests after the warm-up.
 OK_AFTER_WARMUP = (pc.field("status") == "ok") & ~pc.field("warmup")
+
+#: A search's path and answers (written by knee.find.run).
+FIND = "find.json"
 
 #: Swept keys that mean "offered load" on an x axis, best first.
 LOAD_KEYS = ("load.rate_per_s", "load.clients")
@@ -129,6 +133,28 @@ class ReportRun:
 
     def model_for(self, series: str) -> dict[str, Any] | None:
         return next((m for m in self.models if m.get("series") == series), None)
+
+    @cached_property
+    def find(self) -> dict[str, Any] | None:
+        """summary.json's `find` (a search's answers), None for a run that is not a search."""
+        found = self.run.summary.get("find")
+        return found if isinstance(found, dict) else None
+
+    @cached_property
+    def find_probes(self) -> list[dict[str, Any]]:
+        """find.json's probes (the search path, in the order they ran); [] without it."""
+        path = self.path / FIND
+        if not path.is_file():
+            return []
+        probes = json.loads(path.read_text(encoding="utf-8")).get("probes")
+        return list(probes) if isinstance(probes, list) else []
+
+    @property
+    def slo(self) -> str | None:
+        """The run's latency objective (`experiment.slo`, or a search's --slo)."""
+        found = (self.find or {}).get("slo")
+        spec_slo = self.run.spec.get("experiment", {}).get("slo")
+        return str(found or spec_slo) if (found or spec_slo) else None
 
     @cached_property
     def params(self) -> dict[int, PointParams]:

@@ -21,6 +21,8 @@ FIGURES = "figures"
 #: a report must open in a browser, and a figure of every sample of a long run would embed
 #: millions. Sections draw aggregates well below this; beyond it a figure shows a subset.
 MAX_DRAWN = 50_000
+#: Standard sections left out when they have nothing to show (the search path of a sweep).
+OPTIONAL = ("search-path",)
 
 
 @dataclass
@@ -70,7 +72,8 @@ def build(run_dir: Path, out_dir: Path | None = None) -> Written:
     """The report of one run directory (into the run directory unless `out_dir`)."""
     t0 = time.monotonic()
     rr = data.load(run_dir)
-    sections = [make(rr) for make in STANDARD] + system_sections(rr)
+    sections = [s for s in (make(rr) for make in STANDARD) if s.blocks or s.id not in OPTIONAL]
+    sections += system_sections(rr)
     summary = rr.run.summary
     title = f"knee report: {summary.get('experiment') or run_dir.name}"
     subtitle = (

@@ -10,7 +10,9 @@ from knee.report.html import Section
 from knee.report.sections import (
     boxes,
     factors,
+    headline,
     load_curve,
+    search_path,
     spectrum,
     summary,
     timeseries,
@@ -19,6 +21,8 @@ from knee.report.sections import (
 )
 
 STANDARD: tuple[Callable[[ReportRun], Section], ...] = (
+    headline.section,  # the answer first; the run's metadata after (DESIGN.md)
+    search_path.section,  # empty (left out) unless the run is a search
     what_ran.section,
     summary.section,
     load_curve.section,

@@ -517,3 +517,27 @@ def _holds_cell(holds: bool, requests: int) -> str:
     if requests < chat.MAGIC_MIN_REQUESTS:
         return '<td class="v-na" title="fewer than 100 requests: no slowest 1%">n/a</td>'
     return f'<td class="{"v-pass" if holds else "v-warn"}">{"yes" if holds else "no"}</td>'
+
+
+def headline(rr: ReportRun) -> list[str] | None:
+    """The failover verdict of each failover point, for the report's first section."""
+    out = []
+    for point in chat.failover_points(rr.run):
+        f = chat.failover_summary(rr.run, point)
+        integrity, check = f["integrity"], _check(rr, point)
+        passed = check["verdict"] == "PASS" if check is not None else f["passed"]
+        if check is not None:
+            integrity = {k: int(check[k]) for k in ("acknowledged_writes", "lost", "applied_twice")}
+        counts = (
+            f"{integrity['lost']} of {integrity['acknowledged_writes']} acknowledged writes "
+            f"lost, {integrity['applied_twice']} applied twice"
+            if integrity is not None
+            else "not checked against the database"
+        )
+        gap = f"{f['gap_ms']:.0f} ms" if f["gap_ms"] is not None else "unknown"
+        out.append(
+            f"Failover ({f['down']['kind']} of {f['down']['node']} at {f['down']['t_s']:.1f} s): "
+            f"{'PASS' if passed else 'FAIL'}: {counts}; service gap {gap}, "
+            f"{f['retried']} of {f['requests']} requests retried, {f['failed']} failed."
+        )
+    return out or None

@@ -455,3 +455,23 @@ def _replicas(rr: ReportRun, labels: dict[Any, str]) -> tuple[str, list[str | Fi
         )
     )
     return text, blocks
+
+
+# ------------------------------------------------------------------ the headline
+
+
+def headline(rr: ReportRun) -> list[str] | None:
+    """The designs compared as peers grow, for the report's first section (None when the
+    run has no nodes sweep)."""
+    if not _has_samples(rr):
+        return None
+    times = analysis.response_time_vs_nodes(rr.run)
+    if times.empty:
+        return None
+    peers = sorted(times["peers"].dropna().unique())
+    out = [
+        f"The {c} index's mean response time grew more than the distributed index's for "
+        f"{more} of {both} operations, from {peers[0]:g} to {peers[-1]:g} peers."
+        for c, more, both in analysis.design_growth(times)
+    ]
+    return out or None

@@ -325,3 +325,35 @@ def _ci(ci: list[float] | None, pct: bool = False) -> str:
         return ""
     text = f"[{fmt.pct(ci[0])}, {fmt.pct(ci[1])}]" if pct else fmt.interval(ci)
     return f'<span class="ci">{esc(text)}</span>'
+
+
+# ------------------------------------------------------------------ the headline
+
+
+def headline(rr: ReportRun) -> list[str] | None:
+    """The exactly-once verdict over the points and the LB's overhead with its intervals,
+    for the report's first section."""
+    points = rr.sample_points()
+    if not points:
+        return None
+    verdicts = [analysis.exactly_once(rr.run, p) for p in points]
+    passed = sum(v.passed for v in verdicts)
+    out = [
+        f"Exactly once: PASS on {passed} of {len(verdicts)} points "
+        f"({sum(v.lost for v in verdicts)} items lost, "
+        f"{sum(v.repeated for v in verdicts)} processed twice, of "
+        f"{sum(v.items for v in verdicts):,} published)."
+    ]
+    o = analysis.overhead(rr.run)
+    if o is not None:
+        loss, rtd = o["throughput_loss"], o["rtd_increase"]
+        out.append(
+            f"The load balancer costs {fmt.pct(loss['value'])} of throughput "
+            f"{_pct_interval(loss['ci'])} and adds {fmt.pct(rtd['value'])} to the RTD "
+            f"{_pct_interval(rtd['ci'])} against the baseline."
+        )
+    return out
+
+
+def _pct_interval(ci: list[float] | None) -> str:
+    return f"[{fmt.pct(ci[0])}, {fmt.pct(ci[1])}]" if ci else "(no interval)"

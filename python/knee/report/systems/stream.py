@@ -441,3 +441,36 @@ def _buffer_text(buf: pd.DataFrame) -> str:
     if buf.empty:
         return ""
     return f"<b>Buffering.</b> Of the first frames of each point, {esc(_buffer_summary(buf))}."
+
+
+# ------------------------------------------------------------------ the headline
+
+
+def headline(rr: ReportRun) -> list[str] | None:
+    """The stream experiment's answer for the report's first section: throughput serial
+    against parallel, and the drop rates with their 95% intervals."""
+    if not rr.points or not _has_samples(rr):
+        return None
+    table1 = analysis.frames_and_bits_table(rr.run)
+    out = []
+    t = analysis.throughput_summary(table1)
+    if t is not None:
+        lo, hi = t["serial_goodput_bits_per_s"]
+        line = f"Serial goodput {lo:,.0f} to {hi:,.0f} bits/s per point"
+        if (par := t["parallel"]) is not None:
+            line += (
+                f"; parallel {par['goodput_bits_per_s']:,.0f} bits/s, {par['gain']:.2g}x the "
+                f"best serial service ({par['best_serial']})"
+            )
+        out.append(line + ".")
+    if analysis.is_per_service(table1):
+        drops = analysis.drop_rate_table(rr.run)
+        if not drops.empty:
+            d = analysis.drop_summary(drops)
+            parts = [
+                f"{m['mode']} {m['drop_rate_pct'][0]:.2f} to {m['drop_rate_pct'][1]:.2f}% "
+                f"(95% intervals within [{m['ci_low_pct']:.2f}, {m['ci_high_pct']:.2f}]%)"
+                for m in d["modes"]
+            ]
+            out.append("Drop rates per service: " + "; ".join(parts) + ".")
+    return out or None
