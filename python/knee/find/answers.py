@@ -102,7 +102,8 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
 
 def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str, Any] | None:
     """The knee of one group (see the module's docstring for which estimate is used)."""
-    power = measured_knee(points, lambda p: float(p.get("achieved_rate_per_s") or _rate(p)))
+    # On the offered rate, the axis of every answer (and of the report's figure).
+    power = measured_knee(points, _rate)
     model_x = (model or {}).get("x")
     fits = bool((model or {}).get("fits"))
     if power is not None and power["edge"] is None:

@@ -42,8 +42,11 @@ REPEATS = 3
 MAX_ROUNDS = 2
 #: Probes per search at most (a bound on the path whatever the budget).
 MAX_PROBES = 60
-#: Samples a probe should hold at least: its length grows at low rates to get them.
-MIN_SAMPLES = 300
+#: Samples a probe should hold at least: its length grows at low rates to get them (200
+#: give the trend test its batches and a p90 its interval; an SLO on a higher percentile
+#: lengthens the probe while it has no interval; the low probe needs only a mean).
+MIN_SAMPLES = 200
+LOW_SAMPLES = 100
 
 
 @dataclass
@@ -156,15 +159,15 @@ class Search:
 
     # ------------------------------------------------------------ one probe, decided
 
-    def _length(self, rate: float) -> float:
-        return max(self.s.probe_s, MIN_SAMPLES / rate)
+    def _length(self, rate: float, phase: str) -> float:
+        return max(self.s.probe_s, (LOW_SAMPLES if phase == "low" else MIN_SAMPLES) / rate)
 
     def _probe(self, rate: float, phase: str) -> Probe:
         """A probe at `rate`, lengthened while undecided; the brackets updated."""
         # 4 significant digits: a rate a reader can type again, finer than any tolerance.
         floor = self.s.floor_per_s if self.s.floor_per_s is not None else self.s.min_rate_per_s
         rate = float(f"{min(max(rate, floor), self.s.max_rate_per_s):.4g}")
-        length = self._length(rate)
+        length = self._length(rate, phase)
         cap = length * LENGTHEN_MAX
         while True:
             if len(self.probes) >= MAX_PROBES:
