@@ -62,13 +62,16 @@ def _grows(found: dict[str, Any] | None, window_s: float, floor_ns: float) -> fl
     return growth_ns if growth_ns > floor_ns else None
 
 
-def trend(intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray) -> dict[str, Any] | None:
+def trend(
+    intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray, *, corrected: bool = True
+) -> dict[str, Any] | None:
     """Mann-Kendall test and Theil-Sen slope (ns of latency per s) over batch means of OK
     latency in send order; None below TREND_MIN_SAMPLES.
 
     The test's p-value is corrected for autocorrelation of the batch means (Yue and Wang's
     variance correction with the lag-1 autocorrelation r of the detrended batch means: the
-    statistic's variance grows by (1 + r) / (1 - r), so z shrinks by its square root)."""
+    statistic's variance grows by (1 + r) / (1 - r), so z shrinks by its square root);
+    `corrected=False` leaves it out (the wait for a connection, see `stability`)."""
     if len(latency_ok_ns) < TREND_MIN_SAMPLES:
         return None
     t_s = batch_means_of(intended_ok_ns.astype(np.float64), TREND_BATCHES) / 1e9
@@ -79,7 +82,7 @@ def trend(intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray) -> dict[str, An
     fit = sps.theilslopes(y, t_s)
     residual = y - (fit.intercept + fit.slope * t_s)
     r = _lag1(residual)
-    inflation = (1 + r) / (1 - r) if r is not None and r > 0 else 1.0
+    inflation = (1 + r) / (1 - r) if corrected and r is not None and r > 0 else 1.0
     z = float(sps.norm.isf(float(tau.pvalue) / 2)) / np.sqrt(inflation)
     return {
         "tau": float(tau.statistic),
@@ -128,7 +131,7 @@ def stability(
     if backlog > max(BACKLOG_MIN, BACKLOG_SHARE * sent_in_window):
         reasons.append(_backlog_reason(backlog, waiting, sent_in_window))
     waits = (
-        trend(intended_sent_ns, wait_ns)
+        trend(intended_sent_ns, wait_ns, corrected=False)
         if connections is not None and intended_sent_ns is not None and wait_ns is not None
         else None
     )
