@@ -171,6 +171,11 @@ def test_the_sender_check_blames_the_target_for_held_late_sends() -> None:
     # Without one request per connection, every late send is the generator's.
     plain = checks.sender_check(200.0, 199.0, [190.0, 208.0], 60, 1990, 1.0)
     assert plain["verdict"] == "fail" and plain["limit"] == "generator"
+    # Both: the target holds the connections (it is the limit), and the generator's own
+    # late sends still fail the check.
+    both = checks.sender_check(200.0, 190.0, [182.0, 198.0], 840, 1900, 1.0, held=795)
+    assert both["verdict"] == "fail" and both["limit"] == "target"
+    assert "also fell behind" in both["detail"]
     calm = checks.sender_check(200.0, 199.0, [190.0, 208.0], 3, 1990, 1.0, held=0)
     assert calm["verdict"] == "pass" and calm["limit"] is None
 

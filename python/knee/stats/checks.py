@@ -48,6 +48,11 @@ GENERATOR_HINT = (
     "the generator is the limit here: spread the load over more load.generators, or give "
     "it more connections"
 )
+#: The same, when the target held the connections too (it is the limit).
+GENERATOR_ALSO = (
+    "the generator also fell behind with a connection free (more load.generators, or more "
+    "connections)"
+)
 
 
 def sender_check(
@@ -68,8 +73,9 @@ def sender_check(
 
     `held` (one request per connection, http): the late sends that waited for a connection
     the target held. Only the others (free) count against the generator; when the held ones
-    exceed 1%, a shortfall of the rate is the target's doing too. `limit` is "generator"
-    when the generator held the schedule back, "target" when the target did, else None."""
+    exceed 1%, a shortfall of the rate is the target's doing too. `limit` is "target" when
+    the held ones exceed 1% (the target is saturated, whatever the generator also did),
+    "generator" when the check failed otherwise, else None."""
     if sent == 0:
         return check("sender", "n/a", None, "nothing was sent after warm-up") | {"limit": None}
     free = late_sends - held if late_sends is not None and held is not None else late_sends
@@ -94,9 +100,11 @@ def sender_check(
     problems.append(late)
     if too_late:
         verdict = "fail"
+    # A target that holds the connections is the limit, whatever the generator also did:
+    # the point is over the target's capacity. Late sends of its own still fail the check.
     if verdict == "fail":
-        problems.append(GENERATOR_HINT)
-    limit = "generator" if verdict == "fail" else "target" if target_held else None
+        problems.append(GENERATOR_ALSO if target_held else GENERATOR_HINT)
+    limit = "target" if target_held else "generator" if verdict == "fail" else None
     return check("sender", verdict, value, "; ".join(problems)) | {"limit": limit}
 
 
