@@ -1,7 +1,9 @@
 """The checks a point's statistics carry, each with a verdict (pass, warn, fail, n/a):
 
 - sender: the achieved send rate is the target within its 95% Poisson interval, and at
-  most 1% of the sends were late;
+  most 1% of the sends were late (where a connection carries one request at a time, only
+  the late sends a free connection could have taken count: the others waited for the
+  target); its `limit` names who held the schedule back, the generator or the target;
 - poisson: gaps between sends are exponential (Anderson-Darling, mean estimated);
 - autocorrelation: lag-1 autocorrelation of latency, in send order;
 - percentile_support: enough samples beyond each percentile shown.
@@ -41,6 +43,18 @@ def check(name: str, verdict: str, value: float | None, detail: str) -> Check:
     return {"name": name, "verdict": verdict, "value": value, "detail": detail}
 
 
+#: What a generator that is the limit can do about it.
+GENERATOR_HINT = (
+    "the generator is the limit here: spread the load over more load.generators, or give "
+    "it more connections"
+)
+#: The same, when the target held the connections too (it is the limit).
+GENERATOR_ALSO = (
+    "the generator also fell behind with a connection free (more load.generators, or more "
+    "connections)"
+)
+
+
 def sender_check(
     target_per_s: float | None,
     achieved_per_s: float,
@@ -48,41 +62,71 @@ def sender_check(
     late_sends: int | None,
     sent: int,
     late_ms: float | None,
+    *,
+    held: int | None = None,
 ) -> Check:
     """Did the generator send what the schedule asked? Fails when the achieved send rate is
     below the target beyond its 95% interval, or when more than 1% of the sends after
     warm-up left later than `late_ms` after their intended time; warns when it sent faster
     than the target beyond the interval. The value is achieved / target - 1 (the late share
-    without a single target rate)."""
+    without a single target rate).
+
+    `held` (one request per connection, http): the late sends that waited for a connection
+    the target held. Only the others (free) count against the generator; when the held ones
+    exceed 1%, a shortfall of the rate is the target's doing too. `limit` is "target" when
+    the held ones exceed 1% (the target is saturated, whatever the generator also did),
+    "generator" when the check failed otherwise, else None."""
     if sent == 0:
-        return check("sender", "n/a", None, "nothing was sent after warm-up")
-    late_share = (late_sends or 0) / sent
-    late = (
-        f"{late_sends} of {sent} sends ({late_share:.2%}) later than {late_ms:g} ms"
-        if late_sends is not None and late_ms is not None
-        else "late sends unknown"
-    )
+        return check("sender", "n/a", None, "nothing was sent after warm-up") | {"limit": None}
+    free = late_sends - held if late_sends is not None and held is not None else late_sends
+    target_held = held is not None and held / sent > LATE_SHARE_MAX
     problems: list[str] = []
     verdict = "pass"
-    value: float | None = late_share
+    value: float | None = (late_sends or 0) / sent
     if target_per_s is not None and target_per_s > 0:
         value = achieved_per_s / target_per_s - 1
         shown = f"sent {achieved_per_s:.4g}/s vs target {target_per_s:.4g}/s ({value:+.1%})"
         interval = f"[{ci_per_s[0]:.4g}, {ci_per_s[1]:.4g}]" if ci_per_s else "(none)"
         if ci_per_s is not None and ci_per_s[1] < target_per_s:
-            problems.append(f"{shown}: below the target beyond the 95% interval {interval}")
-            verdict = "fail"
+            below = f"{shown}: below the target beyond the 95% interval {interval}"
+            problems.append(below + (" (held by the target)" if target_held else ""))
+            verdict = "pass" if target_held else "fail"
         elif ci_per_s is not None and ci_per_s[0] > target_per_s:
             problems.append(f"{shown}: above the target beyond the 95% interval {interval}")
             verdict = "warn"
         else:
             problems.append(f"{shown}: target inside the 95% interval {interval}")
-    if late_sends is not None and late_share > LATE_SHARE_MAX:
-        problems.append(f"{late}: more than {LATE_SHARE_MAX:.0%}")
+    late, too_late = _late_sends(free, held, sent, late_ms)
+    problems.append(late)
+    if too_late:
         verdict = "fail"
-    else:
-        problems.append(late)
-    return check("sender", verdict, value, "; ".join(problems))
+    # A target that holds the connections is the limit, whatever the generator also did:
+    # the point is over the target's capacity. Late sends of its own still fail the check.
+    if verdict == "fail":
+        problems.append(GENERATOR_ALSO if target_held else GENERATOR_HINT)
+    limit = "target" if target_held else "generator" if verdict == "fail" else None
+    return check("sender", verdict, value, "; ".join(problems)) | {"limit": limit}
+
+
+def _late_sends(
+    free: int | None, held: int | None, sent: int, late_ms: float | None
+) -> tuple[str, bool]:
+    """The late sends in words, and whether the generator's own (`free`, all of them
+    without `held`) exceed 1%."""
+    if free is None or late_ms is None:
+        return "late sends unknown", False
+    too_late = free / sent > LATE_SHARE_MAX
+    words = f"{free} of {sent} sends ({free / sent:.2%}) later than {late_ms:g} ms"
+    if held is not None:
+        words += " with a connection free"
+    if too_late:
+        words += f": more than {LATE_SHARE_MAX:.0%}"
+    if held:
+        words += (
+            f"; {held} ({held / sent:.2%}) waited for a connection the target held "
+            "(the target is the limit)"
+        )
+    return words, too_late
 
 
 def anderson_darling_expon(x: np.ndarray) -> float:

@@ -13,7 +13,15 @@ import numpy as np
 from knee.stats import checks
 
 #: The rate fields of knee.stats.rates kept per generator.
-FIELDS = ("sent", "achieved_rate_per_s", "achieved_rate_ci_per_s", "late_sends", "late_send_share")
+FIELDS = (
+    "sent",
+    "achieved_rate_per_s",
+    "achieved_rate_ci_per_s",
+    "late_sends",
+    "late_send_share",
+    "late_sends_held",
+    "late_sends_free",
+)
 
 
 def generators(
@@ -39,6 +47,7 @@ def generators(
             r["late_sends"],
             r["sent"],
             late_ms,
+            held=r["late_sends_held"],
         )
         out.append(
             {"node": name, **{k: r[k] for k in FIELDS}, "target_rate_per_s": share}

@@ -11,9 +11,10 @@ import numpy as np
 from knee.results import STATUS_NAMES
 from knee.stats.distribution import distribution, headline
 
-#: The column index of "ok" and "timeout" in status codes (codes follow STATUS_NAMES).
+#: The column index of "ok", "timeout" and "drop" in status codes (codes follow STATUS_NAMES).
 OK_CODE = STATUS_NAMES.index("ok")
 TIMEOUT_CODE = STATUS_NAMES.index("timeout")
+DROP_CODE = STATUS_NAMES.index("drop")
 
 
 def status_counts(codes: np.ndarray) -> dict[str, int]:

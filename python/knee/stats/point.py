@@ -8,6 +8,7 @@ request they answer (knee.stats.rates).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,10 +16,12 @@ import pandas as pd
 
 from knee.results import STATUS_NAMES
 from knee.stats import checks
+from knee.stats import connections as conns
 from knee.stats.cache import cache_split
 from knee.stats.distribution import distribution
 from knee.stats.generators import generators
 from knee.stats.groups import (
+    DROP_CODE,
     OK_CODE,
     TIMEOUT_CODE,
     by_key,
@@ -70,6 +73,8 @@ def point_stats(
         bytes_out=whole("bytes_out"),
         bytes_in=whole("bytes_in"),
     )
+    if connections is not None:
+        requests = waiting_for_connections(requests, samples, all_codes, timeout_ms, connections)
     post_rows = np.flatnonzero(~warmup)
     order = post_rows[np.argsort(requests.intended_ns[post_rows], kind="stable")]
 
@@ -78,6 +83,7 @@ def point_stats(
 
     codes = all_codes[order]
     ok = codes == OK_CODE
+    went = column("sent_ns") >= 0
     counts = status_counts(codes)
     intended = column("intended_ns")
     window = schedule_window(intended)
@@ -132,6 +138,11 @@ def point_stats(
             sent_in_window=point_rates["sent_in_window"],
             ok_in_window=point_rates["ok_in_window"],
             backlog=point_rates["backlog"],
+            waiting=point_rates["backlog_waiting"],
+            intended_sent_ns=intended[went],
+            wait_ns=column("sent_ns")[went] - intended[went],
+            late_ms=late_ms,
+            connections=connections,
         ),
         "checks": [
             checks.sender_check(
@@ -141,6 +152,7 @@ def point_stats(
                 point_rates["late_sends"],
                 point_rates["sent"],
                 late_ms,
+                held=point_rates["late_sends_held"],
             ),
             checks.poisson_check(schedule, column("sent_ns")[column("sent_ns") >= 0]),
             checks.autocorrelation_check(latency),
@@ -164,3 +176,28 @@ def point_stats(
             sorted_latency,
         ),
     }
+
+
+def waiting_for_connections(
+    requests: Requests,
+    samples: pd.DataFrame,
+    codes: np.ndarray,
+    timeout_ms: float | None,
+    connections: int,
+) -> Requests:
+    """`requests` with what one request per connection (http) tells: which requests waited,
+    unsent, until the generator stopped (a drop with reason `stopped`: the samples' `arg`
+    is http's reason), and which were due while every connection of their generator was
+    busy (knee.stats.connections)."""
+    ends_ns = conns.end_ns(
+        requests.sent_ns,
+        requests.received_ns,
+        requests.timeout,
+        codes == DROP_CODE,
+        timeout_ms,
+    )
+    held = conns.held(
+        samples["node"].to_numpy(), requests.intended_ns, requests.sent_ns, ends_ns, connections
+    )
+    stopped = (codes == DROP_CODE) & (samples["arg"].to_numpy() == conns.STOPPED_ARG)
+    return replace(requests, stopped_unsent=stopped & (requests.sent_ns < 0), held=held)

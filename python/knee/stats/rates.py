@@ -8,6 +8,12 @@ times (n requests at rate r give n / r). A reply completes in the window when it
 received in [t_a, t_b], whichever request it answers (a warm-up request's reply received
 after t_a counts, just as a reply after t_b does not): the server's output during the
 window, which equals the arrival rate only when the server keeps up.
+
+The *backlog* at the window's end is every post-warm-up request meant to leave by then and
+not over: in flight (sent, its reply or timeout still to come), or still waiting to be sent
+(sent after the window's end, or never: still queued when the generator stopped). Where a
+connection carries one request at a time (http), overload shows up as the waiting kind: the
+target holds every connection and due requests queue in the generator.
 """
 
 from __future__ import annotations
@@ -62,6 +68,12 @@ class Requests:
     post: np.ndarray  # after warm-up
     bytes_out: np.ndarray
     bytes_in: np.ndarray
+    #: Never sent because the generator stopped while it waited (http: a drop with reason
+    #: `stopped`); None where no request waits unsent (every unsent one was shed at once).
+    stopped_unsent: np.ndarray | None = None
+    #: Were all its generator's connections busy at its intended time (knee.stats.connections)?
+    #: None where a connection carries many requests.
+    held: np.ndarray | None = None
 
 
 def rates(
@@ -86,15 +98,12 @@ def rates(
         if send_window_s > 0
         else None
     )
-    lateness_ns = sent_times - r.intended_ns[sent]
-    late = int(np.count_nonzero(lateness_ns > late_ms * 1e6)) if late_ms is not None else None
     out: dict[str, Any] = {
         "sent": sent_count,
         "send_window_s": send_window_s,
         "achieved_rate_per_s": achieved,
         "achieved_rate_ci_per_s": rate_ci,
-        "late_sends": late,
-        "late_send_share": None if late is None or not sent_count else late / sent_count,
+        **late_sends(r, sent, late_ms),
         "bytes_out_per_s": per_s(float(r.bytes_out[sent].sum()), send_window_s),
     }
     if window is None:
@@ -108,6 +117,7 @@ def rates(
             "sent_in_window": 0,
             "drain": {"replies": 0, "ok": 0, "until_s": None},
             "backlog": 0,
+            "backlog_waiting": 0,
         }
     answered = mine & (r.received_ns >= 0)
     inside = answered & (r.received_ns >= window.start_ns) & (r.received_ns <= window.end_ns)
@@ -129,9 +139,41 @@ def rates(
                 float(r.received_ns[after].max() - window.end_ns) / 1e9 if after.any() else None
             ),
         },
-        "backlog": backlog(r, window.end_ns, timeout_ms, sent),
     }
-    return out
+    in_flight = backlog(r, window.end_ns, timeout_ms, sent)
+    waiting = waiting_to_send(r, window.end_ns, post)
+    return out | {"backlog": in_flight + waiting, "backlog_waiting": waiting}
+
+
+def late_sends(r: Requests, sent: np.ndarray, late_ms: float | None) -> dict[str, Any]:
+    """Sends later than `late_ms` after their intended time, and (with `r.held`) how many of
+    them waited for a connection the target held and how many did not."""
+    if late_ms is None:
+        return {
+            "late_sends": None,
+            "late_send_share": None,
+            "late_sends_held": None,
+            "late_sends_free": None,
+            "late_send_held_share": None,
+            "late_send_free_share": None,
+        }
+    late = sent & (r.sent_ns - r.intended_ns > late_ms * 1e6)
+    count = int(np.count_nonzero(late))
+    n = int(np.count_nonzero(sent))
+
+    def share(k: int | None) -> float | None:
+        return None if k is None or not n else k / n
+
+    held = int(np.count_nonzero(late & r.held)) if r.held is not None else None
+    free = count - held if held is not None else None
+    return {
+        "late_sends": count,
+        "late_send_share": share(count),
+        "late_sends_held": held,
+        "late_sends_free": free,
+        "late_send_held_share": share(held),
+        "late_send_free_share": share(free),
+    }
 
 
 def backlog(r: Requests, at_ns: int, timeout_ms: float | None, sent: np.ndarray) -> int:
@@ -144,3 +186,13 @@ def backlog(r: Requests, at_ns: int, timeout_ms: float | None, sent: np.ndarray)
         r.timeout & (r.sent_ns + timeout_ms * 1e6 > at_ns) if timeout_ms is not None else False
     )
     return int(np.count_nonzero(by_then & (replied_later | timed_out_later)))
+
+
+def waiting_to_send(r: Requests, at_ns: int, post: np.ndarray) -> int:
+    """Requests meant to leave by `at_ns` and not sent by then: sent after it, or never
+    (still waiting when the generator stopped, `r.stopped_unsent`). A request shed at its
+    intended time (over max_outstanding) is over, not waiting."""
+    due = post & (r.intended_ns <= at_ns)
+    sent_after = r.sent_ns > at_ns
+    never = (r.sent_ns < 0) & r.stopped_unsent if r.stopped_unsent is not None else False
+    return int(np.count_nonzero(due & (sent_after | never)))

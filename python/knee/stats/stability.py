@@ -1,6 +1,6 @@
 """Is the system keeping up at this point? (docs/statistics.md, "Stability")
 
-Three signs that a point is over capacity, any of which makes it `unstable`:
+Four signs that a point is over capacity, any of which makes it `unstable`:
 
 - **trend**: OK latency grows through the point. The OK latencies in send order are cut
   into 30 consecutive batches; Kendall's tau of batch mean against batch time (a
@@ -9,11 +9,20 @@ Three signs that a point is over capacity, any of which makes it `unstable`:
   capacity), must be significant at 1%, and the Theil-Sen slope must carry the latency up
   by more than its own mean over the window. The size rule, because a short excursion in a
   long run can be significant without mattering.
-- **backlog**: more than 10% of the requests sent in the window (and over 10) are still in
-  flight when it closes. In a stable queue that number is about rate x mean latency
+- **backlog**: more than 10% of the requests sent in the window (and over 10) are not over
+  when it closes: still in flight, or meant to leave by then and still waiting to be sent
+  (knee.stats.rates). In a stable queue that number is about rate x mean latency
   (Little's law), a small share of a window of many requests.
 - **deficit**: fewer than 95% of the requests sent in the window completed OK in it, and
   the gap is beyond 3 Poisson standard deviations: requests time out, are shed, or fail.
+- **wait** (only where each connection carries one request at a time, http: `connections`
+  given): the wait for a connection grows through the point. Past capacity the target holds
+  every connection, the requests queue in the generator, and the latency it measures on the
+  wire barely grows (the queued connections inflate its mean); the send wait (sent -
+  intended, in send order) grows instead. The same Mann-Kendall test as the trend, and a
+  size rule: the wait's growth over the window exceeds both its mean and `late_ms` (a
+  wait under a late send is noise). Brief waits near capacity (a queue that comes and
+  goes) have no such trend.
 
 An unstable point's mean and percentiles depend on how long it ran: the report says so,
 draws it apart, and no model is fitted to it.
@@ -44,13 +53,25 @@ OK_SHARE = 0.95
 DEFICIT_Z = 3.0
 
 
-def trend(intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray) -> dict[str, Any] | None:
+def _grows(found: dict[str, Any] | None, window_s: float, floor_ns: float) -> float | None:
+    """The Theil-Sen growth over the window when the trend is significant and larger than
+    `floor_ns`; else None."""
+    if found is None or found["p"] >= TREND_P:
+        return None
+    growth_ns = found["slope_ns_per_s"] * window_s
+    return growth_ns if growth_ns > floor_ns else None
+
+
+def trend(
+    intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray, *, corrected: bool = True
+) -> dict[str, Any] | None:
     """Mann-Kendall test and Theil-Sen slope (ns of latency per s) over batch means of OK
     latency in send order; None below TREND_MIN_SAMPLES.
 
     The test's p-value is corrected for autocorrelation of the batch means (Yue and Wang's
     variance correction with the lag-1 autocorrelation r of the detrended batch means: the
-    statistic's variance grows by (1 + r) / (1 - r), so z shrinks by its square root)."""
+    statistic's variance grows by (1 + r) / (1 - r), so z shrinks by its square root);
+    `corrected=False` leaves it out (the wait for a connection, see `stability`)."""
     if len(latency_ok_ns) < TREND_MIN_SAMPLES:
         return None
     t_s = batch_means_of(intended_ok_ns.astype(np.float64), TREND_BATCHES) / 1e9
@@ -61,7 +82,7 @@ def trend(intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray) -> dict[str, An
     fit = sps.theilslopes(y, t_s)
     residual = y - (fit.intercept + fit.slope * t_s)
     r = _lag1(residual)
-    inflation = (1 + r) / (1 - r) if r is not None and r > 0 else 1.0
+    inflation = (1 + r) / (1 - r) if corrected and r is not None and r > 0 else 1.0
     z = float(sps.norm.isf(float(tau.pvalue) / 2)) / np.sqrt(inflation)
     return {
         "tau": float(tau.statistic),
@@ -88,21 +109,38 @@ def stability(
     sent_in_window: int,
     ok_in_window: int,
     backlog: int,
+    waiting: int = 0,
+    intended_sent_ns: np.ndarray | None = None,
+    wait_ns: np.ndarray | None = None,
+    late_ms: float | None = None,
+    connections: int | None = None,
 ) -> dict[str, Any]:
-    """The verdict ("stable", "unstable", "n/a"), its reasons and the figures behind them."""
+    """The verdict ("stable", "unstable", "n/a"), its reasons and the figures behind them.
+    `waiting` is the part of the backlog not yet sent; `intended_sent_ns` and `wait_ns` (the
+    sent requests' intended times and send waits, in send order) feed the wait sign, run only
+    when `connections` is given."""
     found = trend(intended_ok_ns, latency_ok_ns)
     mean_ns = float(latency_ok_ns.mean()) if len(latency_ok_ns) else 0.0
     growth_ns = found["slope_ns_per_s"] * window_s if found else None
     reasons: list[str] = []
-    if found is not None and growth_ns is not None and found["p"] < TREND_P and growth_ns > mean_ns:
+    if _grows(found, window_s, mean_ns) is not None and found is not None:
         reasons.append(
             f"latency grows {found['slope_ns_per_s'] / 1e6:.3g} ms/s "
             f"(+{growth_ns / 1e6:.3g} ms over the point)"
         )
     if backlog > max(BACKLOG_MIN, BACKLOG_SHARE * sent_in_window):
+        reasons.append(_backlog_reason(backlog, waiting, sent_in_window))
+    waits = (
+        trend(intended_sent_ns, wait_ns, corrected=False)
+        if connections is not None and intended_sent_ns is not None and wait_ns is not None
+        else None
+    )
+    wait_growth_ns = _wait_growth(waits, wait_ns, window_s, late_ms)
+    if waits is not None and wait_growth_ns is not None:
         reasons.append(
-            f"{backlog} requests ({backlog / sent_in_window:.0%} of those sent) still in "
-            "flight when the schedule ended"
+            f"the wait for a connection grows {waits['slope_ns_per_s'] / 1e6:.3g} ms/s "
+            f"(+{wait_growth_ns / 1e6:.3g} ms over the point): the target holds all "
+            f"{connections} connections"
         )
     gap = sent_in_window - ok_in_window
     if (
@@ -119,6 +157,10 @@ def stability(
         "trend_p": found["p"] if found else None,
         "growth_ns": growth_ns,
         "backlog": backlog,
+        "backlog_waiting": waiting,
+        "wait_trend_ns_per_s": waits["slope_ns_per_s"] if waits else None,
+        "wait_trend_p": waits["p"] if waits else None,
+        "wait_growth_ns": waits["slope_ns_per_s"] * window_s if waits else None,
         "sent_in_window": sent_in_window,
         "ok_in_window": ok_in_window,
         "ok_share": ok_in_window / sent_in_window if sent_in_window else None,
@@ -131,7 +173,31 @@ def stability(
         return {"verdict": "n/a", "reasons": [], "detail": detail, **figures}
     detail = (
         f"keeping up: no growing latency trend (Mann-Kendall p = {found['p']:.2g}), "
-        f"{backlog} in flight at the end, {ok_in_window / sent_in_window:.1%} of sends "
-        "completed OK in the window"
+        f"{backlog - waiting} in flight and {waiting} waiting to be sent at the end, "
+        f"{ok_in_window / sent_in_window:.1%} of sends completed OK in the window"
     )
+    if waits is not None:
+        detail += f", no growing wait for a connection (p = {waits['p']:.2g})"
     return {"verdict": "stable", "reasons": [], "detail": detail, **figures}
+
+
+def _backlog_reason(backlog: int, waiting: int, sent_in_window: int) -> str:
+    share = f"{backlog / sent_in_window:.0%} of those sent" if sent_in_window else "none sent"
+    return (
+        f"{backlog} requests ({share}) not over when the schedule ended: "
+        f"{backlog - waiting} in flight, {waiting} still waiting to be sent"
+    )
+
+
+def _wait_growth(
+    waits: dict[str, Any] | None,
+    wait_ns: np.ndarray | None,
+    window_s: float,
+    late_ms: float | None,
+) -> float | None:
+    """The send wait's growth over the window when it is significant and larger than both
+    the wait's mean and a late send (`late_ms`); else None."""
+    if waits is None or wait_ns is None or not len(wait_ns):
+        return None
+    floor_ns = max(float(wait_ns.mean()), (late_ms or 0.0) * 1e6)
+    return _grows(waits, window_s, floor_ns)
