@@ -114,7 +114,8 @@ def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
         return True
     busy = _check(stats, "interference").get("verdict") in ("warn", "fail")
     sent = stats.get("sent") or 0
-    late = stats.get("late_sends_free", stats.get("late_sends")) or 0
+    late = stats.get("late_sends_free")  # None where sends are not told apart
+    late = stats.get("late_sends") or 0 if late is None else late
     return not busy and sent > 0 and late / sent > GENERATOR_LATE_SHARE
 
 
