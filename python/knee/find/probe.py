@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
+
 #: Late sends do not bias latency (it is measured from the intended send time); they make
 #: the generator the limit when this share of the sends (those late with connections
 #: free, where the statistics tell them apart) was late, or when the rate sent fell below
@@ -132,16 +134,16 @@ def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:
     ):
         signs.append(f"latency grows by {growth / 1e6:.3g} ms (p = {p:.2g})")
     backlog, sent = stability.get("backlog") or 0, stability.get("sent_in_window") or 0
-    if sent and backlog > MARGINAL_FRACTION * max(10, 0.10 * sent):
+    if sent and backlog > MARGINAL_FRACTION * max(BACKLOG_MIN, BACKLOG_SHARE * sent):
         signs.append(f"{backlog} requests in flight at the end")
     return "; ".join(signs)
 
 
-def overload_watch(rate_per_s: float, low_latency_s: float | None, log: list[str]) -> Any:
+def overload_watch(rate_per_s: float, low_latency_s: float | None) -> Any:
     """A runner watch (knee.runner.local.Watch) that cuts a probe short when the requests
     due and not yet over keep exceeding the bound (module constants) on two progress lines
     in a row. The backlog a cut probe leaves is then at most the bound plus about 2 s of
-    the rate (the two lines and the stop); `log` receives the reason."""
+    the rate (the two lines and the stop). The reason goes into the point's `cut_short`."""
     bound = max(CUT_MIN_REQUESTS, rate_per_s * CUT_BACKLOG_S)
     if low_latency_s:
         bound = max(bound, rate_per_s * low_latency_s * CUT_LATENCIES)
@@ -158,11 +160,9 @@ def overload_watch(rate_per_s: float, low_latency_s: float | None, log: list[str
         over[0] += 1
         if over[0] < 2:
             return None
-        reason = (
+        return (
             f"{outstanding:.0f} requests due and not over after {t_s:.0f} s "
             f"(bound {bound:.0f}: the target is not keeping up)"
         )
-        log.append(reason)
-        return reason
 
     return watch

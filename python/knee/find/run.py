@@ -93,6 +93,16 @@ def _probe_point(
     return dataclasses.replace(template, index=index, swept=swept, load=load, experiment=experiment)
 
 
+def rate_bounds(group: list[Point], o: Options) -> tuple[float, float]:
+    """The lowest and highest rate a group's search may probe: --min-rate, else the spec's
+    lowest rate of the group; --max-rate, else DEFAULT_MAX_RATE_PER_S."""
+    min_rate = o.min_rate_per_s or min(float(p.load["rate_per_s"]) for p in group)
+    max_rate = o.max_rate_per_s or DEFAULT_MAX_RATE_PER_S
+    if min_rate >= max_rate:
+        raise FindError(f"the lowest rate, {min_rate:g}/s, is not below --max-rate {max_rate:g}")
+    return min_rate, max_rate
+
+
 class _Finder:
     def __init__(self, spec: Spec, options: Options, session: Session) -> None:
         self.spec, self.o, self.session = spec, options, session
@@ -117,8 +127,7 @@ class _Finder:
             point = _probe_point(template, len(self.points), rate, length_s, self.slo)
             self.points.append(point)
             self.session.plan(self.points)
-            cuts: list[str] = []
-            watch = overload_watch(rate, low_latency[0] if low_latency else None, cuts)
+            watch = overload_watch(rate, low_latency[0] if low_latency else None)
             started = time.monotonic()
             stats = self.session.run_point(point, watch)
             self.stats.append(stats)
@@ -155,11 +164,7 @@ class _Finder:
                 [template.series]
                 + [f"{k.partition('.')[2]}={v}" for k, v in template.swept.items() if k != RATE_KEY]
             )
-            rates = [float(p.load["rate_per_s"]) for p in group]
-            min_rate = self.o.min_rate_per_s or min(rates)
-            max_rate = self.o.max_rate_per_s or DEFAULT_MAX_RATE_PER_S
-            if min_rate >= max_rate:
-                raise FindError(f"--min-rate {min_rate:g} is not below --max-rate {max_rate:g}")
+            min_rate, max_rate = rate_bounds(group, self.o)
             left_s = self.o.budget_s - self.elapsed_s()
             budget_end_s = self.elapsed_s() + left_s / (len(groups) - i)  # an equal share
             settings = Settings(
@@ -268,6 +273,8 @@ def find(
     if not math.isfinite(options.budget_s) or options.budget_s <= 0:
         raise FindError("--budget: expected a positive time")
     groups = groups_of(spec, options.series)
+    for group in groups:  # refused before anything starts
+        rate_bounds(group, options)
     with Session(spec, out_root, display, keep_scratch, n_points=0) as session:
         finder = _Finder(spec, options, session)
         try:
