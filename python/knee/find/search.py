@@ -1,10 +1,11 @@
 """The search for one group of settings (docs/find.md, "The search").
 
 1. **Low probe** at the lowest rate: the service time S (the server's own time where the
-   system reports it, else the low-load latency) and a first model, capacity c / S (c the
-   declared servers, else 1).
+   system reports it, else the low-load latency) and a first model, capacity c / L (c the
+   declared servers, else 1; L the low-load latency, S and everything else on the path).
 2. **Bracket**: the first step goes to MODEL_START of the model's capacity (at least
-   STEP x the low rate), then rates step up geometrically (x STEP) until a probe is not
+   STEP x the low rate, at most MAX_JUMP x), then rates step up geometrically (x STEP)
+   until a probe is not
    stable. A low probe that is not stable steps down instead (/ STEP^2), to the floor.
 3. **Bisect** (geometric midpoints) the capacity bracket [highest stable, lowest
    unstable], then, with an SLO, the SLO bracket [highest met, lowest missed], until each
@@ -34,6 +35,10 @@ from knee.find.probe import Decision
 #: model's capacity (the one-server model underestimates a pool: the steps correct it).
 STEP = 2.0
 MODEL_START = 0.5
+#: The model's first step goes at most this far above the low rate: a service time that
+#: misses a part of the path (a slow link after a fast server) must not send a probe
+#: hundreds of times over capacity.
+MAX_JUMP = 16.0
 #: An undecided probe's length doubles up to this many times the probe length.
 LENGTHEN_MAX = 4.0
 #: Fresh probes at each answer once its bracket is narrow, and how many times a repeat
@@ -247,8 +252,13 @@ class Search:
     def _low(self) -> None:
         probe = self._probe(self.s.min_rate_per_s, "low")
         self.service_s = service_time_s(probe.stats)
-        if self.service_s:
-            self.model_per_s = self.s.servers / self.service_s
+        # The first model takes the whole low-load latency as the service time (the server's
+        # own time, where reported, leaves out a link or a proxy that may be the limit):
+        # the lower, safer guess; the steps correct it upward.
+        latency_ns = (probe.stats.get("latency_ok_ns") or {}).get("mean")
+        first_s = max(self.service_s or 0.0, float(latency_ns or 0.0) / 1e9)
+        if first_s > 0:
+            self.model_per_s = self.s.servers / first_s
 
     def _bracket(self) -> None:
         s = self.s
@@ -263,7 +273,7 @@ class Search:
             self._probe(rate, "step")
         rate = self.capacity.lo * STEP
         if self.model_per_s:
-            rate = max(rate, MODEL_START * self.model_per_s)
+            rate = max(rate, min(MODEL_START * self.model_per_s, MAX_JUMP * self.capacity.lo))
         while self.capacity.hi is None:
             if self.capacity.lo is not None and self.capacity.lo >= s.max_rate_per_s:
                 raise MaxRate(f"stable at the highest rate allowed, {s.max_rate_per_s:g}/s")
