@@ -103,17 +103,17 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
 def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str, Any] | None:
     """The knee of one group (see the module's docstring for which estimate is used)."""
     power = measured_knee(points, lambda p: float(p.get("achieved_rate_per_s") or _rate(p)))
-    model_x = (model or {}).get("knee_x")
-    fits = (model or {}).get("fits", True)
+    model_x = (model or {}).get("x")
+    fits = bool((model or {}).get("fits"))
     if power is not None and power["edge"] is None:
         method, x, interval = "power", power["x"], power["interval_x"]
         why = "the highest measured power lies inside the rates measured"
     elif model_x and fits:
-        method, x, interval = "model", model_x, (model or {}).get("knee_interval_x")
+        method, x, interval = "model", model_x, (model or {}).get("interval")
         why = (
             "the measured power is highest at the "
             + (f"{power['edge']} rate measured" if power else "few stable points measured")
-            + f"; the {model.get('kind')} model's maximum of power is used"  # type: ignore[union-attr]
+            + f"; the {(model or {}).get('label')} model's maximum of power is used"
         )
     elif power is not None:
         method, x, interval = "power", power["x"], power["interval_x"]

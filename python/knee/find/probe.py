@@ -18,6 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: Late sends do not bias latency (it is measured from the intended send time); they make
+#: the generator the limit when this share of the sends (those late with connections
+#: free, where the statistics tell them apart) was late, or when the rate sent fell below
+#: the target beyond its interval.
+GENERATOR_LATE_SHARE = 0.10
 #: A probe whose failed share (errors, timeouts, drops) passes this is over the limit,
 #: whatever its latency: a service that sheds load keeps its latency low.
 ERROR_SHARE = 0.01
@@ -74,13 +79,14 @@ def decide(stats: dict[str, Any]) -> Decision:
         return Decision(
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
-    if sender.get("verdict") == "fail" and sender.get("limit", "generator") == "generator":
+    if generator_limited(stats, sender):
         return Decision(
             "undecided",
             "generator",
             slo,
-            "the generator is the limit here (its sends were late while it had connections "
-            f"free): {sender.get('detail', '')}; give it more load.generators or connections",
+            "the generator is the limit here (its sends fell behind the schedule while it had "
+            f"connections free): {sender.get('detail', '')}; give it more load.generators, or "
+            "more connections",
         )
     verdict = stability.get("verdict")
     if verdict == "unstable":
@@ -93,6 +99,19 @@ def decide(stats: dict[str, Any]) -> Decision:
             "undecided", None, slo, "signs of overload under their thresholds: " + marginal
         )
     return Decision("stable", None, slo, stability.get("detail", "stable"))
+
+
+def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
+    """The sender check failed for the generator's own sake (not a target that held its
+    connections), and by enough to matter: GENERATOR_LATE_SHARE of the sends late, or the
+    rate sent below the target beyond its interval."""
+    if sender.get("verdict") != "fail" or sender.get("limit", "generator") != "generator":
+        return False
+    sent = stats.get("sent") or 0
+    late = stats.get("late_sends_free", stats.get("late_sends")) or 0
+    target, ci = stats.get("target_rate_per_s"), stats.get("achieved_rate_ci_per_s")
+    behind = bool(target and ci and ci[1] < target)
+    return behind or (sent > 0 and late / sent > GENERATOR_LATE_SHARE)
 
 
 def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:

@@ -229,7 +229,8 @@ class _Finder:
 def _primary_model(
     points: list[dict[str, Any]], planned: list[Point], spec: Spec
 ) -> dict[str, Any] | None:
-    """The primary fitted model of one group's probes (knee.models.analyze), or None."""
+    """The primary fitted model of one group's probes and its knee
+    (knee.models.analyze.model_knee), or None."""
     by_index = {p.index: p for p in planned}
 
     def setting(point: dict[str, Any], key: str) -> Any:
@@ -242,9 +243,10 @@ def _primary_model(
     except Exception:  # a model that cannot be fitted leaves the knee to the data
         return None
     for entry in series:
-        for model in entry.get("models", []):
-            if model.get("primary"):
-                return model
+        for group in entry.get("groups", []):
+            found = analyze.model_knee(group, entry.get("models", []))
+            if found is not None:
+                return found
     return None
 
 
