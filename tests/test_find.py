@@ -65,15 +65,28 @@ class _Target:
     """A target for the search's rules alone: stable below `capacity`, unstable above, and
     undecided within `margin` of it on probes shorter than `decides_s`."""
 
-    def __init__(self, capacity: float, margin: float = 0.0, decides_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        capacity: float,
+        margin: float = 0.0,
+        decides_s: float = 0.0,
+        slo_limit: float | None = None,
+        starved: tuple[float, float] | None = None,
+    ) -> None:
         self.capacity, self.margin, self.decides_s = capacity, margin, decides_s
+        self.slo_limit = slo_limit  # the SLO met below this rate
+        self.starved = starved  # the generator falls behind between these rates, once
         self.calls: list[tuple[float, float, str]] = []
 
     def __call__(self, rate: float, length_s: float, phase: str) -> Probe:
         self.calls.append((rate, length_s, phase))
         near = abs(rate / self.capacity - 1) < self.margin and length_s < self.decides_s
         verdict = "undecided" if near else "stable" if rate < self.capacity else "unstable"
-        decision = Decision(verdict, None if verdict == "stable" else "target", None, "")
+        slo = None if self.slo_limit is None else "met" if rate < self.slo_limit else "missed"
+        decision = Decision(verdict, None if verdict == "stable" else "target", slo, "")
+        if self.starved and self.starved[0] <= rate <= self.starved[1]:
+            self.starved = None
+            decision = Decision("undecided", "generator", slo, "starved")
         stats = {"latency_ok_ns": {"mean": 10e6}, "server_ns": {"mean": 10e6}}
         return Probe(len(self.calls) - 1, rate, length_s, phase, decision, stats, length_s)
 
@@ -105,6 +118,21 @@ def test_an_undecided_probe_is_lengthened_at_the_same_rate_not_re_guessed() -> N
         before = target.calls[target.calls.index((rate, length_s, "lengthen")) - 1]
         assert before[0] == rate and length_s == 2 * before[1]  # same rate, twice as long
     assert outcome.capacity.lo is not None and outcome.capacity.lo < 100.0
+
+
+def test_a_passing_generator_shortfall_below_the_capacity_is_lengthened() -> None:
+    """The generator fell behind once, at a rate under one already shown sustainable (a
+    probe for the SLO): not the end of the search, and not a verdict on that rate."""
+    target = _Target(capacity=400.0, slo_limit=150.0, starved=(120.0, 145.0))
+    outcome = Search(_settings(slo=True), target).run()
+    assert outcome.stopped == "done", outcome.detail
+    starved = [c for c in target.calls if 120.0 <= c[0] <= 145.0]
+    assert any(phase == "lengthen" for _, _, phase in starved), target.calls
+    assert outcome.capacity.lo is not None and outcome.capacity.lo < 400.0 <= outcome.capacity.hi
+    assert outcome.slo.lo is not None and outcome.slo.lo < 150.0 <= outcome.slo.hi
+    # Above every rate shown good, the generator's shortfall ends the search.
+    above = Search(_settings(), _Target(capacity=400.0, starved=(300.0, 1e6))).run()
+    assert above.stopped == "generator"
 
 
 def test_a_low_probe_over_capacity_steps_down_to_the_floor() -> None:

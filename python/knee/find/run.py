@@ -93,6 +93,18 @@ def _probe_point(
     return dataclasses.replace(template, index=index, swept=swept, load=load, experiment=experiment)
 
 
+#: A probe holds this many times the samples its SLO's interval needs: at the bare minimum
+#: the interval's bound is the largest sample, rarely under the limit.
+SLO_SAMPLES_MARGIN = 1.5
+
+
+def slo_samples(slo: str | None) -> int:
+    """The samples a probe should hold for its SLO decision (0 without an SLO)."""
+    if not slo:
+        return 0
+    return round(SLO_SAMPLES_MARGIN * slo_mod.min_samples(slo_mod.parse(slo)))
+
+
 def rate_bounds(group: list[Point], o: Options) -> tuple[float, float]:
     """The lowest and highest rate a group's search may probe: --min-rate, else the spec's
     lowest rate of the group; --max-rate, else DEFAULT_MAX_RATE_PER_S."""
@@ -176,6 +188,7 @@ class _Finder:
                 servers=int(template.server.get("threads") or 1),
                 # A rate the user gave is a floor; the spec's lowest rate is a first guess.
                 floor_per_s=min_rate if self.o.min_rate_per_s else min_rate / FLOOR_DIVISOR,
+                slo_samples=slo_samples(self.slo),
             )
             outcome = Search(settings, self.measure(template, label, budget_end_s)).run()
             self.groups.append(self._answers(label, outcome))

@@ -101,6 +101,9 @@ class Settings:
     #: The lowest rate a step down may reach when the low probe is not sustainable: the
     #: lowest rate itself when the user gave it (--min-rate), else far below it.
     floor_per_s: float | None = None
+    #: Samples the SLO's statistic needs for an interval (knee.stats.slo.min_samples): a
+    #: probe runs long enough for them rather than being lengthened to them.
+    slo_samples: int = 0
 
 
 @dataclass
@@ -165,7 +168,8 @@ class Search:
     # ------------------------------------------------------------ one probe, decided
 
     def _length(self, rate: float, phase: str) -> float:
-        return max(self.s.probe_s, (LOW_SAMPLES if phase == "low" else MIN_SAMPLES) / rate)
+        samples = max(LOW_SAMPLES if phase == "low" else MIN_SAMPLES, self.s.slo_samples)
+        return max(self.s.probe_s, samples / rate)
 
     def _probe(self, rate: float, phase: str) -> Probe:
         """A probe at `rate`, lengthened while undecided; the brackets updated."""
@@ -180,19 +184,33 @@ class Search:
             probe = self.measure(rate, length, phase)
             self.probes.append(probe)
             d = probe.decision
-            if d.limit == "generator":
+            # The generator cannot offer this rate. Above every rate shown good, that ends
+            # the search: what lies beyond is not the target's to show. Below one (a probe
+            # for the SLO), it was a passing shortfall: the probe is lengthened, and never
+            # counts for or against the capacity.
+            noise = (
+                d.limit == "generator" and self.capacity.lo is not None and rate < self.capacity.lo
+            )
+            if d.limit == "generator" and not noise:
                 probe.brackets = self._brackets()
                 raise GeneratorLimit(rate, d.reason)
-            undecided = d.capacity == "undecided" or (
-                self.s.slo
-                and d.capacity == "stable"
-                and d.slo == "undecided"
-                and self._slo_open(rate)
+            undecided = (
+                noise
+                or d.capacity == "undecided"
+                or (
+                    self.s.slo
+                    and d.capacity == "stable"
+                    and d.slo == "undecided"
+                    and self._slo_open(rate)
+                )
             )
             if not undecided or length * 2 > cap:
                 break
             length, phase = length * 2, "lengthen"
-        self._update(rate, d)
+        if noise and self.s.slo:
+            self.slo_bracket.bad(rate)  # not shown to meet the SLO
+        elif not noise:
+            self._update(rate, d)
         probe.brackets = self._brackets()
         return probe
 

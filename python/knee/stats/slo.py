@@ -28,7 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from knee.stats.intervals import mean_ci, order_statistic_ranks, quantile_rank
+from knee.stats.intervals import (
+    MEAN_MIN_BATCHES,
+    mean_ci,
+    order_statistic_ranks,
+    quantile_rank,
+)
 
 _UNITS_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _SLO = re.compile(
@@ -86,6 +91,21 @@ def parse(text: str) -> Slo:
         stat = "p" + f"{q * 100:.10g}"
     shown_unit = "us" if unit == "µs" else unit
     return Slo(f"{stat}<{value:g}{shown_unit}", stat, q, limit_ns)
+
+
+def min_samples(slo: Slo) -> int:
+    """The fewest requests whose 95% interval of the SLO's statistic exists: a percentile's
+    order-statistic interval needs its upper rank within the sample (about 550 for a p99,
+    5,500 for a p99.9); the mean's batch-means interval, MEAN_MIN_BATCHES."""
+    if slo.q is None:
+        return MEAN_MIN_BATCHES
+    lo, hi = 2, 2
+    while order_statistic_ranks(hi, slo.q) is None:
+        lo, hi = hi, hi * 2
+    while lo < hi:  # the smallest n in (lo, hi] with an interval
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if order_statistic_ranks(mid, slo.q) is None else (lo, mid)
+    return hi
 
 
 def decide(
