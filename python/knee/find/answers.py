@@ -100,6 +100,17 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
     }
 
 
+def _between_neighbours(points: list[dict[str, Any]], power: dict[str, Any]) -> list[float]:
+    """The measured knee's interval widened to the stable rates next to it: between two
+    measured rates the power is not known, and its maximum may lie anywhere up to them."""
+    stable = sorted({_rate(p) for p in points if decide(p).capacity == "stable"})
+    x = power["x"]
+    below = [r for r in stable if r < x]
+    above = [r for r in stable if r > x]
+    lo, hi = power["interval_x"]
+    return [min(lo, below[-1]) if below else lo, max(hi, above[0]) if above else hi]
+
+
 def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str, Any] | None:
     """The knee of one group (see the module's docstring for which estimate is used)."""
     # On the offered rate, the axis of every answer (and of the report's figure).
@@ -107,8 +118,13 @@ def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str
     model_x = (model or {}).get("x")
     fits = bool((model or {}).get("fits"))
     if power is not None and power["edge"] is None:
-        method, x, interval = "power", power["x"], power["interval_x"]
-        why = "the highest measured power lies inside the rates measured"
+        method, x, interval = "power", power["x"], _between_neighbours(points, power)
+        why = (
+            "the highest measured power lies inside the rates measured; its interval runs to "
+            "the stable rates measured on either side (power rises to its maximum and falls "
+            "after it, so the maximum lies between them) and over the rates whose power "
+            "cannot be told apart from it"
+        )
     elif model_x and fits:
         method, x, interval = "model", model_x, (model or {}).get("interval")
         why = (

@@ -76,8 +76,11 @@ def decide(stats: dict[str, Any]) -> Decision:
     sender = _check(stats, "sender")
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
+    verdict = stability.get("verdict")
+    if verdict == "unstable":  # its failures are what a queue past capacity leaves
+        return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     share = failed_share(stats)
-    if share > ERROR_SHARE:
+    if share > ERROR_SHARE:  # keeping up in time, but failing: shedding load, or broken
         return Decision(
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
@@ -90,9 +93,6 @@ def decide(stats: dict[str, Any]) -> Decision:
             f"connections free): {sender.get('detail', '')}; give it more load.generators, or "
             "more connections",
         )
-    verdict = stability.get("verdict")
-    if verdict == "unstable":
-        return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     if verdict != "stable":
         return Decision("undecided", None, slo, stability.get("detail", "too few samples"))
     marginal = _marginal(stats, stability)

@@ -87,6 +87,9 @@ def _probe_point(
     warmup = min(load["warmup_s"], length_s / 4)  # a short probe keeps most of its samples
     load["warmup_s"] = warmup
     experiment = dict(template.experiment)
+    # A fresh schedule per probe: a repeat with the same seed would replay the same
+    # arrivals, and its agreement would prove nothing.
+    experiment["seed"] = int(template.experiment["seed"]) + index
     if slo:
         experiment["slo"] = slo
     swept = {**{k: v for k, v in template.swept.items() if k != RATE_KEY}, RATE_KEY: rate}
