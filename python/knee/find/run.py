@@ -209,7 +209,7 @@ class _Finder:
         )
         out["label"] = label
         answer = out["capacity"]["rate_per_s"]
-        repeats = [p for p in outcome.probes if p.phase == "repeat" and p.rate_per_s == answer]
+        repeats = _repeats(outcome.probes, answer)
         done = [p.stats.get("throughput_per_s") or 0.0 for p in repeats]
         out["repeats"] = {
             "rate_per_s": answer,
@@ -250,6 +250,20 @@ class _Finder:
         results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
         self.session.extra["find"] = answers
         self.session.write_summary()
+
+
+def _repeats(probes: list[Probe], rate: float | None) -> list[Probe]:
+    """Each repeat at `rate` as it ended: the last of a repeat and the probes that
+    lengthened it."""
+    out: list[Probe] = []
+    for probe in probes:
+        if probe.rate_per_s != rate:
+            continue
+        if probe.phase == "repeat":
+            out.append(probe)
+        elif probe.phase == "lengthen" and out and out[-1].point == probe.point - 1:
+            out[-1] = probe  # the same repeat, run longer
+    return out
 
 
 def _primary_model(
