@@ -3,9 +3,9 @@ well-behaved server never would (tests only; every one on 127.0.0.1, stopped by 
 
 - `ScriptedServer`: answers each path with fixed bytes (chunked bodies, Server-Timing,
   `Connection: close`, every malformed case), counts the connections it accepted.
-- `OneWorkerServer`: one worker serves the requests of every connection in arrival order,
-  each for a known service time, and says so in `Server-Timing: app;dur=MS`: its capacity
-  is 1 / service time.
+- `WorkerServer`: W workers (one by default) serve the requests of every connection in
+  arrival order, each for a known service time, and say so in `Server-Timing: app;dur=MS`:
+  its capacity is W / service time (tests/capacity_server.py measures it).
 
 `Listening` and `Accepting` are the listener every raw-socket test server is built on (these
 and tests/hostile_http_servers.py's).
@@ -169,14 +169,18 @@ class ScriptedServer(Accepting):
                 return
 
 
-class OneWorkerServer(Accepting):
-    """Every connection's requests go to one worker, in arrival order."""
+class WorkerServer(Accepting):
+    """Every connection's requests go to W workers, in arrival order: each request holds
+    its worker for the service time (slept to a deadline on the monotonic clock, so
+    oversleeping one step is not added twice), and says so in Server-Timing."""
 
-    def __init__(self, service_s: float) -> None:
+    def __init__(self, service_s: float, workers: int = 1, backlog: int = 128) -> None:
         self.service_s = service_s
+        self.workers = workers
         self._work: queue.Queue[tuple[socket.socket, threading.Event]] = queue.Queue(MAX_WAITING)
-        super().__init__()
-        threading.Thread(target=self._worker, daemon=True).start()
+        super().__init__(backlog=backlog)
+        for _ in range(workers):
+            threading.Thread(target=self._worker, daemon=True).start()
 
     def handle(self, conn: socket.socket) -> None:
         buf = bytearray()
@@ -187,13 +191,16 @@ class OneWorkerServer(Accepting):
             done.wait()  # one request in flight per connection (no pipelining)
 
     def _worker(self) -> None:
-        while True:
-            conn, done = self._work.get()
-            start = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                conn, done = self._work.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            start = time.monotonic()
             deadline = start + self.service_s
-            while (left := deadline - time.perf_counter()) > 0:
+            while (left := deadline - time.monotonic()) > 0:
                 time.sleep(left)
-            ms = (time.perf_counter() - start) * 1e3
+            ms = (time.monotonic() - start) * 1e3
             try:
                 conn.sendall(_response("200 OK", b"done", f"Server-Timing: app;dur={ms:.3f}"))
             except OSError:

@@ -6,13 +6,13 @@ a generator held to a sliver of a core named as the limit, and `--slo` as a thre
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import unavailable
 from real_http_servers import SLEEP_MS, SLEEP_WORKERS, real_server
+from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
 from knee.find.probe import Decision
@@ -218,23 +218,10 @@ warmup_s = 0.5
 """
 
 
-def _cgroups_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "CPU limits need root (cgroups)"
-    from knee.hosts import Unsupported, cgroups
-    from knee.hosts.base import Limits
-
-    try:
-        cgroups.check_limits([Limits(cpu_cores=0.03)])
-    except Unsupported as e:
-        return str(e)
-    return None
-
-
 def test_a_starved_generator_is_named_as_the_limit(tmp_path: Path) -> None:
     """The generator on 3% of a core cannot keep a high rate's schedule: the search names
     the generator, never reporting that rate as the target's capacity."""
-    reason = _cgroups_usable()
+    reason = cgroups_usable(0.03)
     if reason:
         unavailable(reason)
     spec = write_spec(tmp_path, GENERATOR_SPEC)

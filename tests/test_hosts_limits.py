@@ -39,21 +39,22 @@ placement = { server = "quarter" }
 """
 
 
-def _cgroups_usable() -> str | None:
+def cgroups_usable(cpu_cores: float = 0.25) -> str | None:
+    """Why CPU limits of `cpu_cores` cannot be made here (None: they can)."""
     if os.geteuid() != 0:
         return "CPU limits need root (cgroups)"
     from knee.hosts import Unsupported, cgroups
     from knee.hosts.base import Limits
 
     try:
-        cgroups.check_limits([Limits(cpu_cores=0.25)])
+        cgroups.check_limits([Limits(cpu_cores=cpu_cores)])
     except Unsupported as e:
         return str(e)
     return None
 
 
 def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> None:
-    reason = _cgroups_usable()
+    reason = cgroups_usable()
     if reason:
         unavailable(reason)
     out = tmp_path / "runs"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from http_servers import ROUTES, OneWorkerServer, ScriptedServer
+from http_servers import ROUTES, ScriptedServer, WorkerServer
 from report_helpers import check_in_browser, check_pngs, only_dir, run_knee
 from rich.console import Console
 
@@ -184,7 +184,7 @@ TOLERANCE = 0.10
 
 
 def test_a_run_finds_a_one_worker_servers_capacity(tmp_path: Path) -> None:
-    server = OneWorkerServer(SERVICE_S)
+    server = WorkerServer(SERVICE_S)
     try:
         spec = {
             "experiment": {"name": "http-capacity", "system": "http", "seed": 1},

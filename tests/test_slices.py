@@ -23,7 +23,7 @@ from report_helpers import (
     run_knee,
     smoke_run,
 )
-from test_hosts_limits import _cgroups_usable
+from test_hosts_limits import cgroups_usable
 
 import knee
 from knee.analysis import slices as analysis
@@ -336,7 +336,7 @@ def test_past_capacity_items_are_late_or_held_not_lost(slices_node: str, tmp_pat
     """One PN at a quarter core (one worker, sized from its quota), offered about three times
     what it serves, the client giving up after 300 ms: items outwait the client. Those processed
     later are late, those still queued at the stop are logged as held; none is lost."""
-    if (why := _cgroups_usable()) is not None:
+    if (why := cgroups_usable()) is not None:
         unavailable(why)
     run_dir, _, _, verdict = _run_one_point(tmp_path, OVERLOAD_SPEC)
     assert verdict.held > 0 and verdict.late + verdict.held > verdict.replied // 4, verdict
