@@ -79,6 +79,9 @@ def _interval(answer: dict[str, Any] | None) -> str:
 
 def print_answers(console: Console, answers: dict[str, Any]) -> None:
     """One block per group: capacity, SLO capacity, knee, and how the search ended."""
+    if answers.get("skipped_series"):
+        names = ", ".join(answers["skipped_series"])
+        console.print(f"not searched (no open-loop rate): series {names}", highlight=False)
     for group in answers.get("groups", []):
         title = group.get("label") or "answers"
         console.print(f"[bold]{title}[/]", highlight=False)

@@ -58,25 +58,27 @@ class Options:
     series: str | None = None
 
 
-def groups_of(spec: Spec, series: str | None) -> list[list[Point]]:
-    """The spec's points grouped by series and every swept value but the rate."""
+def groups_of(spec: Spec, series: str | None) -> tuple[list[list[Point]], list[str]]:
+    """The spec's open-loop points grouped by series and every swept value but the rate,
+    and the series left out (a closed loop or stepped rates: nothing to search)."""
     points = [p for p in spec.points if series is None or p.series == series]
     if not points:
         names = ", ".join(sorted({p.series for p in spec.points}))
         raise FindError(f"--series {series}: no such series; the spec has: {names}")
-    for p in points:
-        if p.load["schedule"] not in ("poisson", "constant"):
-            raise FindError(
-                f"point {p.label!r}: load.schedule is {p.load['schedule']!r}; knee find searches "
-                "an open-loop rate (schedule 'poisson' or 'constant')"
-            )
-        if p.load["generators"] < 1:
-            raise FindError("load.generators must be at least 1")
+    searched = [p for p in points if p.load["schedule"] in ("poisson", "constant")]
+    skipped = sorted({p.series for p in points} - {p.series for p in searched})
+    if not searched:
+        p = points[0]
+        raise FindError(
+            f"point {p.label!r}: load.schedule is {p.load['schedule']!r}; knee find searches "
+            "an open-loop rate (schedule 'poisson' or 'constant')"
+        )
     groups: dict[str, list[Point]] = {}
-    for p in points:
+    for p in searched:
         others = {k: v for k, v in p.swept.items() if k != RATE_KEY}
-        groups.setdefault(json.dumps([p.series, others], sort_keys=True, default=str), []).append(p)
-    return list(groups.values())
+        key = json.dumps([p.series, others], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(p)
+    return list(groups.values()), skipped
 
 
 def _probe_point(
@@ -127,6 +129,7 @@ class _Finder:
         self.path: list[dict[str, Any]] = []  # find.json's probes
         self.groups: list[dict[str, Any]] = []  # answers so far
         self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
+        self.skipped: list[str] = []  # series with no open-loop rate to search
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -241,6 +244,7 @@ class _Finder:
             "budget_s": self.o.budget_s,
             "elapsed_s": self.elapsed_s(),
             "probe_s": self.o.probe_s,
+            "skipped_series": self.skipped,
             "groups": self.groups,
         }
 
@@ -302,11 +306,12 @@ def find(
         raise FindError(f"--tolerance: expected between 0% and 100%, got {options.tolerance:.0%}")
     if not math.isfinite(options.budget_s) or options.budget_s <= 0:
         raise FindError("--budget: expected a positive time")
-    groups = groups_of(spec, options.series)
+    groups, skipped = groups_of(spec, options.series)
     for group in groups:  # refused before anything starts
         rate_bounds(group, options)
     with Session(spec, out_root, display, keep_scratch, n_points=0) as session:
         finder = _Finder(spec, options, session)
+        finder.skipped = skipped
         try:
             finder.search(groups)
         except BaseException:
