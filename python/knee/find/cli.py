@@ -39,8 +39,10 @@ def options(args: argparse.Namespace) -> Options:
         except slo_mod.SloError as e:
             raise FindArgsError(f"--slo: {e}") from None
     tolerance = _fraction(args.tolerance, "--tolerance")
-    if not 0 < tolerance < 1:
-        raise FindArgsError(f"--tolerance: expected above 0% and below 100%, got {args.tolerance}")
+    # Under 1%, neither the verdicts' noise nor rates kept to 4 significant digits narrow a
+    # bracket any further.
+    if not 0.01 <= tolerance < 1:
+        raise FindArgsError(f"--tolerance: expected from 1% to below 100%, got {args.tolerance}")
     if probe_s < 2:
         raise FindArgsError(
             f"--probe: at least 2 s (a probe needs a warm-up and a window), got {args.probe}"
