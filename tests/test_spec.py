@@ -75,6 +75,7 @@ def test_defaults_filled(tmp_path: Path) -> None:
         "system": "matrix",
         "description": "",
         "seed": 1,
+        "slo": None,
     }
     assert len(spec.points) == 1
     point = spec.points[0]
