@@ -367,7 +367,3 @@ def _good(probe: Probe, answer: str) -> bool:
     """Whether a probe showed its rate good for an answer ("capacity" or "slo")."""
     d = probe.decision
     return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
-
-
-def repeats_of(probes: list[Probe], rate: float | None) -> list[Probe]:
-    return [p for p in probes if p.phase == "repeat" and rate is not None and p.rate_per_s == rate]
