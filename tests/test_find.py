@@ -58,6 +58,27 @@ def test_failures_rank_above_successes_and_an_unstable_point_misses() -> None:
     assert _decide(values, "p99<10ms", unstable=True) == "missed"
 
 
+def test_a_rate_not_offered_is_over_capacity_or_the_generators_limit() -> None:
+    """A probe that kept its latency but sent 70/s of 100/s did not show 100/s sustainable:
+    over capacity when its sends waited for connections the target held, the generator's
+    limit when they were late with connections free (the sender check's `limit`)."""
+    from knee.find.probe import decide
+
+    stats = {
+        "count": 700,
+        "status_rates": {"ok": 1.0},
+        "stability": {"verdict": "stable"},
+        "target_rate_per_s": 100.0,
+        "achieved_rate_per_s": 70.0,
+        "achieved_rate_ci_per_s": [65.0, 75.0],
+        "sent": 700,
+    }
+    held = {**stats, "checks": [{"name": "sender", "verdict": "fail", "limit": "target"}]}
+    assert (decide(held).capacity, decide(held).limit) == ("unstable", "target")
+    free = {**stats, "checks": [{"name": "sender", "verdict": "fail", "limit": "generator"}]}
+    assert decide(free).limit == "generator"
+
+
 # ------------------------------------------------------------------ the search's rules
 
 

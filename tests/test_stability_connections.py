@@ -85,6 +85,18 @@ def test_a_late_send_is_held_when_every_connection_was_busy() -> None:
     assert plain["late_sends"] == 2 and plain["late_sends_held"] is None
 
 
+def test_a_send_late_for_its_connect_waited_for_the_target() -> None:
+    """A server that closes every connection: a request due at 120 ms with a connection
+    free went at 125 ms because its connect took 4.5 ms (the target accepting): held."""
+    frame = _two_busy_then_late("load")
+    connect_ns = np.zeros(len(frame), dtype=np.int64)
+    connect_ns[3] = round(4.5 * MS)
+    frame["queue_ns"] = connect_ns
+    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=2)
+    assert s["late_sends"] == 2
+    assert s["late_sends_held"] == 2 and s["late_sends_free"] == 0
+
+
 def test_each_generator_has_its_own_connections() -> None:
     """A second generator's late send at the moment the first's connections are all busy
     had a connection of its own free."""

@@ -84,6 +84,15 @@ def decide(stats: dict[str, Any]) -> Decision:
         return Decision(
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
+    if _behind(stats) and sender.get("limit") == "target":
+        sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
+        return Decision(
+            "unstable",
+            "target",
+            slo,
+            f"the rate was not offered: {sent:.4g}/s sent of {target:.4g}/s, the sends waiting "
+            "for connections the target held",
+        )
     if generator_limited(stats, sender):
         return Decision(
             "undecided",
@@ -111,14 +120,19 @@ def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
     machine's, not the generator's limit: the answers say the machine was busy."""
     if sender.get("verdict") != "fail" or sender.get("limit", "generator") != "generator":
         return False
-    target, ci = stats.get("target_rate_per_s"), stats.get("achieved_rate_ci_per_s")
-    if target and ci and ci[1] < target:
+    if _behind(stats):
         return True
     busy = _check(stats, "interference").get("verdict") in ("warn", "fail")
     sent = stats.get("sent") or 0
     late = stats.get("late_sends_free")  # None where sends are not told apart
     late = stats.get("late_sends") or 0 if late is None else late
     return not busy and sent > 0 and late / sent > GENERATOR_LATE_SHARE
+
+
+def _behind(stats: dict[str, Any]) -> bool:
+    """The rate sent fell below the target beyond its 95% interval."""
+    target, ci = stats.get("target_rate_per_s"), stats.get("achieved_rate_ci_per_s")
+    return bool(target and ci and ci[1] < target)
 
 
 def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:

@@ -69,3 +69,10 @@ def held(
         busy = in_flight_at(intended_ns[mine], sent_ns[went], ends_ns[went])
         out[mine] = busy >= connections
     return out
+
+
+def connecting(intended_ns: np.ndarray, sent_ns: np.ndarray, connect_ns: np.ndarray) -> np.ndarray:
+    """Per request: was it late mostly for its connection to be made, the connect time (the
+    target accepting it) at least half the time from its intended to its actual send?"""
+    late_ns = np.where(sent_ns >= 0, sent_ns - intended_ns, 0)
+    return (sent_ns >= 0) & (connect_ns > 0) & (2 * connect_ns >= late_ns)

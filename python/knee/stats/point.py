@@ -188,7 +188,8 @@ def waiting_for_connections(
     """`requests` with what one request per connection (http) tells: which requests waited,
     unsent, until the generator stopped (a drop with reason `stopped`: the samples' `arg`
     is http's reason), and which were due while every connection of their generator was
-    busy (knee.stats.connections)."""
+    busy, or were late mostly for the target to accept their connection
+    (knee.stats.connections)."""
     ends_ns = conns.end_ns(
         requests.sent_ns,
         requests.received_ns,
@@ -198,6 +199,6 @@ def waiting_for_connections(
     )
     held = conns.held(
         samples["node"].to_numpy(), requests.intended_ns, requests.sent_ns, ends_ns, connections
-    )
+    ) | conns.connecting(requests.intended_ns, requests.sent_ns, samples["queue_ns"].to_numpy())
     stopped = (codes == DROP_CODE) & (samples["arg"].to_numpy() == conns.STOPPED_ARG)
     return replace(requests, stopped_unsent=stopped & (requests.sent_ns < 0), held=held)
