@@ -6,16 +6,14 @@ real run against gunicorn with 2 sync workers and an app that sleeps 20 ms."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from real_http_servers import APPS, _answers, free_port, stop
+from real_http_servers import SLEEP_MS, SLEEP_WORKERS, real_server
 from report_helpers import only_dir, run_knee
+from test_models import synthetic_point
 
 import knee
 from knee.models import analyze, mmc
@@ -47,26 +45,17 @@ def point(
     if wait_ns is None:
         wait_s = mmc.wait_mean_s(rate, SERVICE_S, SERVERS) if stable else 2.0
         wait_ns = float(wait_s or 0.0) * 1e9
-    server = service + wait_ns
-    latency = server + DELAY_NS
     throughput = rate if stable else SERVERS / SERVICE_S
-    verdict = "stable" if stable else "unstable"
-    return {
-        "point": index,
-        "series": "s",
-        "label": f"s rate_per_s={rate:g}",
-        "swept": {"load.rate_per_s": rate},
-        "target_rate_per_s": rate,
-        "achieved_rate_per_s": rate,
-        "throughput_per_s": throughput,
-        "ok_in_window": round(throughput * WINDOW_S),
-        "latency_ok_ns": distribution(latency),
-        "latency_ns": distribution(latency),
-        "server_ns": distribution(server),
-        "service_ns": distribution(service),
-        "stability": {"verdict": verdict, "detail": f"{verdict} (synthetic)"},
-        "warmup_count": 0,
-    }
+    entry = synthetic_point(
+        index,
+        rate,
+        service,
+        delay_ns=DELAY_NS,
+        wait_ns=wait_ns,
+        stable=stable,
+        throughput_per_s=throughput,
+    )
+    return {**entry, "ok_in_window": round(throughput * WINDOW_S)}
 
 
 def pool_points(seed: int, over: bool = True) -> list[dict[str, Any]]:
@@ -163,30 +152,17 @@ def test_model_knee_has_an_interval() -> None:
     assert model_knee({"group": {"other": 1}}, entry["models"]) is None
 
 
-def test_gunicorn_with_two_workers(tmp_path: Path) -> None:
+def test_gunicorn_with_two_workers(tmp_path: Path, knee_node: str) -> None:
     """2 sync workers, each request sleeping 20 ms (Server-Timing): capacity 100/s; c from
     the point over capacity is 2."""
-    port = free_port()
-    argv = [sys.executable, "-m", "gunicorn", "--workers", "2", "--worker-class", "sync"]
-    argv += ["--bind", f"127.0.0.1:{port}", "--graceful-timeout", "2", "--chdir", str(APPS)]
-    log = (tmp_path / "gunicorn.log").open("wb")
-    proc = subprocess.Popen(
-        [*argv, "sleep_app:app"], stdout=log, stderr=log, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not _answers("http", "127.0.0.1", port, "/"):
-            assert proc.poll() is None and time.monotonic() < deadline, "gunicorn did not start"
-            time.sleep(0.1)
-        out = tmp_path / "runs"
+    assert SLEEP_WORKERS == 2 and SLEEP_MS == 20.0
+    out = tmp_path / "runs"
+    with real_server("gunicorn-sleep", tmp_path / "srv", knee_node) as server:
         done = run_knee(
-            "http", f"http://127.0.0.1:{port}/", "--rates", "30,60,130", "--duration", "6s",
+            "http", f"{server.url}/", "--rates", "30,60,130", "--duration", "6s",
             "--connections", "16", "--out", str(out), "--no-progress", "--no-report",
         )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-    finally:
-        stop(proc)
-        log.close()
+    assert done.returncode == 0, done.stderr[-2000:]
     run_dir = only_dir(out)
     run = knee.open_run(run_dir)
     cores = json.loads((run_dir / "env.json").read_text()).get("cores")
