@@ -41,7 +41,8 @@ from benchlib import BENCH_DIR, BenchError, median
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 
 from knee import env, results  # noqa: E402
-from knee.runner.local import _add_interference, _resources  # noqa: E402
+from knee.resources.usage import Inputs, point_resources  # noqa: E402
+from knee.runner.local import _add_interference  # noqa: E402
 from knee.spec import load_spec  # noqa: E402
 from knee.stats import point_stats  # noqa: E402
 from knee.toml_writer import dump_toml  # noqa: E402
@@ -226,7 +227,9 @@ def generate(run_dir: Path, samples: int, seed: int) -> None:
             label=point.label,
             swept=point.swept,
             target_rate_per_s=point.load["rate_per_s"],
-            resources=_resources(timeseries, point.index, warmup_end_s),
+        )
+        stats["resources"] = point_resources(
+            Inputs(point.index, warmup_end_s, timeseries, stats, nodes={})
         )
         _add_interference(stats, timeseries, point.index, warmup_end_s)
         points.append(stats)

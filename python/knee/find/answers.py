@@ -24,6 +24,7 @@ from typing import Any
 
 from knee.find.probe import decide
 from knee.models.measured import measured_knee
+from knee.resources.bottleneck import explain
 from knee.stats.intervals import poisson_count_ci
 
 RATE_KEY = "load.rate_per_s"
@@ -192,6 +193,7 @@ def group_answers(
         "interference": interference(points),
         "points": [p["point"] for p in points],
     }
+    out["bottleneck"] = explain(points, out["capacity"], out["saturated_throughput"])
     if slo:
         got = (brackets or {}).get("slo") or list(bracket(points, "slo"))
         out["slo_capacity"] = _answer(got[0], got[1], f"SLO {slo} capacity", None)

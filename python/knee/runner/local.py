@@ -33,6 +33,8 @@ from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
+from knee.resources import usage as resource_usage
+from knee.resources.usage import point_resources
 from knee.run_params import PointParams
 from knee.runner import interrupt
 from knee.runner.display import Display
@@ -45,7 +47,7 @@ from knee.systems import NodePlan
 from knee.toml_writer import dump_toml
 
 #: How often CPU and node counters go into the time series.
-SAMPLE_INTERVAL_S = 1.0
+SAMPLE_INTERVAL_S = resource_usage.ROW_S
 #: A server that does not report its address within this is reported as failed.
 READY_TIMEOUT_S = 15.0
 #: Slack beyond a point's own bounds before the runner calls the load generator stuck.
@@ -334,7 +336,9 @@ def _measure_point(
         label=point.label,
         swept=point.swept,
         target_rate_per_s=systems.target_rate_per_s(point.load),
-        resources=_resources(state.timeseries, point.index, warmup_end_s),
+    )
+    stats["resources"] = point_resources(
+        _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
     )
     if check is not None:
         stats["check"] = check
@@ -630,12 +634,14 @@ def _sample(state: RunState, point: int) -> None:
         )
     for name, counters in state.hosts.interface_rows().items():  # each host's own link
         state.timeseries.append(
-            {"t_s": t_s, "point": point, "node": f"link:{name}", "role": LINK_ROLE, **counters}
+            {
+                "t_s": t_s,
+                "point": point,
+                "node": f"link:{name}",
+                "role": resource_usage.LINK_ROLE,
+                **counters,
+            }
         )
-
-
-#: The role of a host's link rows in timeseries.parquet (its interface's byte counters).
-LINK_ROLE = "link"
 
 
 def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -652,28 +658,47 @@ def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> d
     return out
 
 
-def _resources(rows: list[dict[str, Any]], point: int, after_s: float) -> dict[str, Any]:
-    """Mean CPU % (and % of its quota) and network bytes/s per node over the point's
-    post-warm-up samples; bytes/s of each emulated host's link (``link:HOST``)."""
-    out: dict[str, Any] = {}
-    mine = [
-        r
-        for r in rows
-        if r["point"] == point and r["t_s"] >= after_s and r.get("role") != HOST_ROLE
-    ]
-    for name in sorted({r["node"] for r in mine}):
-        rs = [r for r in mine if r["node"] == name]
-        entry: dict[str, Any] = {}
-        for key in ("cpu_percent", "cpu_percent_of_quota"):
-            values = [r[key] for r in rs if r.get(key) is not None]
-            if values or key == "cpu_percent" and rs[0].get("role") != LINK_ROLE:
-                entry[key] = sum(values) / len(values) if values else None
-        if len(rs) >= 2 and "bytes_tx" in rs[0] and "bytes_tx" in rs[-1]:
-            dt = rs[-1]["t_s"] - rs[0]["t_s"]
-            for key in ("bytes_rx", "bytes_tx"):
-                entry[f"{key}_per_s"] = (rs[-1][key] - rs[0][key]) / dt if dt > 0 else None
-        out[name] = entry
-    return out
+def _resource_inputs(
+    state: RunState,
+    point: Point,
+    system: systems.System,
+    plans: list[systems.NodePlan],
+    where: dict[str, str],
+    stats: dict[str, Any],
+    frame: Any,
+    after_s: float,
+) -> resource_usage.Inputs:
+    """What knee.resources.usage needs of a point: each node's role, name in the system's
+    words, CPU limit and pool; each emulated link's rate; the generator's connections."""
+    nodes: dict[str, resource_usage.NodeInfo] = {}
+    for plan in plans:
+        pool = None
+        if system.pool_key and plan.role == "serve":
+            pool = (plan.config.get("server") or {}).get(system.pool_key)
+        nodes[plan.name] = resource_usage.NodeInfo(
+            role=plan.role,
+            label=systems.part_label(system, plan.name),
+            cpu_cores=state.hosts.limits_of(plan.name, where[plan.name]).get("cpu_cores"),
+            pool=int(pool) if pool else None,
+            generator=plan.role == "load",
+        )
+    links = {
+        name: float(host.rate_mbit) * 1e6 / 8
+        for name, host in state.hosts.hosts.items()
+        if getattr(host, "rate_mbit", None)
+    }
+    return resource_usage.Inputs(
+        point=point.index,
+        after_s=after_s,
+        rows=state.timeseries,
+        stats=stats,
+        nodes=nodes,
+        link_bytes_per_s=links,
+        frame=frame,
+        connections=point.load["connections"] if system.one_request_per_connection else None,
+        timeout_ms=point.load["timeout_ms"],
+        part=system.detail_part(point.server) if system.detail_part else None,
+    )
 
 
 def _add_interference(

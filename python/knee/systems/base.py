@@ -84,6 +84,34 @@ class System:
     #: point's samples as `knee.results.point_frame`, the configs its nodes ran with, its
     #: timeline events) -> a dict kept as the point's ``check`` in summary.json.
     check: PointCheck | None = None
+    #: Its parts' names, for the resources and the report (knee.resources): (node name or
+    #: glob, label), "{n}" the glob's number; the first match names a node.
+    parts: tuple[tuple[str, str], ...] = ()
+    #: The server config key of a node's worker pool (matrix: "threads"): its workers' busy
+    #: time is X_ok x the mean service time.
+    pool_key: str | None = None
+    #: The part whose time each reply reports as `detail_ns` (chat: the database): from the
+    #: point's server config, (name, label, capacity in requests at once; None: unknown).
+    detail_part: Callable[[dict[str, Any]], tuple[str, str, float | None]] | None = None
+
+
+#: Names of the nodes every system has (knee.resources labels).
+COMMON_PARTS: tuple[tuple[str, str], ...] = (
+    ("server", "the server"),
+    ("load", "the load generator"),
+    ("load-*", "load generator {n}"),
+    ("target", "the target"),
+)
+
+
+def part_label(system: System, node: str) -> str:
+    """A node's name in the system's words ("the central index", "PN 2"), else its own."""
+    for pattern, label in (*system.parts, *COMMON_PARTS):
+        if pattern == node:
+            return label
+        if pattern.endswith("*") and node.startswith(pattern[:-1]):
+            return label.replace("{n}", node[len(pattern) - 1 :])
+    return node
 
 
 def plan_nodes(system: System, point: Point) -> list[NodePlan]:

@@ -106,8 +106,18 @@ def chat_topology(point: Point) -> list[NodePlan]:
     return [*replicas, NodePlan(LOAD_NODE, "load", client, records=True)]
 
 
+def _database_part(server: dict[str, Any]) -> tuple[str, str, float | None]:
+    """The database as one part: on SQLite every transaction takes its one write lock (one
+    at a time); PostgreSQL runs many at once, how many the run cannot see."""
+    if server.get("database", "sqlite") == "sqlite":
+        return "database", "the database (SQLite, one transaction at a time)", 1.0
+    return "database", "the database (PostgreSQL)", None
+
+
 SYSTEM = System(
     name="chat",
+    parts=(("replica-*", "replica {n}"),),
+    detail_part=_database_part,
     summary="replicated login/logout/chat service over SQLite or PostgreSQL (report 001)",
     server={
         "replicas": Param("int", 3, "replicas; replica-0 is the first primary", min=1, max=16),

@@ -24,6 +24,7 @@ def _matrix_rule(s: Sections) -> None:
 
 SYSTEM = System(
     name="matrix",
+    pool_key="threads",
     summary="computes M^P for an n x n f64 matrix (report 004)",
     server={
         "algorithm": Param(

@@ -85,6 +85,7 @@ def _topology(point: Point) -> list[NodePlan]:
 
 SYSTEM = System(
     name="share",
+    parts=(("index", "the central index"), ("peer-*", "peer {n}"), ("client-*", "client {n}")),
     summary="peer-to-peer file sharing, central or distributed index (report 002)",
     server={
         "design": Param(

@@ -197,6 +197,7 @@ def _load_config(load: dict[str, Any], driver: dict[str, Any], seed: int) -> dic
 
 SYSTEM = System(
     name="slices",
+    parts=(("lb", "the LB"), ("pn-*", "PN {n}"), ("router", "the router")),
     summary="pub/sub image processing whose LB moves slices to joining PNs (report 003)",
     server={
         "slices": Param("int", 10, "slices S (an item's slice is id mod S)", min=1, max=MAX_SLICES),

@@ -240,6 +240,7 @@ def _topology(point: Point) -> list[NodePlan]:
 
 SYSTEM = System(
     name="stream",
+    parts=(("service-*", "service {n}"), ("client", "the client")),
     summary="lossy UDP block services and a serial/parallel frame client (report 000)",
     server={
         "services": Param(

@@ -1,0 +1,217 @@
+"""The bottleneck, named (docs/explain.md): of the resources a run measured (knee.resources
+.usage), the one whose utilization reaches 1 first as the load rises, the capacity it
+implies (1 / D_max, the utilization law's bound) next to the measured one, and the next
+bottleneck (1 / D_2: what doubling the first would buy at most).
+
+At a point, resources rank by U. Along a load curve they rank by D, read at the highest
+rate the system kept up with (where U is largest, so fixed costs weigh least): at equal X,
+U = X D, so the largest D is the largest U there and the first to reach 1.
+
+Two rules keep the name right:
+- A worker pool whose busy time is mostly CPU time (its node's CPU busy >= ON_CPU of the
+  pool's busy) is busy computing: the CPU is named, as the pool's threads can use it.
+- Where the bound and the measured capacity disagree by more than their intervals and
+  TOLERANCE, the bound is above what was measured: something the run cannot see sets the
+  limit (a lock, the kernel's accept queue, a remote dependency), and that is said instead
+  of naming the busiest resource seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knee.find.probe import decide
+
+#: A pool whose node's CPU was busy at least this share of the pool's busy time is
+#: computing, not waiting.
+ON_CPU = 0.8
+#: The bound and the measured capacity agree within their intervals widened by this.
+TOLERANCE = 0.10
+#: Below this U at the highest rate kept up with, a resource is not near its limit.
+NEAR = 0.7
+
+
+def _rate(point: dict[str, Any]) -> float:
+    return float(point.get("target_rate_per_s") or point.get("completion_rate_per_s") or 0.0)
+
+
+def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """A point's resources with a known U, busiest first; a CPU-bound pool counts as its
+    node's CPU (the pool entry is dropped, its node's CPU takes the pool's U)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, r in resources.items():
+        if r.get("u") is None:
+            continue
+        out[name] = r
+    for name, r in list(out.items()):
+        if r.get("kind") == "pool" and (r.get("on_cpu") or 0.0) >= ON_CPU:
+            node = name.removeprefix("pool:")
+            if node in out:
+                out[node] = {**out[node], "pool_u": r["u"], "threads": r.get("capacity")}
+                del out[name]
+    return sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
+
+
+def reference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The point the demands are read at: the highest rate kept up with, else (nothing kept
+    up) the one that completed the most."""
+    if not points:
+        return None
+    good = [p for p in points if decide(p).capacity == "stable" and p.get("resources")]
+    if good:
+        return max(good, key=_rate)
+    with_resources = [p for p in points if p.get("resources")]
+    if not with_resources:
+        return None
+    return max(with_resources, key=lambda p: float(p.get("completion_rate_per_s") or 0.0))
+
+
+def _named(name: str, r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("kind", "label", "u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s", "capacity")
+    out = {"resource": name, **{k: r.get(k) for k in keys}}
+    out["capacity_unit"] = r.get("capacity_unit")
+    if r.get("threads"):
+        out["threads"] = r["threads"]
+        out["label"] = f"{r['label']} ({int(r['threads'])} worker thread"
+        out["label"] += "s, busy computing)" if r["threads"] != 1 else ", busy computing)"
+    return out
+
+
+def measured(
+    capacity: dict[str, Any] | None, saturated: dict[str, Any] | None
+) -> tuple[float | None, float | None]:
+    """The measured capacity as an interval: from the highest rate kept up with to the
+    lowest not (or the saturated throughput's upper bound, when higher)."""
+    lo, hi = ((capacity or {}).get("interval_per_s") or [None, None])[:2]
+    if saturated and saturated.get("ci_per_s"):
+        s_lo, s_hi = saturated["ci_per_s"]
+        lo = max(lo or 0.0, 0.0) or s_lo
+        hi = s_hi if hi is None else max(hi, s_hi)
+    return lo, hi
+
+
+def agreement(
+    bound: dict[str, Any], lo: float | None, hi: float | None
+) -> tuple[str | None, float | None]:
+    """ "agrees", "above" (the bound over what was measured: a limit the run cannot see),
+    "below" (the bound under it), or None when the measured side is open; and the ratio
+    bound / measured (measured: the bracket's midpoint, or its lower end when open)."""
+    b = bound.get("bound_per_s")
+    if not b:
+        return None, None
+    b_lo, b_hi = bound.get("bound_ci_per_s") or [b, b]
+    b_lo, b_hi = b_lo or b, b_hi or b
+    ref = (lo * hi) ** 0.5 if lo and hi else lo
+    ratio = b / ref if ref else None
+    if lo is not None and b_hi < lo * (1 - TOLERANCE):
+        return "below", ratio
+    if hi is None:
+        return None, ratio
+    if b_lo > hi * (1 + TOLERANCE):
+        return "above", ratio
+    return "agrees", ratio
+
+
+def explain(
+    points: list[dict[str, Any]],
+    capacity: dict[str, Any] | None = None,
+    saturated: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The bottleneck of one load curve (a group of points at rising rates), with its bound
+    against the measured capacity and the next one; None when no point measured resources."""
+    ref = reference(points)
+    if ref is None:
+        return None
+    order = ranked(ref["resources"])
+    if not order:
+        return None
+    first, second = order[0], order[1] if len(order) > 1 else None
+    top = _named(*first)
+    lo, hi = measured(capacity, saturated)
+    verdict, ratio = agreement(top, lo, hi)
+    out: dict[str, Any] = {
+        "at_point": ref.get("point"),
+        "at_rate_per_s": _rate(ref),
+        "bottleneck": top,
+        "next": _named(*second) if second else None,
+        "measured_per_s": [lo, hi],
+        "agreement": verdict,
+        "bound_ratio": ratio,
+        "unseen": verdict == "above",
+        "generator": generator(ref),
+        "per_point": [
+            {
+                "point": p.get("point"),
+                "rate_per_s": _rate(p),
+                "ranked": [n for n, _ in ranked(p.get("resources") or {})],
+            }
+            for p in points
+            if p.get("resources")
+        ],
+    }
+    b1, b2 = top.get("bound_per_s"), (out["next"] or {}).get("bound_per_s")
+    if b1 and b2:
+        out["doubling_gain"] = min(2.0 * b1, b2) / b1
+    out["sentence"] = sentence(out)
+    return out
+
+
+def generator(point: dict[str, Any]) -> dict[str, Any]:
+    """The load generator's own share: its CPU (busiest generator node), its late sends and
+    its connections."""
+    res = point.get("resources") or {}
+    cpus = [r for r in res.values() if r.get("kind") == "cpu" and r.get("generator")]
+    conns = res.get("connections") or {}
+    return {
+        "cpu_percent": max((r.get("cpu_percent") or 0.0) for r in cpus) if cpus else None,
+        "late_send_share": point.get("late_send_share"),
+        "connections_u": conns.get("u"),
+        "all_connections_busy_share": conns.get("all_busy_share"),
+    }
+
+
+def _pct(u: float | None) -> str:
+    return "?" if u is None else f"{100 * u:.0f}%"
+
+
+def _per_s(v: float | None) -> str:
+    return "?" if v is None else f"{v:.4g}/s"
+
+
+def sentence(ex: dict[str, Any]) -> str:
+    """The "set by ..." line: the bottleneck, its U where the load was last kept up with,
+    its bound against the measured capacity; the generator's share; the next bottleneck."""
+    top, nxt, gen = ex["bottleneck"], ex.get("next"), ex["generator"]
+    at = _per_s(ex["at_rate_per_s"])
+    parts: list[str] = []
+    if ex["unseen"]:
+        parts.append(
+            "set by something the run cannot see (a lock, the kernel's accept queue, a remote "
+            f"dependency): the busiest resource seen, {top['label']}, was {_pct(top['u'])} busy "
+            f"at {at}, and would allow {_per_s(top['bound_per_s'])}, above the "
+            f"{_per_s(ex['measured_per_s'][1])} measured"
+        )
+    elif (top.get("u") or 0.0) < NEAR and ex["measured_per_s"][1] is None:
+        parts.append(
+            f"not reached: the busiest resource, {top['label']}, was {_pct(top['u'])} busy at "
+            f"{at}, the highest rate measured; it would allow {_per_s(top['bound_per_s'])}"
+        )
+    else:
+        line = f"set by {top['label']}, {_pct(top['u'])} busy at {at}"
+        line += f"; its bound 1/D = {_per_s(top['bound_per_s'])}"
+        if ex["agreement"] == "agrees":
+            line += " agrees with the measured capacity"
+        elif ex["agreement"] == "below":
+            line += " is below the measured capacity (its demand fell as the load rose)"
+        parts.append(line)
+    if gen.get("cpu_percent") is not None:
+        parts.append(f"the generator used {gen['cpu_percent']:.0f}% of a core")
+    if gen.get("connections_u") is not None and top["resource"] != "connections":
+        parts.append(f"its connections were {_pct(gen['connections_u'])} busy")
+    if nxt is not None and nxt.get("bound_per_s"):
+        gain = ex.get("doubling_gain")
+        parts.append(
+            f"next: {nxt['label']} ({_pct(nxt['u'])} busy, bound {_per_s(nxt['bound_per_s'])}"
+            + (f"; doubling the first buys at most x{gain:.2f})" if gain else ")")
+        )
+    return "; ".join(parts)

@@ -1,0 +1,255 @@
+"""What each resource of one point was busy with: its utilization U and its demand D per
+completed request, by the utilization law of operational analysis (Denning & Buzen 1978;
+Lazowska et al., "Quantitative System Performance", ch. 3; docs/explain.md).
+
+For a resource with capacity c (cores, workers, connections, bytes/s of a link):
+
+    U = busy / c          busy: what it was doing on average over the point's window
+    D = U / X             X: completions per second; D in seconds of the whole resource
+    bound = 1 / D = X / U the highest X the resource allows (U = 1)
+
+D is per completion, so resources of different kinds compare: the one with the largest D
+reaches U = 1 first as the load rises. Where each busy time comes from:
+
+- cpu: a node's CPU time (the runner's samples each interval), capacity its CPU quota or
+  cpuset, else this machine's cores; a node with a worker pool of k threads uses at most k.
+- link: an emulated host's interface bytes each way, capacity its tbf rate.
+- pool: a server's workers, busy X_ok x mean service time (its own split, Little's law).
+- part: a system's named part that reports its own time (chat's database, `detail_ns`).
+- connections: the generator's connections, each busy from its request's connect to its
+  reply (http: one request at a time on each); also the share of time all were busy.
+
+The interval of U is the mean's t interval over the per-interval samples (cpu, link), or
+the mean's interval of the sample times (pool, part); X's own error is left out (it is the
+count over the whole window, a few % at most).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from knee.monitor import HOST_ROLE
+
+#: The role of a host's link rows in timeseries.parquet.
+LINK_ROLE = "link"
+#: The runner's sampling interval, seconds (knee.runner.local.SAMPLE_INTERVAL_S).
+ROW_S = 1.0
+#: Fewer per-interval samples than this give no interval for U.
+MIN_INTERVALS = 3
+
+
+@dataclass
+class NodeInfo:
+    """What the runner knows of a node that the resources need."""
+
+    role: str  # "serve", "load", or "target" (the service knee http measures)
+    label: str  # the system's name for it: "the central index", "PN 2"
+    cpu_cores: float | None  # its CPU limit (quota or cpuset), None: the machine's cores
+    pool: int | None = None  # its worker pool's size, when the system or listener knows it
+    generator: bool = False  # part of the load generator
+
+
+@dataclass
+class Inputs:
+    point: int
+    after_s: float  # the end of the warm-up, in run seconds
+    rows: list[dict[str, Any]]  # timeseries rows of the run so far
+    stats: dict[str, Any]  # the point's statistics (knee.stats.point)
+    nodes: dict[str, NodeInfo]
+    link_bytes_per_s: dict[str, float] = field(default_factory=dict)  # host -> tbf rate
+    frame: pd.DataFrame | None = None  # the point's samples, for the connections
+    connections: int | None = None  # the generator's connections (one request each)
+    timeout_ms: float | None = None
+    part: tuple[str, str, float | None] | None = None  # (name, label, capacity) of detail_ns
+
+
+def machine_cores() -> float:
+    return float(os.cpu_count() or 1)
+
+
+def _mean_ci(values: np.ndarray) -> tuple[float, list[float] | None]:
+    mean = float(values.mean())
+    n = len(values)
+    if n < MIN_INTERVALS:
+        return mean, None
+    half = float(scipy_stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    return mean, [max(0.0, mean - half), mean + half]
+
+
+def entry(
+    kind: str,
+    label: str,
+    busy: float,
+    busy_ci: list[float] | None,
+    capacity: float | None,
+    unit: str,
+    x_per_s: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One resource's U, D and bound (module docstring), from its mean busy amount (in
+    units of its capacity: cores, workers, bytes/s) and the point's completions."""
+    out: dict[str, Any] = {"kind": kind, "label": label, "busy": busy, "capacity": capacity}
+    out["capacity_unit"] = unit
+    u = busy / capacity if capacity else None
+    u_ci = [b / capacity for b in busy_ci] if capacity and busy_ci else None
+    out["u"], out["u_ci"] = u, u_ci
+    out["d_ns"] = u / x_per_s * 1e9 if u is not None and x_per_s > 0 else None
+    out["bound_per_s"] = x_per_s / u if u else None
+    out["bound_ci_per_s"] = (
+        [x_per_s / u_ci[1] if u_ci[1] > 0 else None, x_per_s / u_ci[0] if u_ci[0] > 0 else None]
+        if u_ci and x_per_s > 0
+        else None
+    )
+    return out | extra
+
+
+def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
+    """summary.json's `resources` of one point: per node its CPU (and the bytes its own
+    counters saw), per emulated link its bytes each way, the pools, parts and connections
+    the run can see; each with U, D and the bound where its capacity is known."""
+    x = float(inp.stats.get("completion_rate_per_s") or 0.0)
+    # The samples inside the window the point's rates were measured over (from the end of
+    # its warm-up, as long as its schedule ran): not its drain and stop. A row at t covers
+    # the interval before t, so the row just after the window's end still belongs to it.
+    end_s = (
+        inp.after_s + float(inp.stats.get("window_s") or 0.0) + ROW_S
+        if inp.stats.get("window_s")
+        else float("inf")
+    )
+    mine = [
+        r
+        for r in inp.rows
+        if r["point"] == inp.point
+        and inp.after_s <= r["t_s"] <= end_s
+        and r.get("role") != HOST_ROLE
+    ]
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r["node"] for r in mine}):
+        rs = [r for r in mine if r["node"] == name]
+        if rs[0].get("role") == LINK_ROLE:
+            host = name.removeprefix("link:")
+            out[name] = _link(rs, inp.link_bytes_per_s.get(host), x, host)
+        else:
+            role = str(rs[0].get("role") or "")
+            default = NodeInfo(role, name, rs[0].get("cpu_quota_cores"), generator=role == "load")
+            out[name] = _cpu(rs, inp.nodes.get(name, default), x)
+    for name, node in inp.nodes.items():
+        if node.pool and name in out:
+            if (pool := _pool(inp.stats, node, x, out[name])) is not None:
+                out[f"pool:{name}"] = pool
+    if inp.part is not None:
+        if (part := _part(inp.stats, inp.part, x)) is not None:
+            out[f"part:{inp.part[0]}"] = part
+    if inp.connections and inp.frame is not None and len(inp.frame):
+        out["connections"] = _connections(inp, x)
+    return out
+
+
+def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]:
+    values = np.array([r["cpu_percent"] for r in rows if r.get("cpu_percent") is not None])
+    cores = node.cpu_cores or machine_cores()
+    if node.pool:  # a pool of k threads runs on at most k cores
+        cores = min(cores, float(node.pool))
+    busy, busy_ci = _mean_ci(values / 100.0) if len(values) else (0.0, None)
+    what = f"{node.label}'s CPU"
+    out = entry("cpu", what, busy, busy_ci, cores, "cores", x, role=node.role)
+    out["generator"] = node.generator
+    out["cpu_percent"] = busy * 100.0
+    if node.cpu_cores:
+        out["cpu_percent_of_quota"] = busy * 100.0 / node.cpu_cores
+    if len(rows) >= 2 and "bytes_tx" in rows[0] and "bytes_tx" in rows[-1]:
+        dt = rows[-1]["t_s"] - rows[0]["t_s"]
+        for key in ("bytes_rx", "bytes_tx"):
+            out[f"{key}_per_s"] = (rows[-1][key] - rows[0][key]) / dt if dt > 0 else None
+    return out
+
+
+def _link(rows: list[dict[str, Any]], rate: float | None, x: float, host: str) -> dict[str, Any]:
+    """The busier direction of a host's link: bytes/s each way from its counters."""
+    t = np.array([r["t_s"] for r in rows])
+    per_s: dict[str, np.ndarray] = {}
+    for key in ("bytes_rx", "bytes_tx"):
+        c = np.array([r.get(key, 0) for r in rows], dtype=float)
+        per_s[key] = np.diff(c) / np.diff(t) if len(rows) >= 2 else np.zeros(0)
+    means = {k: float(v.mean()) if len(v) else 0.0 for k, v in per_s.items()}
+    way = max(means, key=lambda k: means[k])
+    busy, busy_ci = _mean_ci(per_s[way]) if len(per_s[way]) else (0.0, None)
+    label = f"the link of host {host}, " + ("sending" if way == "bytes_tx" else "receiving")
+    out = entry("link", label, busy, busy_ci, rate, "bytes/s", x, role=LINK_ROLE)
+    out |= {f"{k}_per_s": v for k, v in means.items()}
+    out["direction"] = "out" if way == "bytes_tx" else "in"
+    return out
+
+
+def _pool(
+    stats: dict[str, Any], node: NodeInfo, x: float, cpu: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Workers busy = X_ok x the mean service time (Little's law over the pool)."""
+    service = stats.get("service_ns") or {}
+    x_ok = float(stats.get("throughput_per_s") or 0.0)
+    if not service.get("n") or service.get("mean") is None:
+        return None
+    busy = x_ok * service["mean"] / 1e9
+    ci = (service.get("ci") or {}).get("mean")
+    busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
+    k = node.pool or 1
+    label = f"{node.label}'s {k} worker{'s' if k != 1 else ''}"
+    out = entry("pool", label, busy, busy_ci, float(k), "workers", x, role=node.role)
+    # The share of the workers' busy time spent on CPU: near 1, the pool is busy computing
+    # and the CPU is what runs out; near 0, the workers wait (sleep, I/O, a lock).
+    out["on_cpu"] = cpu["busy"] / busy if busy > 0 else None
+    return out
+
+
+def _part(
+    stats: dict[str, Any], part: tuple[str, str, float | None], x: float
+) -> dict[str, Any] | None:
+    """A system's named part that reports its own time per request (`detail_ns`)."""
+    _, label, capacity = part
+    detail = stats.get("detail_ns") or {}
+    x_ok = float(stats.get("throughput_per_s") or 0.0)
+    if not detail.get("n") or not detail.get("mean"):
+        return None
+    busy = x_ok * detail["mean"] / 1e9
+    ci = (detail.get("ci") or {}).get("mean")
+    busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
+    unit = "lock" if capacity == 1 else "servers"
+    return entry("part", label, busy, busy_ci, capacity, unit, x, role="part")
+
+
+def _connections(inp: Inputs, x: float) -> dict[str, Any]:
+    """The generator's connections: each held from its request's connect to its reply (or
+    its deadline); U = the mean number held / connections; `all_busy_share` = the share of
+    the window in which every one was held (a due request then waits for one)."""
+    f, n = inp.frame, int(inp.connections or 0)
+    assert f is not None
+    sent = f["sent_ns"].to_numpy(np.int64)
+    went = sent > 0
+    start = sent[went] - f["queue_ns"].to_numpy(np.int64)[went]  # http: queue_ns = connect
+    got = f["received_ns"].to_numpy(np.int64)[went]
+    timeout_ns = int((inp.timeout_ms or 0) * 1e6)
+    end = np.where(got > 0, got, sent[went] + timeout_ns)
+    lo = int(inp.after_s * 1e9)
+    hi = lo + int(float(inp.stats.get("window_s") or 0.0) * 1e9)
+    if hi <= lo:
+        hi = int(np.max(end)) if len(end) else lo
+    start, end = np.clip(start, lo, hi), np.clip(end, lo, hi)
+    window_ns = max(hi - lo, 1)
+    busy = float((end - start).sum()) / window_ns
+    # The number held over time: +1 at each start, -1 at each end, in time order.
+    times = np.concatenate([start, end])
+    steps = np.concatenate([np.ones(len(start)), -np.ones(len(end))])
+    order = np.lexsort((steps, times))  # an end before a start at the same instant
+    times, level = times[order], np.cumsum(steps[order])
+    spans = np.diff(times, append=hi)
+    all_busy = float(spans[level >= n].sum()) / window_ns
+    out = entry("connections", f"the generator's {n} connections", busy, None, n, "connections", x)
+    out |= {"role": "load", "generator": True, "all_busy_share": all_busy}
+    return out
