@@ -23,8 +23,9 @@ from typing import Any
 from knee.find.probe import decide
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is
-#: computing, not waiting.
-ON_CPU = 0.8
+#: computing, not waiting (the rest: its threads descheduled on a busy machine, and the
+#: per-second CPU samples' own error).
+ON_CPU = 0.6
 #: The bound and the measured capacity agree within their intervals widened by this.
 TOLERANCE = 0.10
 #: Below this U at the highest rate kept up with, a resource is not near its limit.
@@ -85,7 +86,7 @@ def measured(
     lo, hi = ((capacity or {}).get("interval_per_s") or [None, None])[:2]
     if saturated and saturated.get("ci_per_s"):
         s_lo, s_hi = saturated["ci_per_s"]
-        lo = max(lo or 0.0, 0.0) or s_lo
+        lo = lo if lo is not None else s_lo
         hi = s_hi if hi is None else max(hi, s_hi)
     return lo, hi
 

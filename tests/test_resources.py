@@ -1,0 +1,165 @@
+"""Resources per point (knee.resources, issue 30) on real runs: each kind is measured and
+ranked, and U, D and the bound are checked against values computed here from the run's own
+raw data (samples.parquet, timeseries.parquet), not from knee's statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from http_servers import WorkerServer
+from test_runner import only_run_dir, run_knee, write_spec
+
+from knee.find.answers import from_points
+from knee.resources.bottleneck import explain, ranked
+
+MATRIX_SPEC = """
+[experiment]
+name = "resources"
+system = "matrix"
+
+[server]
+threads = 1
+
+[driver]
+n = 50
+p = 400
+
+[load]
+schedule = "poisson"
+duration_s = 3
+warmup_s = 0.5
+timeout_ms = 5000
+
+[series.rate]
+sweep = {{ "load.rate_per_s" = [{rates}] }}
+"""
+
+CHAT_SPEC = """
+[experiment]
+name = "resources-chat"
+system = "chat"
+
+[server]
+replicas = 1
+
+[driver]
+mix = "session"
+
+[load]
+schedule = "closed"
+clients = 4
+think_ms = 1
+duration_s = 3
+warmup_s = 0.5
+"""
+
+
+def _run(tmp_path: Path, text: str) -> tuple[Path, list[dict[str, Any]]]:
+    out = tmp_path / "runs"
+    res = run_knee("run", str(write_spec(tmp_path, text)), "--out", str(out), "--no-report")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    return run_dir, json.loads((run_dir / "summary.json").read_text())["points"]
+
+
+def _window_rows(run_dir: Path, point: dict[str, Any], node: str) -> pd.DataFrame:
+    """The node's per-second rows inside the point's measurement window, chosen here from
+    the samples' own post-warm-up send times."""
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    mine = samples[(samples["point"] == point["point"]) & ~samples["warmup"]]
+    start_s = mine["intended_ns"].min() / 1e9
+    ts = pd.read_parquet(run_dir / "timeseries.parquet")
+    rows = ts[(ts["point"] == point["point"]) & (ts["node"] == node)]
+    # The runner's warm-up end is the node's start plus warmup_s: within a few ms of the
+    # first post-warm-up send, and the rows are a second apart.
+    return rows[(rows["t_s"] >= start_s - 0.05) & (rows["t_s"] <= start_s + point["window_s"] + 1)]
+
+
+def test_cpu_and_pool_of_a_one_thread_server_against_its_raw_data(tmp_path: Path) -> None:
+    run_dir, points = _run(tmp_path, MATRIX_SPEC.format(rates="40, 1000"))
+    low = points[0]
+    res = low["resources"]
+    cpu, pool = res["server"], res["pool:server"]
+    assert cpu["kind"] == "cpu" and cpu["label"] == "the server's CPU"
+    assert cpu["capacity"] == 1.0  # one worker thread runs on at most one core
+    assert pool["kind"] == "pool" and pool["capacity"] == 1.0
+    assert res["load"]["generator"] is True and "connections" not in res  # not http
+    # CPU: the mean of the per-second CPU % in the window, against one core.
+    rows = _window_rows(run_dir, low, "server")
+    assert cpu["u"] == pytest.approx(rows["cpu_percent"].mean() / 100, rel=0.02, abs=0.005)
+    x = low["completion_rate_per_s"]
+    assert cpu["d_ns"] == pytest.approx(cpu["u"] / x * 1e9)
+    assert cpu["bound_per_s"] == pytest.approx(x / cpu["u"])
+    # The pool: X_ok x the mean service time of the ok requests after the warm-up.
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    ok = samples[(samples["point"] == 0) & ~samples["warmup"] & (samples["status"] == "ok")]
+    busy = low["throughput_per_s"] * ok["service_ns"].mean() / 1e9
+    assert pool["busy"] == pytest.approx(busy, rel=1e-9)
+    assert pool["u"] == pytest.approx(busy)  # one worker
+    assert 0 < pool["u"] < 0.5  # 40/s of a few ms each
+    # Ranked by U, the server comes first; a pool computing folds into its CPU.
+    top, _ = ranked(res)[0]
+    assert top in ("server", "pool:server")
+    # Over capacity (1000/s), the server is the bottleneck of the curve, its bound near the
+    # throughput the run measured there.
+    (group,) = from_points(points, None)
+    ex = group["bottleneck"]
+    assert ex == explain(points, group["capacity"], group["saturated_throughput"])
+    assert ex["bottleneck"]["resource"] in ("server", "pool:server")
+    assert ex["at_point"] == 0 and ex["measured_per_s"][1] is not None
+    assert ex["sentence"].startswith("set by the server's")
+
+
+def test_the_database_of_chat_is_a_part_with_its_own_time(tmp_path: Path) -> None:
+    run_dir, points = _run(tmp_path, CHAT_SPEC)
+    (p,) = points
+    part = p["resources"]["part:database"]
+    assert part["kind"] == "part" and part["capacity"] == 1.0  # SQLite: one at a time
+    assert part["label"].startswith("the database (SQLite")
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    ok = samples[~samples["warmup"] & (samples["status"] == "ok")]
+    assert part["busy"] == pytest.approx(p["throughput_per_s"] * ok["detail_ns"].mean() / 1e9)
+    assert p["resources"]["replica-0"]["label"] == "replica 0's CPU"
+    assert [n for n, _ in ranked(p["resources"])]  # every measured kind ranks
+
+
+def test_connections_held_are_recomputed_from_the_samples(tmp_path: Path) -> None:
+    """The generator's connections (http, one request at a time on each): U = the mean
+    number held, from each request's connect to its reply, over the window."""
+    srv = WorkerServer(service_s=0.005, workers=4)  # a generator's resource: any server
+    try:
+        out = tmp_path / "runs"
+        res = run_knee(
+            "http",
+            f"{srv.url}/",
+            "--rate",
+            "100",
+            "--duration",
+            "3",
+            "--connections",
+            "2",
+            "--out",
+            str(out),
+            "--no-report",
+        )
+    finally:
+        srv.close()
+    assert res.returncode == 0, res.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    (p,) = json.loads((run_dir / "summary.json").read_text())["points"]
+    conns = p["resources"]["connections"]
+    assert conns["kind"] == "connections" and conns["capacity"] == 2
+    s = pd.read_parquet(run_dir / "samples.parquet")
+    s = s[s["sent_ns"] > 0]
+    lo = s.loc[~s["warmup"], "intended_ns"].min()
+    hi = lo + p["window_s"] * 1e9
+    start = np.clip(s["sent_ns"] - s["queue_ns"], lo, hi)
+    end = np.clip(s["received_ns"].where(s["received_ns"] > 0, hi), lo, hi)
+    held = float((end - start).sum()) / (hi - lo)
+    assert conns["u"] == pytest.approx(held / 2, rel=0.05, abs=0.01)
+    assert 0.0 <= conns["all_busy_share"] <= conns["u"] + 0.01
