@@ -13,6 +13,12 @@ Interference):
 A node that exits between two samples is reaped by the runner, and the kernel then adds
 its whole CPU time to the runner's children times: the part not yet seen in a sample (its
 last slice) is counted as the nodes', not as foreign.
+
+A process tree sampled as one node (`Monitor.add_tree`: the target of `knee http` on this
+machine, a server and its workers, found by knee.resources.listener) counts in "nodes" too:
+the target is part of the experiment, not interference. It is not the runner's child, so a
+worker of it that exits between two samples loses its last slice (at most one interval of
+that worker's CPU), which then shows as foreign.
 """
 
 from __future__ import annotations
@@ -106,9 +112,72 @@ class _Tracked:
     seen_cpu_s: float = 0.0  # CPU seconds counted in samples so far
 
 
+@dataclass
+class _Tree:
+    """A process and its descendants, sampled as one node. Each sample finds the tree anew
+    (a server restarts its workers: gunicorn's max_requests) and counts each process's CPU
+    seconds since it was last seen, keyed by pid and start time; a process not seen before
+    counts from its start (its times start at 0 when it forks)."""
+
+    name: str
+    root: psutil.Process
+    seen_cpu_s: dict[psutil.Process, float]  # per process: CPU seconds counted so far
+    t: float  # monotonic time of the last sample (or of the start)
+
+    @staticmethod
+    def start(name: str, root: psutil.Process) -> _Tree:
+        tree = _Tree(name, root, {}, 0.0)
+        tree.rebase()
+        return tree
+
+    def members(self) -> list[psutil.Process]:
+        """The root and its descendants now; raises psutil.Error once the root is gone."""
+        return [self.root, *self.root.children(recursive=True)]
+
+    def rebase(self) -> None:
+        """Counts from now: CPU spent so far is not the next sample's."""
+        self.seen_cpu_s = {}
+        self.t = time.monotonic()
+        try:
+            members = self.members()
+        except psutil.Error:
+            return
+        for proc in members:
+            try:
+                self.seen_cpu_s[proc] = _busy_s(proc.cpu_times())
+            except psutil.Error:
+                pass  # gone: nothing more of it to count
+
+    def sample(self, now: float) -> tuple[dict[str, float], float]:
+        """The tree's row (cpu_percent since the last sample, rss_bytes and processes now)
+        and the CPU seconds it spent since then. A process that exited between two samples
+        is gone from the tree: its last slice is lost (at most one interval). RSS is summed,
+        so pages the workers share with their master (copy-on-write) count once per process.
+        Raises psutil.Error once the root is gone."""
+        seen: dict[psutil.Process, float] = {}
+        spent_s = rss = 0.0
+        for proc in self.members():
+            try:
+                with proc.oneshot():
+                    cpu_s = _busy_s(proc.cpu_times())
+                    rss += float(proc.memory_info().rss)
+            except psutil.Error:
+                if proc is self.root:
+                    raise
+                continue  # exited since the tree was listed
+            # psutil.Process compares pid and start time: a reused pid is a new process.
+            spent_s += max(0.0, cpu_s - self.seen_cpu_s.get(proc, 0.0))
+            seen[proc] = cpu_s
+        wall_s, self.t, self.seen_cpu_s = now - self.t, now, seen
+        cpu_percent = 100.0 * spent_s / wall_s if wall_s > 0 else 0.0
+        row = {"cpu_percent": cpu_percent, "rss_bytes": rss, "processes": len(seen)}
+        return row, spent_s
+
+
 class Monitor:
     def __init__(self) -> None:
         self._procs: dict[int, _Tracked] = {}
+        self._trees: dict[str, _Tree] = {}
         self._runner = psutil.Process()
         self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
         self.host: dict[str, float] | None = None  # the last sample's host row fields
@@ -122,6 +191,8 @@ class Monitor:
         for pid, node in list(self._procs.items()):
             if not node.proc.is_running():
                 del self._procs[pid]
+        for tree in self._trees.values():
+            tree.rebase()  # long-lived, unlike nodes: its CPU between points is not counted
         self._host_ticks = read_host_ticks()
         self._host_t = time.monotonic()
         self._runner_s, self._children_s = self._runner_times()
@@ -137,10 +208,19 @@ class Monitor:
         except psutil.Error:
             pass
 
+    def add_tree(self, name: str, root_pid: int) -> None:
+        """Samples `root_pid` and its descendants, as they are at each sample, as one node
+        `name` (a row like a node's, plus `processes`); from now on. Its CPU counts as the
+        nodes' in the host's row, not as foreign. A root already gone is not added."""
+        try:
+            self._trees[name] = _Tree.start(name, psutil.Process(root_pid))
+        except psutil.Error:
+            pass
+
     def sample(self) -> dict[str, dict[str, float]]:
-        """Per node: CPU % since the previous sample (100 = one core busy) and resident
-        memory. The host's row for the same interval is left in `self.host` (None without
-        /proc/stat)."""
+        """Per node and per tree (add_tree): CPU % since the previous sample (100 = one core
+        busy) and resident memory. The host's row for the same interval is left in
+        `self.host` (None without /proc/stat)."""
         host_ticks, now = read_host_ticks(), time.monotonic()
         out: dict[str, dict[str, float]] = {}
         nodes_s = 0.0
@@ -157,11 +237,20 @@ class Monitor:
             nodes_s += cpu_s - node.seen_cpu_s
             node.seen_cpu_s = cpu_s
             out[node.name] = {"cpu_percent": cpu_percent, "rss_bytes": rss}
+        processes = len(out)
+        for name, tree in list(self._trees.items()):
+            try:
+                out[name], spent_s = tree.sample(now)
+            except psutil.Error:
+                del self._trees[name]  # the root is gone: the tree with it
+                continue
+            nodes_s += spent_s
+            processes += int(out[name]["processes"])
         self.host = self._host_row(host_ticks, now, nodes_s)
         if self.host is not None:
-            # The host, the runner and each node are counted in whole ticks: the foreign
+            # The host, the runner and each process are counted in whole ticks: the foreign
             # figure of this interval may be off by one tick of each.
-            ticks = len(out) + 2
+            ticks = processes + 2
             self.host["tick_error_percent"] = 100.0 * self._tick_s * ticks / self.host["interval_s"]
         return out
 
