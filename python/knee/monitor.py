@@ -217,6 +217,10 @@ class Monitor:
         except psutil.Error:
             pass
 
+    def remove_tree(self, name: str) -> None:
+        """Stops sampling the tree `name` (nothing when it is not sampled)."""
+        self._trees.pop(name, None)
+
     def sample(self) -> dict[str, dict[str, float]]:
         """Per node and per tree (add_tree): CPU % since the previous sample (100 = one core
         busy) and resident memory. The host's row for the same interval is left in

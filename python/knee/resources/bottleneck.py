@@ -7,9 +7,12 @@ At a point, resources rank by U. Along a load curve they rank by D, read at the 
 rate the system kept up with (where U is largest, so fixed costs weigh least): at equal X,
 U = X D, so the largest D is the largest U there and the first to reach 1.
 
-Two rules keep the name right:
+Three rules keep the name right:
 - A worker pool whose busy time is mostly CPU time (its node's CPU busy >= ON_CPU of the
   pool's busy) is busy computing: the CPU is named, as the pool's threads can use it.
+- The generator's connections are held for each request's whole response time, queueing
+  at the target included: they fill because the target is slow, so they rank after any
+  other resource near its limit (U >= NEAR), and are never the "next" of such a one.
 - Where the bound and the measured capacity disagree by more than their intervals and
   TOLERANCE, the bound is above what was measured: something the run cannot see sets the
   limit (a lock, the kernel's accept queue, a remote dependency), and that is said instead
@@ -30,6 +33,9 @@ ON_CPU = 0.6
 TOLERANCE = 0.10
 #: Below this U at the highest rate kept up with, a resource is not near its limit.
 NEAR = 0.7
+#: Resources held for a request's whole response time (waiting on others included): the
+#: generator's connections. They are the limit only when no other resource is near its own.
+PASSIVE = ("connections",)
 
 
 def _rate(point: dict[str, Any]) -> float:
@@ -50,7 +56,12 @@ def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, An
             if node in out:
                 out[node] = {**out[node], "pool_u": r["u"], "threads": r.get("capacity")}
                 del out[name]
-    return sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
+    order = sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
+    if any(r["kind"] not in PASSIVE and r["u"] >= NEAR for _, r in order):
+        # Held through the whole response, waiting on the target included: they fill
+        # because a resource of the target is near its limit, so they rank after it.
+        order.sort(key=lambda kv: kv[1]["kind"] in PASSIVE)  # stable: U order kept
+    return order
 
 
 def reference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -126,7 +137,11 @@ def explain(
     order = ranked(ref["resources"])
     if not order:
         return None
-    first, second = order[0], order[1] if len(order) > 1 else None
+    first = order[0]
+    # The next bottleneck is what would limit once the first is relieved: a passive
+    # resource's bound is measured under the first one's queue, so it does not say that.
+    rest = [kv for kv in order[1:] if first[1]["kind"] in PASSIVE or kv[1]["kind"] not in PASSIVE]
+    second = rest[0] if rest else None
     top = _named(*first)
     lo, hi = measured(capacity, saturated)
     verdict, ratio = agreement(top, lo, hi)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from knee import env, results, run_params, systems
 from knee.analysis import chaos
@@ -34,6 +35,7 @@ from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
 from knee.resources import usage as resource_usage
+from knee.resources.listener import find_listener
 from knee.resources.usage import point_resources
 from knee.run_params import PointParams
 from knee.runner import interrupt
@@ -292,6 +294,7 @@ def _measure_point(
         nodes.configs[plan.name] = config
         if plan.start:  # else an event of the timeline starts it
             _start_node(state, point, nodes, plan.name, system.name)
+    target = _watch_target(state, point, system, where)
     expected = systems.expected_requests(point.load)
     per_recorder = len(raws) / point.load["generators"]  # generators share the requests
     display.point_started(point, round(expected * per_recorder) if expected else None)
@@ -310,6 +313,7 @@ def _measure_point(
             node.signal(signal.SIGTERM)
     for plan in reversed(plans):
         _stop(state, point.index, plan.name)
+    state.monitor.remove_tree(TARGET_NODE)
     _fetch(state, nodes, raws)
     frame = results.point_frame(state.run_dir, list(raws.values()))
     check = None
@@ -337,6 +341,8 @@ def _measure_point(
         swept=point.swept,
         target_rate_per_s=systems.target_rate_per_s(point.load),
     )
+    if target is not None:
+        stats["target"] = target
     stats["resources"] = point_resources(
         _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
     )
@@ -597,6 +603,9 @@ def _sample(state: RunState, point: int) -> None:
     for name, usage in state.monitor.sample().items():
         node = state.nodes.get(name)
         if node is None:
+            if name == TARGET_NODE:  # the service knee measures but did not start
+                row = {"t_s": t_s, "point": point, "node": name, "role": TARGET_ROLE, **usage}
+                state.timeseries.append(row)
             continue
         counters = node.latest.get("stats") or node.latest.get("progress") or {}
         row: dict[str, Any] = {"t_s": t_s, "point": point, "node": name, "role": node.role}
@@ -682,6 +691,15 @@ def _resource_inputs(
             pool=int(pool) if pool else None,
             generator=plan.role == "load",
         )
+    target = stats.get("target") or {}
+    if target.get("found"):
+        workers = target.get("workers")
+        nodes[TARGET_NODE] = resource_usage.NodeInfo(
+            role=TARGET_ROLE,
+            label=f"the target {target['name']}",
+            cpu_cores=None,
+            pool=workers,  # prefork workers; their busy time from Server-Timing
+        )
     links = {
         name: float(host.rate_mbit) * 1e6 / 8
         for name, host in state.hosts.hosts.items()
@@ -699,6 +717,44 @@ def _resource_inputs(
         timeout_ms=point.load["timeout_ms"],
         part=system.detail_part(point.server) if system.detail_part else None,
     )
+
+
+#: The node name and role of the process tree serving an external target, in timeseries.
+TARGET_NODE = "target"
+TARGET_ROLE = "target"
+
+
+def _watch_target(
+    state: RunState, point: Point, system: systems.System, where: dict[str, str]
+) -> dict[str, Any] | None:
+    """Finds the process listening on the point's external target (knee.resources.listener)
+    and samples its tree's CPU as the node "target"; the point's `target` record: what was
+    found, or why nothing was. None when the point has no external target."""
+    url = system.external_target(point) if system.external_target else None
+    if not url:
+        return None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    netns_pid = None
+    for name, host_name in where.items():  # the target as the generator's network sees it
+        node = state.nodes.get(name)
+        if node is not None and state.hosts.host_of(host_name).kind == "netns":
+            netns_pid = node.pid
+            break
+    found = find_listener(parts.hostname or "127.0.0.1", port, netns_pid=netns_pid)
+    if isinstance(found, str):
+        state.event("target", point.index, TARGET_NODE, found)
+        return {"found": False, "reason": found}
+    state.monitor.add_tree(TARGET_NODE, found.root_pid)
+    detail = f"{found.name}, pid {found.root_pid}, {len(found.pids)} processes"
+    state.event("target", point.index, TARGET_NODE, detail)
+    return {
+        "found": True,
+        "name": found.name,
+        "root_pid": found.root_pid,
+        "pids": list(found.pids),
+        "workers": found.workers,
+    }
 
 
 def _add_interference(

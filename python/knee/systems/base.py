@@ -93,6 +93,10 @@ class System:
     #: The part whose time each reply reports as `detail_ns` (chat: the database): from the
     #: point's server config, (name, label, capacity in requests at once; None: unknown).
     detail_part: Callable[[dict[str, Any]], tuple[str, str, float | None]] | None = None
+    #: The URL of a service the point measures but does not start (http's server.target):
+    #: the runner finds the process listening there and samples its CPU (knee.resources
+    #: .listener).
+    external_target: Callable[[Point], str | None] | None = None
 
 
 #: Names of the nodes every system has (knee.resources labels).

@@ -142,8 +142,13 @@ def _topology(point: Point) -> list[NodePlan]:
     return [*plans, NodePlan("load", "load", load, records=True)]
 
 
+def _external_target(point: Point) -> str | None:
+    return point.server["target"]
+
+
 SYSTEM = System(
     name="http",
+    external_target=_external_target,
     summary="any HTTP/1.1 service (http, https): keep-alive connections, Server-Timing split",
     server={
         "target": Param("str", None, "http(s)://HOST:PORT of the service (or nginx = true)"),
