@@ -126,6 +126,16 @@ def _gunicorn_sleep(port: int, _workdir: Path, _knee_node: str) -> Launch:
     return Launch([*argv, "sleep_app:app"], env={"KNEE_SLEEP_MS": f"{SLEEP_MS:g}"})
 
 
+def _gunicorn_lock(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """One gunicorn worker of 8 threads whose requests sleep under one lock, without
+    Server-Timing: capacity 1 / sleep, set by a lock no sampled resource shows."""
+    argv = [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "8"]
+    argv += ["--worker-class", "gthread", "--bind", f"127.0.0.1:{port}"]
+    argv += ["--graceful-timeout", "2", "--chdir", str(APPS), "--backlog", "2048"]
+    env = {"KNEE_SLEEP_MS": f"{SLEEP_MS:g}", "KNEE_SLEEP_LOCK": "1"}
+    return Launch([*argv, "sleep_app:app"], env=env)
+
+
 def _uvicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:
     """h11, keep-alive (idle connections closed after 5 s: uvicorn's default)."""
     argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(APPS), "--host", "127.0.0.1"]
@@ -241,6 +251,7 @@ LAUNCHERS: dict[str, Callable[[int, Path, str], Launch]] = {
 assert tuple(LAUNCHERS) == NAMES
 #: Servers started by name outside the conformance matrix.
 LAUNCHERS["gunicorn-sleep"] = _gunicorn_sleep
+LAUNCHERS["gunicorn-lock"] = _gunicorn_lock
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

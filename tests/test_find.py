@@ -217,6 +217,12 @@ def test_knee_http_with_no_rate_finds_a_known_capacity(tmp_path: Path, knee_node
     assert {"low", "step"} <= phases
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["points"]) == len(path["probes"])
+    # Why: the listener's 2 prefork workers, busy by their Server-Timing, not their CPU.
+    assert {p["target"]["workers"] for p in summary["points"]} == {SLEEP_WORKERS}
+    named = group["bottleneck"]["bottleneck"]
+    assert named["resource"] == "pool:target", group["bottleneck"]
+    assert named["label"] == f"the target gunicorn's {SLEEP_WORKERS} workers"
+    assert group["bottleneck"]["sentence"].startswith(f"set by {named['label']}")
 
 
 GENERATOR_SPEC = """

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from http_servers import WorkerServer
+from real_http_servers import real_server
 from test_runner import only_run_dir, run_knee, write_spec
 
 from knee.find.answers import from_points
@@ -163,3 +164,30 @@ def test_connections_held_are_recomputed_from_the_samples(tmp_path: Path) -> Non
     held = float((end - start).sum()) / (hi - lo)
     assert conns["u"] == pytest.approx(held / 2, rel=0.05, abs=0.01)
     assert 0.0 <= conns["all_busy_share"] <= conns["u"] + 0.01
+
+
+def test_a_limit_no_sampled_resource_shows_is_said_to_be_unseen(
+    tmp_path: Path, knee_node: str
+) -> None:
+    """gunicorn's one worker of 8 threads sleeping under one lock, without Server-Timing: at
+    most 1 / sleep per second, with its CPU idle. The busiest resource the run sees would
+    allow far more than was measured, so the report says the limit is something it cannot
+    see rather than naming the wrong part."""
+    with real_server("gunicorn-lock", tmp_path / "srv", knee_node) as server:
+        res = run_knee(
+            "http", server.url + "/", "--rates", "15,30,90", "--duration", "5",
+            "--out", str(tmp_path / "runs"), "--no-report", timeout_s=200,
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    points = json.loads((run_dir / "summary.json").read_text())["points"]
+    assert all(p["target"]["found"] and p["target"]["name"] == "gunicorn" for p in points)
+    assert all("pool:target" not in p["resources"] for p in points)  # no service time
+    (group,) = from_points(points, None)
+    assert group["capacity"]["interval_per_s"][1] == 90  # over 1 / 20 ms = 50/s
+    ex = group["bottleneck"]
+    assert ex["unseen"] and ex["agreement"] == "above", ex
+    assert ex["bottleneck"]["bound_per_s"] > 1.1 * ex["measured_per_s"][1]
+    assert ex["sentence"].startswith("set by something the run cannot see"), ex["sentence"]
+    cpu = points[-1]["resources"]["target"]
+    assert cpu["u"] < 0.5  # idle, as the lock's sleepers are

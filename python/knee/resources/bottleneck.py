@@ -5,14 +5,17 @@ bottleneck (1 / D_2: what doubling the first would buy at most).
 
 At a point, resources rank by U. Along a load curve they rank by D, read at the highest
 rate the system kept up with (where U is largest, so fixed costs weigh least): at equal X,
-U = X D, so the largest D is the largest U there and the first to reach 1.
+U = X D, so the largest D is the largest U there and the first to reach 1. A passive
+resource (below) has its D read where it is smallest, at low load: its hold time without
+the queues it waits in.
 
 Three rules keep the name right:
 - A worker pool whose busy time is mostly CPU time (its node's CPU busy >= ON_CPU of the
   pool's busy) is busy computing: the CPU is named, as the pool's threads can use it.
 - The generator's connections are held for each request's whole response time, queueing
-  at the target included: they fill because the target is slow, so they rank after any
-  other resource near its limit (U >= NEAR), and are never the "next" of such a one.
+  at the target included: they fill because the target is slow. At a point they rank after
+  any other resource near its limit (U >= NEAR); along a curve their demand is their hold
+  time at low load, which the target's queue does not inflate.
 - Where the bound and the measured capacity disagree by more than their intervals and
   TOLERANCE, the bound is above what was measured: something the run cannot see sets the
   limit (a lock, the kernel's accept queue, a remote dependency), and that is said instead
@@ -62,6 +65,30 @@ def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, An
         # because a resource of the target is near its limit, so they rank after it.
         order.sort(key=lambda kv: kv[1]["kind"] in PASSIVE)  # stable: U order kept
     return order
+
+
+def by_demand(
+    ref: dict[str, Any], points: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The reference point's resources, largest demand D first: the first to reach U = 1 as
+    the load rises. A passive resource's demand is its smallest over the points: its hold
+    time without the queues it waited in (at low load), so that it is not named for the
+    target's slowness."""
+    out = []
+    for name, r in ranked(ref["resources"]):
+        if r["kind"] in PASSIVE:
+            ds = [
+                float(p["resources"][name]["d_ns"])
+                for p in points
+                if (p.get("resources") or {}).get(name, {}).get("d_ns")
+            ]
+            if ds and min(ds) < (r.get("d_ns") or 0.0):
+                d = min(ds)
+                r = {**r, "d_ns": d, "bound_per_s": 1e9 / d, "bound_ci_per_s": None}
+                r["held_at_low_load"] = True
+        if r.get("d_ns"):
+            out.append((name, r))
+    return sorted(out, key=lambda kv: -float(kv[1]["d_ns"]))
 
 
 def reference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -134,14 +161,12 @@ def explain(
     ref = reference(points)
     if ref is None:
         return None
-    order = ranked(ref["resources"])
+    order = by_demand(ref, points)
     if not order:
         return None
     first = order[0]
-    # The next bottleneck is what would limit once the first is relieved: a passive
-    # resource's bound is measured under the first one's queue, so it does not say that.
-    rest = [kv for kv in order[1:] if first[1]["kind"] in PASSIVE or kv[1]["kind"] not in PASSIVE]
-    second = rest[0] if rest else None
+    # The next bottleneck is what would limit once the first is relieved.
+    second = order[1] if len(order) > 1 else None
     top = _named(*first)
     lo, hi = measured(capacity, saturated)
     verdict, ratio = agreement(top, lo, hi)

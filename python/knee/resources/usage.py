@@ -41,6 +41,9 @@ from knee.monitor import HOST_ROLE
 LINK_ROLE = "link"
 #: The runner's sampling interval, seconds (knee.runner.local.SAMPLE_INTERVAL_S).
 ROW_S = 1.0
+#: A pool busier than this many times its workers has workers that serve more than one
+#: request at a time (threads): its size is unknown.
+OVERFULL = 1.05
 #: Fewer per-interval samples than this give no interval for U.
 MIN_INTERVALS = 3
 
@@ -194,14 +197,17 @@ def _pool(
     """Workers busy = X_ok x the mean service time (Little's law over the pool)."""
     service = stats.get("service_ns") or {}
     x_ok = float(stats.get("throughput_per_s") or 0.0)
-    if not service.get("n") or service.get("mean") is None:
+    if not service.get("n") or not service.get("mean"):  # 0: no reply said (http)
         return None
     busy = x_ok * service["mean"] / 1e9
     ci = (service.get("ci") or {}).get("mean")
     busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
     k = node.pool or 1
     label = f"{node.label}'s {k} worker{'s' if k != 1 else ''}"
-    out = entry("pool", label, busy, busy_ci, float(k), "workers", x, role=node.role)
+    # More busy than there are workers: each serves several requests at once (threads), so
+    # the pool's true size is not known and its U is not given.
+    size = float(k) if busy <= k * OVERFULL else None
+    out = entry("pool", label, busy, busy_ci, size, "workers", x, role=node.role)
     # The share of the workers' busy time spent on CPU: near 1, the pool is busy computing
     # and the CPU is what runs out; near 0, the workers wait (sleep, I/O, a lock).
     out["on_cpu"] = cpu["busy"] / busy if busy > 0 else None
