@@ -249,7 +249,7 @@ def sentence(ex: dict[str, Any]) -> str:
         parts.append(f"the generator used {gen['cpu_percent']:.0f}% of a core")
     if gen.get("connections_u") is not None and top["resource"] != "connections":
         parts.append(f"its connections were {_pct(gen['connections_u'])} busy")
-    if nxt is not None and nxt.get("bound_per_s"):
+    if nxt is not None and nxt.get("bound_per_s") and not ex["unseen"]:
         gain = ex.get("doubling_gain")
         parts.append(
             f"next: {nxt['label']} ({_pct(nxt['u'])} busy, bound {_per_s(nxt['bound_per_s'])}"
