@@ -17,6 +17,7 @@ from conftest import unavailable
 from test_runner import knee_cmd, only_run_dir, run_knee, write_spec
 
 from knee.hosts import Unsupported, netns
+from knee.resources.bottleneck import ranked
 
 RATE_MBIT = 50.0
 #: On the wire a TCP segment of 1448 payload bytes is a 1514-byte Ethernet frame; the
@@ -103,6 +104,32 @@ def test_the_link_time_is_network_time(tmp_path: Path) -> None:
     total = (samples["bytes_out"] + samples["bytes_in"]).sum()
     assert link["bytes_tx"].max() + link["bytes_rx"].max() >= total * 0.9
     assert _namespaces() == before  # every namespace of the run is gone
+
+
+def test_a_link_is_a_resource_measured_by_its_counters(tmp_path: Path) -> None:
+    """A 200 x 200 matrix (320 kB) each way over 10 Mbit/s links, one client: each link is
+    busy about half the time each way, and is the busiest resource of the point; its U is
+    what the replies' bytes (as frames) over the window make of its rate."""
+    _need()
+    rate_mbit = 10.0
+    text = LAN_SPEC.replace(f"rate_mbit = {RATE_MBIT}", f"rate_mbit = {rate_mbit}")
+    text = text.replace("n = 100", "n = 200").replace("requests = 40", "requests = 1000")
+    text = text.replace("warmup_s = 0", "warmup_s = 0.5\nduration_s = 6")
+    out = tmp_path / "runs"
+    proc = run_knee("run", str(write_spec(tmp_path, text)), "--out", str(out), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(out)
+    (point,) = json.loads((run_dir / "summary.json").read_text())["points"]
+    res = point["resources"]
+    link = res["link:srv"]
+    assert link["kind"] == "link" and link["capacity"] == rate_mbit * 1e6 / 8
+    assert link["u_ci"] is not None and link["direction"] in ("in", "out")
+    assert ranked(res)[0][0].startswith("link:"), ranked(res)
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    post = samples[~samples["warmup"] & (samples["status"] == "ok")]
+    column = "bytes_in" if link["direction"] == "out" else "bytes_out"  # srv sends replies
+    wire = post[column].sum() * FRAME_OVERHEAD / point["window_s"]
+    assert link["u"] == pytest.approx(wire / link["capacity"], rel=0.2), (link, wire)
 
 
 def test_a_missing_kernel_feature_refuses_the_spec_with_exit_2(tmp_path: Path) -> None:
