@@ -46,6 +46,10 @@ sweep = { "load.rate_per_s" = [10, 25, 300] }
 """
 
 
+#: What `knee find` printed, beside the search's run directory.
+PRINTED = "find.out"
+
+
 def _spec(tmp: Path) -> Path:
     path = tmp / "matrix-answers.toml"
     path.write_text(SPEC)
@@ -66,6 +70,7 @@ def search_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     args = ["find", str(_spec(tmp)), "--probe", "3s", "--budget", "60s", "--max-rate", "150"]
     res = run_knee(*args, "--out", str(tmp / "runs"), "--no-progress", timeout_s=300)
     assert res.returncode in (0, 5), res.stderr[-3000:]
+    (tmp / PRINTED).write_text(res.stdout)
     return only_dir(tmp / "runs")
 
 
@@ -121,10 +126,17 @@ def test_a_search_report_states_the_answer_and_every_probe(
     assert summary["find"]["groups"], found
     page = (search_run / "report.html").read_text()
     sections = _sections(page)
-    assert sections[:3] == ["headline", "search-path", "what-ran"]
+    # The answer, the search's path, then what sets the capacity (the server's CPU is
+    # sampled in every probe).
+    assert sections[:4] == ["headline", "search-path", "what-sets", "what-ran"]
     group = summary["find"]["groups"][0]
     headline = _section_text(page, "headline")
     assert "Capacity " in headline and _capacity_words(group) in headline
+    assert group["bottleneck"] is not None
+    set_by = f"Capacity {group['bottleneck']['sentence']}"  # its resource's name in bold
+    assert re.sub(r"\s", "", set_by) in re.sub(r"\s", "", headline)
+    printed = (search_run.parents[1] / PRINTED).read_text()
+    assert "\n  set by        " in printed
     if answers.generator_limited(group):
         assert "not the target's capacity" in headline
     # The table lists every probe of find.json, in order, with its rate and decision.

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from knee.find.run import Options
 from knee.httpcli import HttpArgsError, seconds
@@ -79,6 +80,12 @@ def _interval(answer: dict[str, Any] | None) -> str:
     return f"{shown}  [{lo:.4g}, {hi:.4g}]"
 
 
+def set_by(bottleneck: dict[str, Any]) -> str:
+    """The bottleneck's sentence (knee.resources.bottleneck.sentence) after "set by", as
+    markup that shows it as it is."""
+    return escape(str(bottleneck.get("sentence") or "").removeprefix("set by "))
+
+
 def print_answers(console: Console, answers: dict[str, Any]) -> None:
     """One block per group: capacity, SLO capacity, knee, and how the search ended."""
     if answers.get("skipped_series"):
@@ -97,6 +104,8 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
                 f"[{lo:.4g}, {hi:.4g}]",
                 highlight=False,
             )
+        if group.get("bottleneck"):
+            console.print(f"  set by        {set_by(group['bottleneck'])}", highlight=False)
         if group.get("slo_capacity"):
             slo = group["slo_capacity"]
             console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}", highlight=False)

@@ -16,6 +16,8 @@ from typing import Any
 from knee.find.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
+from knee.report.kit import Html, esc
+from knee.resources.bottleneck import explain
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
@@ -162,3 +164,26 @@ def signed_bracket(d: tuple[float | None, float | None]) -> str:
     lo = "-inf" if d[0] is None else f"{d[0]:+.4g}"
     hi = "+inf" if d[1] is None else f"{d[1]:+.4g}"
     return f"[{lo}, {hi}]/s"
+
+
+def bottleneck(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The group's bottleneck (knee.resources.bottleneck.explain) as summary.json has it, or
+    computed from its points for a search written before the answers named one."""
+    if "bottleneck" in group:
+        return group["bottleneck"]
+    return explain(points, group.get("capacity"), group.get("saturated_throughput"))
+
+
+def set_by(bn: dict[str, Any]) -> Html:
+    """The bottleneck's "set by ..." sentence as a line ("Capacity set by ..."), the
+    resource's label in bold."""
+    label = (bn.get("bottleneck") or {}).get("label")
+    return Html(f"Capacity {emphasized(str(bn.get('sentence') or ''), label)}.")
+
+
+def emphasized(text: str, label: str | None) -> Html:
+    """`text` escaped, its first `label` in bold."""
+    out = esc(text)
+    if label:
+        out = out.replace(esc(label), f"<b>{esc(label)}</b>", 1)
+    return Html(out)

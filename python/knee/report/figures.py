@@ -73,6 +73,7 @@ class Trace:
     dash: bool = False
     symbol: str = "circle"
     markers: bool = True  # line: draw a marker at each point
+    width: float | None = None  # line: its width in px (None: the renderer's default)
     legend: bool = True
     hidden: bool = False
     hover: list[str] | None = None
@@ -191,6 +192,8 @@ def _plotly_traces(t: Trace, scale: Scale) -> list[dict[str, Any]]:
             "marker": {"color": c, "symbol": t.symbol, "size": 7},
             **common,
         }
+        if t.width is not None:
+            tr["line"]["width"] = t.width
         if t.hover is not None:
             tr["text"] = t.hover
             tr["hovertemplate"] = "%{text}<extra>%{fullData.name}</extra>"

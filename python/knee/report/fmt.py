@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from knee.report.kit.axes import NS_PER_UNIT, time_unit
+
 
 def _missing(value: float | None) -> bool:
     """None, or NaN (what pandas leaves for an empty group)."""
@@ -20,6 +22,14 @@ def num(value: float | None, digits: int = 3) -> str:
 def ms(ns: float | None, digits: int = 3) -> str:
     """Nanoseconds as milliseconds."""
     return num(None if ns is None else ns / 1e6, digits)
+
+
+def duration(ns: float | None, digits: int = 3) -> str:
+    """Nanoseconds in the unit in which they read 1 to 999: "2.34 ms", "89.6 µs"."""
+    if _missing(ns):
+        return "-"
+    unit = time_unit([ns], "ns")
+    return f"{num(ns / NS_PER_UNIT[unit], digits)} {unit}"
 
 
 def pct(fraction: float | None) -> str:

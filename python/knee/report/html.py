@@ -79,6 +79,7 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 .v-fail { background: #fbdcdc; } .v-na { color: #999; }
 tr.unstable td { font-style: italic; }
 tr.unstable td.l::after { content: " (unstable)"; color: #b00; }
+tr.bottleneck td { font-weight: bold; }
 .chart { width: 100%; min-height: 300px; }
 .caption { color: #555; font-size: 13px; margin: 4px 0 18px; }
 .note { background: #f6f8fa; border-left: 4px solid #8aa; padding: 8px 12px; }

@@ -19,6 +19,9 @@ from knee.report.kit import axes as kit_axes
 _SYMBOLS = {"circle": "o", "x": "x", "triangle-up": "^", "square": "s", "diamond": "D"}
 #: Plotly's "-open" variants: the same marker with an unfilled face.
 _OPEN = "-open"
+#: A trace's width is given in px (Plotly's unit); matplotlib's is points (1/72 inch), and
+#: Plotly's px is 1/96 inch.
+PT_PER_PX = 72 / 96
 #: PNG size: 8 inches wide at this resolution.
 DPI = 120
 WIDTH_IN = 8.0
@@ -134,6 +137,7 @@ def _draw(
             ms=3,
             color=c,
             label=label,
+            linewidth=t.width * PT_PER_PX if t.width is not None else None,
         )
         if t.lo is not None and t.hi is not None:
             lo, hi = _values(t.lo), _values(t.hi)

@@ -21,8 +21,9 @@ FIGURES = "figures"
 #: a report must open in a browser, and a figure of every sample of a long run would embed
 #: millions. Sections draw aggregates well below this; beyond it a figure shows a subset.
 MAX_DRAWN = 50_000
-#: Standard sections left out when they have nothing to show (the search path of a sweep).
-OPTIONAL = ("search-path",)
+#: Standard sections left out when they have nothing to show (the search path of a sweep;
+#: what sets the knee, for a run that measured no resource's utilization).
+OPTIONAL = ("search-path", "what-sets")
 
 
 @dataclass

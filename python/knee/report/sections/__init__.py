@@ -18,11 +18,13 @@ from knee.report.sections import (
     timeseries,
     top1,
     what_ran,
+    what_sets,
 )
 
 STANDARD: tuple[Callable[[ReportRun], Section], ...] = (
     headline.section,  # the answer first; the run's metadata after (DESIGN.md)
     search_path.section,  # empty (left out) unless the run is a search
+    what_sets.section,  # empty (left out) unless a point measured its resources' U
     what_ran.section,
     summary.section,
     load_curve.section,

@@ -1,10 +1,11 @@
 """The answer, first (DESIGN.md, "Every report opens with the answer"): per group of rate
-points, the capacity, the SLO capacity and the knee, each with its interval, and a
-one-line verdict; a figure of latency (p50 and p99 with their intervals) against the
-offered rate with the three answers marked. A system whose experiments are not rate
-sweeps states its own findings here (`headline(rr)` in knee.report.systems.<system>);
-any other run gets one line on what it measured. A search's path follows
-(knee.report.sections.search_path)."""
+points, the capacity, the SLO capacity and the knee, each with its interval, a one-line
+verdict, and what sets the capacity (the bottleneck's "set by ..." line, when the run
+measured its resources: knee.report.sections.what_sets shows why); a figure of latency
+(p50 and p99 with their intervals) against the offered rate with the three answers marked.
+A system whose experiments are not rate sweeps states its own findings here
+(`headline(rr)` in knee.report.systems.<system>); any other run gets one line on what it
+measured. A search's path follows (knee.report.sections.search_path)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,14 @@ def section(rr: ReportRun) -> Section:
         if len(found.groups) > 1:
             blocks.append(f"<h3>{esc(group.get('label') or f'group {i + 1}')}</h3>")
         blocks.append(finding(answers.verdict(group, found.slo)))
+        points = [by_index[k] for k in group.get("points") or [] if k in by_index]
+        if (bn := answers.bottleneck(group, points)) is not None:
+            blocks.append(finding(answers.set_by(bn)))
         if answers.generator_limited(group):
             blocks.append(note(generator_note(group)))
         if line := answers.search_line(group):
             blocks.append(f"<p>{esc(line)}</p>")
         blocks.append(answers_table(group, found.slo))
-        points = [by_index[k] for k in group.get("points") or [] if k in by_index]
         if points:
             blocks.append(latency_figure(f"headline-latency-{i}", group, points, rr.slo))
     if not found.groups:
