@@ -124,7 +124,10 @@ def test_the_database_of_chat_is_a_part_with_its_own_time(tmp_path: Path) -> Non
     assert part["label"].startswith("the database (SQLite")
     samples = pd.read_parquet(run_dir / "samples.parquet")
     ok = samples[~samples["warmup"] & (samples["status"] == "ok")]
-    assert part["busy"] == pytest.approx(p["throughput_per_s"] * ok["detail_ns"].mean() / 1e9)
+    with_waits = p["throughput_per_s"] * ok["detail_ns"].mean() / 1e9  # waits for the lock too
+    assert part["busy_with_waits"] == pytest.approx(with_waits)
+    assert part["u"] == pytest.approx(min(with_waits, 1.0)) and part["includes_waiting"]
+    assert part["contended"] == (with_waits > 1.05)
     assert p["resources"]["replica-0"]["label"] == "replica 0's CPU"
     assert [n for n, _ in ranked(p["resources"])]  # every measured kind ranks
 

@@ -71,12 +71,13 @@ def by_demand(
     ref: dict[str, Any], points: list[dict[str, Any]]
 ) -> list[tuple[str, dict[str, Any]]]:
     """The reference point's resources, largest demand D first: the first to reach U = 1 as
-    the load rises. A passive resource's demand is its smallest over the points: its hold
-    time without the queues it waited in (at low load), so that it is not named for the
-    target's slowness."""
+    the load rises. The demand of a passive resource, or of one whose time includes the
+    wait for it (a lock's), is its smallest over the points: its time without the queues
+    (at low load), so that a passive one is not named for the target's slowness, and a
+    lock's is the time it is held."""
     out = []
     for name, r in ranked(ref["resources"]):
-        if r["kind"] in PASSIVE:
+        if r["kind"] in PASSIVE or r.get("includes_waiting"):
             ds = [
                 float(p["resources"][name]["d_ns"])
                 for p in points
@@ -91,12 +92,16 @@ def by_demand(
     return sorted(out, key=lambda kv: -float(kv[1]["d_ns"]))
 
 
-def reference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The point the demands are read at: the highest rate kept up with, else (nothing kept
-    up) the one that completed the most."""
+def reference(points: list[dict[str, Any]], below: float | None = None) -> dict[str, Any] | None:
+    """The point the demands are read at: the highest rate kept up with (at most `below`,
+    the measured capacity's lower end, when one is given: a search's repeats can show a
+    rate above its final bracket stable), else (nothing kept up) the one that completed
+    the most."""
     if not points:
         return None
     good = [p for p in points if decide(p).capacity == "stable" and p.get("resources")]
+    if below is not None and any(_rate(p) <= below * (1 + 1e-9) for p in good):
+        good = [p for p in good if _rate(p) <= below * (1 + 1e-9)]
     if good:
         return max(good, key=_rate)
     with_resources = [p for p in points if p.get("resources")]
@@ -158,7 +163,8 @@ def explain(
 ) -> dict[str, Any] | None:
     """The bottleneck of one load curve (a group of points at rising rates), with its bound
     against the measured capacity and the next one; None when no point measured resources."""
-    ref = reference(points)
+    lo, hi = measured(capacity, saturated)
+    ref = reference(points, (capacity or {}).get("rate_per_s"))
     if ref is None:
         return None
     order = by_demand(ref, points)
@@ -168,7 +174,6 @@ def explain(
     # The next bottleneck is what would limit once the first is relieved.
     second = order[1] if len(order) > 1 else None
     top = _named(*first)
-    lo, hi = measured(capacity, saturated)
     verdict, ratio = agreement(top, lo, hi)
     out: dict[str, Any] = {
         "at_point": ref.get("point"),

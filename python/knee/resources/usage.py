@@ -226,8 +226,15 @@ def _part(
     busy = x_ok * detail["mean"] / 1e9
     ci = (detail.get("ci") or {}).get("mean")
     busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
-    unit = "lock" if capacity == 1 else "servers"
-    return entry("part", label, busy, busy_ci, capacity, unit, x, role="part")
+    if capacity != 1:
+        return entry("part", label, busy, busy_ci, capacity, "servers", x, role="part")
+    # One at a time (a lock): each request's time starts before it holds the lock, so the
+    # sum counts the waits too. Over 1, the lock was contended the whole window: U is 1
+    # (saturated); the demand of the lock itself is read where nobody waits, at low load
+    # (knee.resources.bottleneck.by_demand).
+    out = entry("part", label, min(busy, 1.0), None, 1.0, "lock", x, role="part")
+    out |= {"includes_waiting": True, "contended": busy > OVERFULL, "busy_with_waits": busy}
+    return out
 
 
 def _connections(inp: Inputs, x: float) -> dict[str, Any]:
