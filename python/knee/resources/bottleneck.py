@@ -248,7 +248,10 @@ def sentence(ex: dict[str, Any]) -> str:
         if ex["agreement"] == "agrees":
             line += " agrees with the measured capacity"
         elif ex["agreement"] == "below":
-            line += " is below the measured capacity (its demand fell as the load rose)"
+            line += (
+                " is below the measured capacity (the time it was measured busy per request "
+                "includes waiting, or its demand fell as the load rose)"
+            )
         parts.append(line)
     if gen.get("cpu_percent") is not None:
         parts.append(f"the generator used {gen['cpu_percent']:.0f}% of a core")

@@ -49,7 +49,7 @@ case must), the reference point's whole resources table, and how busy the machin
 
 Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
-    python3 bench/bottleneck.py [--quick] [--keep DIR]
+    python3 bench/bottleneck_truth.py [--quick] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -63,24 +63,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-
-def _pandas_without_this_file() -> None:
-    """Imports pandas with this folder off sys.path: pandas looks for its optional
-    accelerator, a package also called `bottleneck`, at import, and would find this script."""
-    here = Path(__file__).resolve().parent
-    kept = list(sys.path)
-    sys.path[:] = [p for p in kept if Path(p or os.curdir).resolve() != here]
-    me = sys.modules.pop("bottleneck", None)  # this file, when imported by that name
-    try:
-        import pandas  # noqa: F401
-    finally:
-        sys.path[:] = kept
-        if me is not None:
-            sys.modules["bottleneck"] = me
-
-
-_pandas_without_this_file()
 
 from benchlib import BenchError, Row, Section, report  # noqa: E402
 from find_accuracy import Gunicorn, last_json, point_stats, run_knee, write_spec  # noqa: E402
