@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import unavailable
 from http_servers import WorkerServer
 from real_http_servers import real_server
+from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
 from knee.find.answers import from_points
@@ -194,3 +196,23 @@ def test_a_limit_no_sampled_resource_shows_is_said_to_be_unseen(
     assert ex["sentence"].startswith("set by something the run cannot see"), ex["sentence"]
     cpu = points[-1]["resources"]["target"]
     assert cpu["u"] < 0.5  # idle, as the lock's sleepers are
+
+
+def test_a_host_with_a_cpu_limit_is_one_resource_for_its_nodes(tmp_path: Path) -> None:
+    """Two nodes on one host of 0.5 core share its limit: the host's CPU is their sum each
+    second against 0.5, beside each node's against the same 0.5."""
+    if reason := cgroups_usable(0.5):
+        unavailable(reason)
+    text = MATRIX_SPEC.format(rates="60") + (
+        '\n[hosts.box]\nkind = "local"\ncpu_cores = 0.5\n\n[placement]\nserver = "box"\n'
+        'load = "box"\n'
+    )
+    run_dir, (p,) = _run(tmp_path, text)
+    host = p["resources"]["host:box"]
+    assert host["kind"] == "cpu" and host["capacity"] == 0.5
+    assert host["label"] == "host box's CPU (the load generator, the server)"
+    assert p["resources"]["server"]["capacity"] == 0.5  # the host's limit, its own
+    rows = pd.concat([_window_rows(run_dir, p, n) for n in ("server", "load")])
+    summed = rows.groupby("t_s")["cpu_percent"].sum() / 100
+    assert host["busy"] == pytest.approx(summed.mean(), rel=0.05, abs=0.005)
+    assert host["u"] >= p["resources"]["server"]["u"] - 1e-9

@@ -152,6 +152,15 @@ class RunHosts:
             out["memory_bytes"] = min(memory)
         return out
 
+    def cores_of(self, host_name: str) -> float | None:
+        """The CPU a host's nodes may use together, in cores (its quota or cpuset size);
+        None without a limit."""
+        limits = self.hosts[host_name].limits
+        cores = [c for c in (limits.cpu_cores,) if c is not None]
+        if limits.cpuset is not None:
+            cores.append(float(len(parse_cpuset(limits.cpuset))))
+        return min(cores) if cores else None
+
     def interface_rows(self) -> dict[str, dict[str, int]]:
         """bytes_rx and bytes_tx of each host that has an interface of its own."""
         out = {}

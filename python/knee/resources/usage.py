@@ -13,6 +13,8 @@ reaches U = 1 first as the load rises. Where each busy time comes from:
 
 - cpu: a node's CPU time (the runner's samples each interval), capacity its CPU quota or
   cpuset, else this machine's cores; a node with a worker pool of k threads uses at most k.
+  A host with a CPU limit and several nodes is one resource too (`host:NAME`): its nodes
+  share the limit.
 - link: an emulated host's interface bytes each way, capacity its tbf rate.
 - pool: a server's workers, busy X_ok x mean service time (its own split, Little's law).
 - part: a system's named part that reports its own time (chat's database, `detail_ns`).
@@ -57,6 +59,7 @@ class NodeInfo:
     cpu_cores: float | None  # its CPU limit (quota or cpuset), None: the machine's cores
     pool: int | None = None  # its worker pool's size, when the system or listener knows it
     generator: bool = False  # part of the load generator
+    host: str = ""  # the host it runs on
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Inputs:
     connections: int | None = None  # the generator's connections (one request each)
     timeout_ms: float | None = None
     part: tuple[str, str, float | None] | None = None  # (name, label, capacity) of detail_ns
+    host_cores: dict[str, float] = field(default_factory=dict)  # host -> its CPU limit
 
 
 def machine_cores() -> float:
@@ -143,6 +147,7 @@ def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
             role = str(rs[0].get("role") or "")
             default = NodeInfo(role, name, rs[0].get("cpu_quota_cores"), generator=role == "load")
             out[name] = _cpu(rs, inp.nodes.get(name, default), x)
+    out |= _hosts(mine, inp, x)
     for name, node in inp.nodes.items():
         if node.pool and name in out:
             if (pool := _pool(inp.stats, node, x, out[name])) is not None:
@@ -171,6 +176,24 @@ def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]
         dt = rows[-1]["t_s"] - rows[0]["t_s"]
         for key in ("bytes_rx", "bytes_tx"):
             out[f"{key}_per_s"] = (rows[-1][key] - rows[0][key]) / dt if dt > 0 else None
+    return out
+
+
+def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, dict[str, Any]]:
+    """The CPU of each host with a limit and more than one node: its nodes share one cgroup
+    (docs/hosts.md), so the host, not each node against the whole limit, is what runs out.
+    Its busy cores each second are its nodes' summed."""
+    out: dict[str, dict[str, Any]] = {}
+    for host, cores in inp.host_cores.items():
+        names = sorted(n for n, info in inp.nodes.items() if info.host == host)
+        mine = [r for r in rows if r["node"] in names and r.get("cpu_percent") is not None]
+        if len({r["node"] for r in mine}) < 2:
+            continue
+        per_row = pd.DataFrame(mine).groupby("t_s")["cpu_percent"].sum().to_numpy() / 100.0
+        busy, busy_ci = _mean_ci(per_row)
+        parts = ", ".join(inp.nodes[n].label for n in names if n in {r["node"] for r in mine})
+        label = f"host {host}'s CPU ({parts})"
+        out[f"host:{host}"] = entry("cpu", label, busy, busy_ci, cores, "cores", x, role="host")
     return out
 
 

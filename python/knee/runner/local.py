@@ -690,6 +690,7 @@ def _resource_inputs(
             cpu_cores=state.hosts.limits_of(plan.name, where[plan.name]).get("cpu_cores"),
             pool=int(pool) if pool else None,
             generator=plan.role == "load",
+            host=where[plan.name],
         )
     target = stats.get("target") or {}
     if target.get("found"):
@@ -716,6 +717,7 @@ def _resource_inputs(
         connections=point.load["connections"] if system.one_request_per_connection else None,
         timeout_ms=point.load["timeout_ms"],
         part=system.detail_part(point.server) if system.detail_part else None,
+        host_cores={h: c for h in set(where.values()) if (c := state.hosts.cores_of(h))},
     )
 
 
