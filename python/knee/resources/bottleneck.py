@@ -11,7 +11,9 @@ the queues it waits in.
 
 Three rules keep the name right:
 - A worker pool whose busy time is mostly CPU time (its node's CPU busy >= ON_CPU of the
-  pool's busy) is busy computing: the CPU is named, as the pool's threads can use it.
+  pool's busy) is busy computing: the CPU is named, as the pool's threads can use it, with
+  their busy time per request as its demand (the rest of it: a thread waiting for a core,
+  or handing its request on).
 - The generator's connections are held for each request's whole response time, queueing
   at the target included: they fill because the target is slow. At a point they rank after
   any other resource near its limit (U >= NEAR); along a curve their demand is their hold
@@ -57,7 +59,13 @@ def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, An
         if r.get("kind") == "pool" and (r.get("on_cpu") or 0.0) >= ON_CPU:
             node = name.removeprefix("pool:")
             if node in out:
-                out[node] = {**out[node], "pool_u": r["u"], "threads": r.get("capacity")}
+                # The CPU as the pool's threads use it: its demand is their busy time per
+                # request (at least ON_CPU of it on a core; the rest a thread that waited
+                # for one, or handed its request on), the pool's U and D.
+                keys = ("u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s")
+                cpu_u = out[node]["u"]
+                out[node] = {**out[node], **{k: r.get(k) for k in keys}}
+                out[node] |= {"cpu_u": cpu_u, "threads": r.get("capacity")}
                 del out[name]
     order = sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
     if any(r["kind"] not in PASSIVE and r["u"] >= NEAR for _, r in order):
@@ -78,11 +86,7 @@ def by_demand(
     out = []
     for name, r in ranked(ref["resources"]):
         if r["kind"] in PASSIVE or r.get("includes_waiting"):
-            ds = [
-                float(p["resources"][name]["d_ns"])
-                for p in points
-                if (p.get("resources") or {}).get(name, {}).get("d_ns")
-            ]
+            ds = _low_load_demand(name, r, points)
             if ds and min(ds) < (r.get("d_ns") or 0.0):
                 d = min(ds)
                 r = {**r, "d_ns": d, "bound_per_s": 1e9 / d, "bound_ci_per_s": None}
@@ -90,6 +94,19 @@ def by_demand(
         if r.get("d_ns"):
             out.append((name, r))
     return sorted(out, key=lambda kv: -float(kv[1]["d_ns"]))
+
+
+def _low_load_demand(name: str, r: dict[str, Any], points: list[dict[str, Any]]) -> list[float]:
+    """Its demand where it waited least: a passive resource's at every point (the least
+    is its hold time at low load); a lock's at the point of lowest load only (a contended
+    point's U is clamped at 1, so its D there would be 1 / X, the measured rate itself)."""
+    have = [p for p in points if (p.get("resources") or {}).get(name, {}).get("d_ns")]
+    if r.get("includes_waiting"):
+        calm = [p for p in have if not p["resources"][name].get("contended")]
+        have = (
+            [min(calm, key=lambda p: float(p.get("completion_rate_per_s") or 0.0))] if calm else []
+        )
+    return [float(p["resources"][name]["d_ns"]) for p in have]
 
 
 def reference(points: list[dict[str, Any]], below: float | None = None) -> dict[str, Any] | None:
