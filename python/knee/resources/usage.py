@@ -189,7 +189,12 @@ def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, dict[
         mine = [r for r in rows if r["node"] in names and r.get("cpu_percent") is not None]
         if len({r["node"] for r in mine}) < 2:
             continue
-        per_row = pd.DataFrame(mine).groupby("t_s")["cpu_percent"].sum().to_numpy() / 100.0
+        # Only the seconds with a row of every node: a node that ended (a client done) has
+        # none for its last one, which would count as the host idle.
+        table = pd.DataFrame(mine).pivot_table(index="t_s", columns="node", values="cpu_percent")
+        per_row = table.dropna().sum(axis=1).to_numpy() / 100.0
+        if not len(per_row):
+            continue
         busy, busy_ci = _mean_ci(per_row)
         parts = ", ".join(inp.nodes[n].label for n in names if n in {r["node"] for r in mine})
         label = f"host {host}'s CPU ({parts})"
