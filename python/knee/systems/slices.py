@@ -197,7 +197,12 @@ def _load_config(load: dict[str, Any], driver: dict[str, Any], seed: int) -> dic
 
 SYSTEM = System(
     name="slices",
-    parts=(("lb", "the LB"), ("pn-*", "PN {n}"), ("router", "the router")),
+    parts=(
+        ("lb", "the LB"),
+        ("pn-*", "PN {n}"),
+        ("router", "the router"),
+        ("client", "the client"),
+    ),
     summary="pub/sub image processing whose LB moves slices to joining PNs (report 003)",
     server={
         "slices": Param("int", 10, "slices S (an item's slice is id mod S)", min=1, max=MAX_SLICES),
