@@ -164,13 +164,14 @@ def test_a_port_nobody_listens_on_gives_the_reason() -> None:
     assert tree_pids(2**22 + 1) == []  # above the kernel's pid_max: no such process
 
 
-def test_ipv6_wildcard_and_ipv4_mapped_sockets_take_ipv4_targets() -> None:
-    """Sockets of this process in /proc/net/tcp6: `::` (dual-stack) takes IPv4 and IPv6
-    targets, `::ffff:127.0.0.1` is 127.0.0.1's."""
+def test_ipv6_loopback_and_ipv4_mapped_sockets_are_found() -> None:
+    """Sockets of this process in /proc/net/tcp6, on loopback only: `::1` is found as
+    `::1` and `[::1]`, `::ffff:127.0.0.1` is 127.0.0.1's (a wildcard `::`, which would
+    listen on the machine's real interface too, is tested inside an emulated host, below)."""
     if not socket.has_ipv6:
         pytest.skip("no IPv6 here")
     for bind, targets in (
-        ("::", ("127.0.0.1", "::1", "[::1]")),
+        ("::1", ("::1", "[::1]")),
         ("::ffff:127.0.0.1", ("127.0.0.1",)),
     ):
         with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
@@ -186,8 +187,20 @@ def test_ipv6_wildcard_and_ipv4_mapped_sockets_take_ipv4_targets() -> None:
                 assert isinstance(listener, Listener), (bind, target, listener)
                 assert listener.pids == (os.getpid(),)
                 assert listener.workers is None
-            if bind != "::":
+            if bind != "::1":
                 assert isinstance(find_listener("::1", port), str)
+
+
+#: Listens on `::` (dual-stack) and prints its port; run inside an emulated host only.
+WILDCARD = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+time.sleep(30)  # bounded: the test stops it long before
+"""
 
 
 def test_a_server_on_an_emulated_host_is_found_through_a_process_inside_it(
@@ -217,6 +230,17 @@ def test_a_server_on_an_emulated_host_is_found_through_a_process_inside_it(
         assert listener.name == "knee-node"
         outside = find_listener(host.address, port)
         assert isinstance(outside, str) and outside.startswith("no process on this machine")
+        # A dual-stack wildcard `::` inside the namespace (its only interfaces: its own)
+        # takes the host's IPv4 address.
+        argv = host.command([sys.executable, "-c", WILDCARD])
+        wild = processes.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert wild.stdout is not None
+        ready_w, _, _ = select.select([wild.stdout], [], [], HELPER_TIMEOUT_S)
+        assert ready_w, f"no port from the wildcard listener within {HELPER_TIMEOUT_S:g} s"
+        wild_port = int(wild.stdout.readline())
+        found = find_listener(host.address, wild_port, netns_pid=wild.pid)
+        assert isinstance(found, Listener) and found.pids == (wild.pid,), found
+        Processes.stop(wild)
     finally:
         if proc is not None:
             Processes.stop(proc)
