@@ -595,7 +595,7 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
 # --- 2. LB overhead on throughput ------------------------------------------------------
 
 
-# The PN's item workers' thread name (pn.rs): the CPU they get is the CPU items get.
+# The PN's item workers' thread name (pn/workers.rs): the CPU they get is the CPU items get.
 WORKER_THREAD = "pn-worker"
 
 

@@ -15,7 +15,7 @@ use knee_node::systems::share::codec::{
     register_body, search_reply, unregister_body, Entry, SharedFile,
 };
 use knee_node::systems::slices::codec::{
-    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, ToLb, ToPn, Took,
+    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, TakenSlice, ToLb, ToPn,
 };
 use knee_node::systems::stream::datagram::{self, BlockId};
 use knee_node::wire::{write_frame, ReplyHeader, RequestHeader};
@@ -235,7 +235,7 @@ fn slices_seeds(seeds: &mut Seeds) {
             ToLb::Took {
                 pn: 1,
                 t_ns: 99,
-                slices: vec![Took {
+                slices: vec![TakenSlice {
                     slice: 2,
                     epoch: 3,
                     giver_last_id: Some(1200),

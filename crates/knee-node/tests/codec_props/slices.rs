@@ -1,8 +1,8 @@
 //! slices' item and reply (binary) and control messages (bounded postcard).
 
 use knee_node::systems::slices::codec::{
-    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, SliceRuns, ToLb, ToPn, Took,
-    CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, MAX_ITEM_ACKS,
+    decode_control, encode_control, Handoff, HandoffSlice, ItemHeader, Reply, SliceRuns, TakenSlice, ToLb,
+    ToPn, CONTROL_MAGIC, CONTROL_VERSION, ITEM_HEADER_BYTES, KIND_ITEM, KIND_REPLY, MAGIC, MAX_ITEM_ACKS,
     MAX_SLICES, VERSION,
 };
 use proptest::prelude::*;
@@ -53,7 +53,7 @@ fn to_lb() -> impl Strategy<Value = ToLb> {
         any::<Option<u64>>(),
         any::<Option<u64>>(),
     )
-        .prop_map(|(slice, epoch, giver_last_id, taker_first_id)| Took {
+        .prop_map(|(slice, epoch, giver_last_id, taker_first_id)| TakenSlice {
             slice,
             epoch,
             giver_last_id,
@@ -144,9 +144,9 @@ proptest! {
         prop_assert_eq!(decode_control::<ToLb>(&encode_control(&lb)), Ok(lb));
         prop_assert_eq!(decode_control::<ToPn>(&encode_control(&pn)), Ok(pn));
         let h = decode_control::<Handoff>(&encode_control(&Handoff::new(from, &slices)));
-        let h = h.map_err(TestCaseError::fail)?;
+        let h = h.map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(h.from, from);
-        let h = h.checked().map_err(TestCaseError::fail)?;
+        let h = h.checked().map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(h.iter().map(|s| s.to_owned()).collect::<Vec<_>>(), slices);
     }
 
@@ -185,7 +185,7 @@ proptest! {
             // read back the same (the columns may differ: runs a writer would have joined).
             if let Ok(checked) = m.clone().checked() {
                 let slices: Vec<HandoffSlice> = checked.iter().map(|s| s.to_owned()).collect();
-                let again = Handoff::new(m.from, &slices).checked().map_err(TestCaseError::fail)?;
+                let again = Handoff::new(m.from, &slices).checked().map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(again.iter().map(|s| s.to_owned()).collect::<Vec<_>>(), slices);
             }
         }

@@ -85,7 +85,7 @@ struct Slice {
     watermark: Watermark,
     /// Owned through a giver's handoff: ids found missing above its watermark may still
     /// reach the giver (which heard the clients later than this PN), so they are noted.
-    handed: bool,
+    by_handoff: bool,
     /// Owed ids and the crash dedupe, None while there are none: kept apart so that a
     /// slice's usual state is one cache line (a 1,000-slice join touches 500 of them).
     rare: Option<Box<Rare>>,
@@ -191,7 +191,7 @@ impl Ledger {
             for k in 1..=missing.min(room) as u64 {
                 let skipped = id - k * stride;
                 s.owed_insert((sender, skipped));
-                if s.handed && self.missing.len() < MAX_MISSING_PENDING {
+                if s.by_handoff && self.missing.len() < MAX_MISSING_PENDING {
                     self.missing.push((slice, sender, skipped));
                 }
             }
@@ -273,7 +273,7 @@ impl Ledger {
             epoch: h.epoch,
             owned: true,
             watermark,
-            handed: true,
+            by_handoff: true,
             rare: (!h.owed.is_empty()).then(|| {
                 Box::new(Rare {
                     owed: h.owed.iter().copied().collect(),

@@ -4,7 +4,7 @@
 //! repeating an item. `docs/slices.md` describes the design and why it holds.
 //!
 //! `serve slices` runs one of three roles, by `server.role`: "router" (a Zenoh router,
-//! for runs across hosts), "lb" (`lb.rs`) or "pn" (`pn.rs`); `load slices` is the client
+//! for runs across hosts), "lb" (`lb.rs`) or "pn" (`pn/`); `load slices` is the client
 //! (`client.rs`).
 
 mod client;
@@ -124,7 +124,7 @@ impl Throttled {
         }
     }
 
-    fn note(&mut self, why: &str) {
+    fn note(&mut self, why: impl std::fmt::Display) {
         self.count += 1;
         let now = clock::now_ns();
         if self.count <= LOG_FIRST || now >= self.next_log_ns {

@@ -525,7 +525,7 @@ fn runs<T: PartialEq + Copy>(values: impl Iterator<Item = T>) -> Vec<(T, std::op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::systems::slices::codec::Took;
+    use crate::systems::slices::codec::TakenSlice;
 
     fn sends(out: &[Out]) -> Vec<(u32, ToPn)> {
         out.iter()
@@ -546,7 +546,7 @@ mod tests {
             t_ns: 50,
             slices: slices
                 .iter()
-                .map(|&(slice, epoch)| Took {
+                .map(|&(slice, epoch)| TakenSlice {
                     slice,
                     epoch,
                     giver_last_id: Some(1),
