@@ -88,11 +88,11 @@ struct Slice {
     by_handoff: bool,
     /// Owed ids and the crash dedupe, None while there are none: kept apart so that a
     /// slice's usual state is one cache line (a 1,000-slice join touches 500 of them).
-    rare: Option<Box<Rare>>,
+    owed_and_seen: Option<Box<OwedAndSeen>>,
 }
 
 #[derive(Default, Debug)]
-struct Rare {
+struct OwedAndSeen {
     owed: HashSet<(u32, u64)>,
     /// Some after a crash assignment: the ids this PN accepted, the only dedupe it has.
     seen: Option<Seen>,
@@ -100,19 +100,19 @@ struct Rare {
 
 impl Slice {
     fn seen_mut(&mut self) -> Option<&mut Seen> {
-        self.rare.as_mut().and_then(|r| r.seen.as_mut())
+        self.owed_and_seen.as_mut().and_then(|r| r.seen.as_mut())
     }
 
     fn owed_len(&self) -> usize {
-        self.rare.as_ref().map_or(0, |r| r.owed.len())
+        self.owed_and_seen.as_ref().map_or(0, |r| r.owed.len())
     }
 
     fn owed_remove(&mut self, key: &(u32, u64)) -> bool {
-        self.rare.as_mut().is_some_and(|r| r.owed.remove(key))
+        self.owed_and_seen.as_mut().is_some_and(|r| r.owed.remove(key))
     }
 
     fn owed_insert(&mut self, key: (u32, u64)) {
-        self.rare.get_or_insert_default().owed.insert(key);
+        self.owed_and_seen.get_or_insert_default().owed.insert(key);
     }
 }
 
@@ -241,10 +241,14 @@ impl Ledger {
         s.owned = false;
         s.epoch = epoch;
         let watermark = std::mem::take(&mut s.watermark);
-        match s.rare.take() {
+        match s.owed_and_seen.take() {
             None => out.push(slice, epoch, &watermark, also_owed),
-            Some(rare) => {
-                let mut owed: Vec<_> = rare.owed.into_iter().chain(also_owed.iter().copied()).collect();
+            Some(owed_and_seen) => {
+                let mut owed: Vec<_> = owed_and_seen
+                    .owed
+                    .into_iter()
+                    .chain(also_owed.iter().copied())
+                    .collect();
                 owed.sort_unstable();
                 owed.dedup();
                 out.push(slice, epoch, &watermark, &owed);
@@ -274,8 +278,8 @@ impl Ledger {
             owned: true,
             watermark,
             by_handoff: true,
-            rare: (!h.owed.is_empty()).then(|| {
-                Box::new(Rare {
+            owed_and_seen: (!h.owed.is_empty()).then(|| {
+                Box::new(OwedAndSeen {
                     owed: h.owed.iter().copied().collect(),
                     seen: None,
                 })
@@ -301,10 +305,10 @@ impl Ledger {
         if !s.owned {
             *s = Slice {
                 owned: true,
-                rare: crash.then(|| {
-                    Box::new(Rare {
+                owed_and_seen: crash.then(|| {
+                    Box::new(OwedAndSeen {
                         seen: Some(Seen::default()),
-                        ..Rare::default()
+                        ..OwedAndSeen::default()
                     })
                 }),
                 ..Slice::default()
