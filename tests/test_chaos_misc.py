@@ -108,6 +108,7 @@ def test_slices_chaos_exactly_once_through_kills(smoke_runs: dict[str, Path]) ->
     c = _verdict(smoke_runs["slices"])
     assert c["pn_kills"] == 3 and c["kills_within_give_delay"] >= 1
     assert c["lost"] == 0 and c["repeated"] == 0 and c["replied"] > 0
+    assert c["wrong"] == 0 and c["bad_checksums"] == 0  # every answer's grayscale was right
     assert c["crash_moves"] > 0  # the killed PNs' slices were taken over
 
 

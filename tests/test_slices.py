@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from report_helpers import (
 from test_hosts_limits import cgroups_usable
 
 import knee
+from knee import results
 from knee.analysis import slices as analysis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +96,53 @@ def test_a_pn_computes_the_reference_grayscale(
     assert n == 20
 
 
+def test_a_wrong_grayscale_fails_the_checker(
+    slices_node: str, processes: Any, tmp_path: Path
+) -> None:
+    """A real LB, PN and client, the PN told (`wrong_reply_every`, a tests-only knob) to
+    answer every item whose id is a multiple of 4 with a wrong grayscale checksum. The
+    client records those as errors and counts them; the checker, reading the client's real
+    samples file and the PN's real log, fails the run for them and for nothing else."""
+    prefix = f"knee/slices/test-{tmp_path.name}"
+    lb = _serve(slices_node, processes, tmp_path, "lb", {"role": "lb", "slices": 4,
+                "prefix": prefix, "heartbeat_ms": 50, "failure_timeout_ms": 500,
+                "balance": True, "connect": []})  # fmt: skip
+    log_path = tmp_path / "pn-0.log"
+    _serve(slices_node, processes, tmp_path, "pn-0", {"role": "pn", "pn": 0, "slices": 4,
+           "threads": 1, "work_repeat": 1, "queue_max": 1000, "log_path": str(log_path),
+           "heartbeat_ms": 50, "prefix": prefix, "connect": [lb],
+           "wrong_reply_every": 4})  # fmt: skip
+    requests = 20
+    done = _client(slices_node, tmp_path, prefix, [lb], image_bytes=30 * 20 * 3, requests=requests)
+    samples = results.samples_frame(
+        results.read_sample_records(tmp_path / "client.samples.bin"),
+        point=0,
+        series="wrong",
+        node="client",
+        run_start_ns=0,
+        warmup_end_ns=0,
+    )
+    wrong_ids = set(range(0, requests, 4))
+    assert set(samples.loc[samples["status"] == "error", "request_id"]) == wrong_ids
+    assert done["bad_checksums"] >= len(wrong_ids), done
+    # The PN flushes its log every 100 ms: wait until it holds every item processed.
+    log = pd.DataFrame()
+    for _ in range(100):
+        log = analysis.log_frame(analysis.read_pn_log(log_path))
+        if len(log) >= requests:
+            break
+        time.sleep(0.05)
+    verdict = analysis.check_exactly_once(
+        samples, log, killed=set(), retries=2, bad_checksums=done["bad_checksums"]
+    )
+    assert not verdict.passed, verdict
+    assert verdict.wrong == len(wrong_ids) and verdict.bad_checksums == done["bad_checksums"]
+    assert verdict.replied == requests - len(wrong_ids) and verdict.unfinished == 0, verdict
+    # Only the wrong answers fail it: every item was processed once and logged.
+    only_wrong = (verdict.lost, verdict.repeated, verdict.unknown, verdict.unlogged_replies)
+    assert only_wrong == (0, 0, 0, 0), verdict
+
+
 def _serve(node: str, processes: Any, tmp_path: Path, name: str, server: dict[str, Any]) -> str:
     config = {"server": server, "listen": "127.0.0.1:0"}
     proc = processes.spawn(
@@ -150,6 +199,7 @@ def test_smoke_run_is_exactly_once_with_a_report(
         verdict = analysis.exactly_once(run, point)
         assert verdict.passed, verdict
         assert verdict.replied > 0
+        assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
     if experiment == "slices-join":
         moves, _ = analysis.handoffs(run, run.sample_points()[0])
         assert len(moves) > 0  # the joins moved slices
@@ -245,9 +295,11 @@ def test_a_killed_pn_loses_nothing(
     assert verdict.killed == [1]
     assert verdict.passed, verdict
     assert verdict.lost == 0 and verdict.repeated == 0
+    assert verdict.wrong == 0, verdict  # every answer's grayscale was the image's
     served = {row["pn"] for row in verdict.by_pn_epoch}
     assert served == {0, 1, 2}  # the joiner took slices; the killed PN had served some
     done = _last_event(run_dir, "client", "done")
+    assert done["bad_checksums"] == verdict.bad_checksums == 0, done  # late answers too
     on_items, in_messages = done["acked_ids_on_items"], done["acked_ids_in_messages"]
     assert on_items + in_messages >= done["ok"] > 0, done  # every answered id is told
     if rate_per_s == 60:
@@ -287,6 +339,7 @@ def test_bad_input_on_the_topics_is_counted_and_dropped(slices_node: str, tmp_pa
     crash, and every real item is still processed exactly once."""
     run_dir, _, _, verdict = _run_one_point(tmp_path, JUNK_SPEC)
     assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
+    assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
 
     def last(node: str, kind: str) -> dict[str, Any]:
         return _last_event(run_dir, node, kind)
@@ -341,6 +394,7 @@ def test_past_capacity_items_are_late_or_held_not_lost(slices_node: str, tmp_pat
     run_dir, _, _, verdict = _run_one_point(tmp_path, OVERLOAD_SPEC)
     assert verdict.held > 0 and verdict.late + verdict.held > verdict.replied // 4, verdict
     assert verdict.lost == 0 and verdict.repeated == 0 and verdict.passed, verdict
+    assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
     lines = (run_dir / "nodes" / "pn-0.p000.events.jsonl").read_text().splitlines()
     stats = [e for e in map(json.loads, lines) if e.get("event") == "stats"]
     assert stats[-1]["threads"] == 1  # a quarter core: one worker
@@ -393,6 +447,7 @@ def test_a_pn_killed_mid_handoff_loses_nothing(slices_node: str, tmp_path: Path)
     run_dir, run, point, verdict = _run_one_point(tmp_path, MID_HANDOFF_SPEC)
     assert verdict.killed == [0]
     assert verdict.passed and verdict.lost == 0 and verdict.repeated == 0, verdict
+    assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
     moves = analysis.node_events(run, point, "lb", "handoff")
     # The join's moves never completed as joins: each ended as a crash takeover by pn-1.
     assert moves and all((m["from"], m["to"], m["reason"]) == (0, 1, "crash") for m in moves)
@@ -443,6 +498,7 @@ def test_a_frozen_owner_loses_nothing(slices_node: str, tmp_path: Path) -> None:
     it (thousands of items lost); knee waits 60 s, so the items arrive late, none lost."""
     _, _, _, verdict = _run_one_point(tmp_path, FROZEN_OWNER_SPEC)
     assert verdict.lost == 0 and verdict.repeated == 0 and verdict.passed, verdict
+    assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
     assert {row["pn"] for row in verdict.by_pn_epoch} == {0, 1}  # both served
     assert verdict.late > 0  # the freeze held items past their timeout: it did bite
 
@@ -495,6 +551,7 @@ def test_items_a_taker_missed_come_from_its_lagging_giver(slices_node: str, tmp_
     forwards them as it hears them: none lost (before, about 20 were), none repeated."""
     _, run, point, verdict = _run_one_point(tmp_path, LAGGING_GIVER_SPEC)
     assert verdict.lost == 0 and verdict.repeated == 0 and verdict.passed, verdict
+    assert verdict.wrong == 0 and verdict.bad_checksums == 0, verdict
 
     def last_stats(node: str) -> dict[str, Any]:
         return analysis.node_events(run, point, node, "stats")[-1]

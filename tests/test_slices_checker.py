@@ -114,6 +114,22 @@ def test_unanswered_with_retries_left_is_unfinished_not_lost(tmp_path: Path) -> 
     assert (verdict.lost, verdict.unfinished) == (0, 1)
 
 
+def test_a_wrong_answer_fails_and_is_not_unfinished(tmp_path: Path) -> None:
+    """Item 2 answered by pn 0 with a wrong grayscale (the client records it as an error):
+    processed once, yet the run fails; so does a wrong answer the client only counted (a
+    late or repeated reply is not a sample)."""
+    samples = _samples(4, {0: 0, 1: 0, 2: 0, 3: 0})
+    samples.loc[2, "status"] = "error"
+    log = _log(tmp_path, [(0, i, 1, 10 + i) for i in range(4)])
+    verdict = check_exactly_once(samples, log, killed=set(), retries=RETRIES, bad_checksums=1)
+    assert (verdict.wrong, verdict.unfinished, verdict.lost, verdict.replied) == (1, 0, 0, 3)
+    assert verdict.unlogged_replies == 0 and not verdict.passed
+    right = _samples(4, {0: 0, 1: 0, 2: 0, 3: 0})
+    counted_only = check_exactly_once(right, log, killed=set(), retries=RETRIES, bad_checksums=1)
+    assert counted_only.wrong == 0 and not counted_only.passed
+    assert check_exactly_once(right, log, killed=set(), retries=RETRIES).passed
+
+
 def test_an_item_processed_twice_by_living_pns_fails(tmp_path: Path) -> None:
     rows = [(0, i, 1, i) for i in range(10)] + [(1, 4, 2, 100)]
     verdict = check_exactly_once(

@@ -206,6 +206,8 @@ def slices_exactly_once(run: Run, point: int) -> Verdict:
             "unfinished",
             "unknown",
             "unlogged_replies",
+            "wrong",
+            "bad_checksums",
         )
     }
     counts["pn_kills"] = _kills(run, point, "pn-")

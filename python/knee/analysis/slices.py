@@ -140,6 +140,8 @@ class ExactlyOnce:
     late: int  # the client gave up, and a PN processed the item after all (too late)
     held: int  # the client gave up, and the item was in a PN's queue when the run ended
     unfinished: int  # unanswered when the run ended, with publications left
+    wrong: int  # answered with a grayscale that is not the image's (the sample's "error")
+    bad_checksums: int  # the client's count of wrong answers, late and repeated ones too
     not_sent: int  # dropped by the client itself (max_outstanding)
     processed: int  # log records
     repeated: int  # processed more than once, beyond what a killed PN explains
@@ -155,12 +157,19 @@ class ExactlyOnce:
             self.lost == 0
             and self.repeated == 0
             and self.unknown == 0
-            and (self.unlogged_replies == 0)
+            and self.unlogged_replies == 0
+            and self.wrong == 0
+            and self.bad_checksums == 0
         )
 
 
 def check_exactly_once(
-    samples: pd.DataFrame, log: pd.DataFrame, *, killed: set[int], retries: int
+    samples: pd.DataFrame,
+    log: pd.DataFrame,
+    *,
+    killed: set[int],
+    retries: int,
+    bad_checksums: int = 0,
 ) -> ExactlyOnce:
     """Judges one point. `samples`: client, request_id, status, flags (publications),
     service (the PN that replied); `log`: pn, sender, kind, id, epoch.
@@ -172,16 +181,20 @@ def check_exactly_once(
     An item processed n > 1 times repeats unless every processing but one was by a killed
     PN that is not the one whose reply the client got: a PN killed after processing and
     before its reply left (or before its log reached the taker) can cause exactly that,
-    and it is counted (`killed_repeats`), not failed."""
+    and it is counted (`killed_repeats`), not failed.
+    A wrong result fails: a sample recorded as "error" (the only error the slices client
+    records is a reply whose grayscale checksum is not the image's), or any wrong reply the
+    client counted (`bad_checksums`, from its `done` line: late and repeated replies too)."""
     status = samples["status"].astype(str).to_numpy()
     sent = status != "drop"
     items = samples.loc[sent, ["client", "request_id", "service", "flags"]]
     ok = status[sent] == "ok"
+    wrong = status[sent] == "error"
     gave_up = items["flags"].to_numpy() >= retries + 1
     keys = items.rename(columns={"client": "sender", "request_id": "id"})
     published = pd.MultiIndex.from_frame(keys[["sender", "id"]])
     replier = pd.Series(
-        np.where(ok, keys["service"].to_numpy(), -1), index=published, name="replier"
+        np.where(ok | wrong, keys["service"].to_numpy(), -1), index=published, name="replier"
     )
     replier = replier[~replier.index.duplicated()]
 
@@ -209,7 +222,7 @@ def check_exactly_once(
         if len(rec)
         else pd.DataFrame(columns=["pn", "epoch", "items"])
     )
-    abandoned = ~ok & gave_up
+    abandoned = ~ok & ~wrong & gave_up
     was_processed = published.isin(logged)
     was_held = published.isin(pd.MultiIndex.from_frame(held_log[["sender", "id"]]))
     late = abandoned & was_processed
@@ -220,7 +233,9 @@ def check_exactly_once(
         lost=int((abandoned & ~was_processed & ~was_held).sum()),
         late=int(late.sum()),
         held=int(held.sum()),
-        unfinished=int((~ok & ~gave_up).sum()),
+        unfinished=int((~ok & ~wrong & ~gave_up).sum()),
+        wrong=int(wrong.sum()),
+        bad_checksums=bad_checksums,
         not_sent=int((~sent).sum()),
         processed=len(log),
         repeated=repeated,
@@ -236,11 +251,13 @@ def exactly_once(run: Run, point: int) -> ExactlyOnce:
     params = point_params(run).get(point)
     samples = run.point_samples(point, ["client", "request_id", "status", "flags", "service"])
     retries = setting(params, "driver.retries")
+    done = node_events(run, point, "client", "done")
     return check_exactly_once(
         samples,
         point_log(run, point),
         killed=killed_pns(params),
         retries=int(retries if retries is not None else 0),
+        bad_checksums=int(done[-1].get("bad_checksums", 0)) if done else 0,
     )
 
 

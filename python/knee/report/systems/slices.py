@@ -77,13 +77,17 @@ def _checker(run: Any, points: list[int], labels: dict[int, str]) -> Html:
                 v.late,
                 v.held,
                 v.unfinished,
+                max(v.wrong, v.bad_checksums),
                 v.unknown + v.unlogged_replies,
                 ", ".join(f"pn-{k}" for k in v.killed) or "-",
             ]
         )
     cols = [
         Col("point", left=True),
-        Col("exactly once", tip="PASS: no item lost, none processed twice but by a killed PN"),
+        Col(
+            "exactly once",
+            tip="PASS: no item lost, none processed twice but by a killed PN, no wrong answer",
+        ),
         "items",
         "replied",
         Col("lost", tip="the client gave up, and no PN processed or held the item"),
@@ -92,6 +96,7 @@ def _checker(run: Any, points: list[int], labels: dict[int, str]) -> Html:
         Col("late", tip="the client gave up, a PN processed it later (past capacity)"),
         Col("held", tip="the client gave up, still in a PN's queue when the run ended"),
         Col("unfinished", tip="unanswered when the run ended, with publications left"),
+        Col("wrong", tip="answered with a grayscale that is not the image's (late ones too)"),
         Col("inconsistent", tip="log records of unpublished ids; replies missing from the log"),
         Col("killed", left=True),
     ]

@@ -567,6 +567,12 @@ impl<'a> Engine<'a> {
         };
         // Every answer, also a late or repeated one: a PN processed the item.
         self.ack(r.id, received_ns);
+        // Every answer's grayscale is checked, also a late or repeated one's (those are
+        // not recorded as samples): the checker fails a run with any wrong one.
+        let good = r.gray_checksum == self.checksums[r.id as usize % IMAGES];
+        if !good {
+            self.live.bad_checksums.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(top) = self.epochs.get_mut(r.slice as usize) {
             if r.epoch < *top {
                 self.live.stale.fetch_add(1, Ordering::Relaxed);
@@ -583,10 +589,6 @@ impl<'a> Engine<'a> {
             self.ctx.count_unrecorded_rx(bytes.len() as u64);
             return;
         };
-        let good = r.gray_checksum == self.checksums[r.id as usize % IMAGES];
-        if !good {
-            self.live.bad_checksums.fetch_add(1, Ordering::Relaxed);
-        }
         self.ctx.recorder.record(&Sample {
             request_id: r.id,
             intended_ns: f.intended_ns,

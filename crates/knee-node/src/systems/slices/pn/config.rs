@@ -68,6 +68,10 @@ pub struct PnConfig {
     /// the RGB bytes and the gray bytes, so a reference outside knee-node can check them.
     #[serde(default)]
     pub gray_dump_path: Option<String>,
+    /// Tests only (0: never): items whose id is a multiple of this are answered with a
+    /// wrong grayscale checksum, so a test can show that a wrong result fails the checker.
+    #[serde(default)]
+    pub wrong_reply_every: u64,
 }
 
 /// The longest injected handoff delay: a minute covers any test, and bounds the control

@@ -54,7 +54,11 @@ impl Shared {
             };
             let start_ns = clock::now_ns();
             let image = job.h.image(&job.bytes);
-            let checksum = gray::work_repeat(image, self.cfg.work_repeat, &mut gray_out);
+            let mut checksum = gray::work_repeat(image, self.cfg.work_repeat, &mut gray_out);
+            let every = self.cfg.wrong_reply_every;
+            if every > 0 && job.h.id.is_multiple_of(every) {
+                checksum ^= 1;
+            }
             let done_ns = clock::now_ns();
             let h = &job.h;
             self.dump_gray(h, image, &gray_out);
