@@ -4,9 +4,10 @@
 1. Balancing time: one join = from the LB's first move start to the last slice's done (the
    LB's `handoff` lines of that join). Low load (100 items/s, 3 KB images): one PN, then a
    second, third and fourth join; rounds alternate 10 / 100 / 1,000 slices; medians, the
-   ratio's bootstrap interval, and the joins compared by how many PNs gave. Targets: 10
-   slices under 50 ms; 1,000 slices under 1.2 x the 10-slice time. The same at about 80 %
-   of one PN's measured capacity (information).
+   ratio's bootstrap interval, and the joins compared by how many PNs gave. Target: 1,000
+   slices under 1.2 x the 10-slice time (both measured here). The 10-slice time beside
+   the issue's 50 ms is information only: a fixed figure is no baseline. The same at about
+   80 % of one PN's measured capacity (information).
 2. LB overhead on throughput: replies/s at saturation, 2 PNs on each side, each PN capped
    by a cgroup CPU quota (pn-i of both sides on core i), the side with the LB (`balance`)
    and the static one (no LB traffic) running at the same time, swapping places every
@@ -21,10 +22,16 @@
    message sizes and rate, alternating. Target: knee / ping-pong <= 2.
 
 Every node is a real `knee-node serve|load slices` ($KNEE_NODE, else PATH, else the
-repository's release build) on 127.0.0.1, stopped by its PID. Exits 0 even when a target is
-missed (this is a measurement), 1 when something broke.
+repository's release build) on 127.0.0.1, stopped by its PID, configured as `knee run`
+configures it: each round's sections are read and checked by `knee.spec` and its nodes
+planned by `knee.systems.slices` (the bench adds only what a spec does not set: addresses,
+file paths, a PN's hello delay, a client's sender). Exits 0 even when a target is missed
+(this is a measurement), 1 when something broke.
 
-    python3 bench/slices_goals.py [--quick] [--only GOAL ...]
+    python3 bench/slices_goals.py [--quick | --smoke] [--only GOAL ...]
+
+`--smoke` (seconds): goal 1 at low load only, one round of 10 and 100 slices with one join
+each; it runs every step and prints the table and its summary line, its figures unjudged.
 
 GOAL: balancing, overhead, rtd or control; `--only` repeats (`--only balancing --only rtd`).
 `--overhead-rounds N` sets goal 2's rounds (16 in the full plan).
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,7 +65,10 @@ sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an
 from knee.hosts.base import HostError, Limits  # noqa: E402
 from knee.hosts.cgroups import Cgroup, RunCgroups, wrap  # noqa: E402
 from knee.results import read_sample_records  # noqa: E402
-from knee.systems.slices import ack_ms, heartbeat_ms  # noqa: E402
+from knee.spec import load_spec  # noqa: E402
+from knee.systems.base import NodePlan, plan_nodes  # noqa: E402
+from knee.systems.slices import DEFAULT_IMAGE_BYTES, SYSTEM, heartbeat_ms  # noqa: E402
+from knee.toml_writer import dump_toml  # noqa: E402
 
 REPO = BENCH_DIR.parent
 READY_TIMEOUT_S = 10.0
@@ -72,37 +83,18 @@ STOP_GRACE_S = 2.5
 POLL_S = 0.02
 
 
-@dataclass(frozen=True)
-class Detector:
-    """The LB's failure detector as the spec sets it: the LB's timeout, the PNs' heartbeat
-    period (0: the spec's default, a fifth of the timeout) and the client's acks (a quarter
-    of the takeover's room)."""
-
-    failure_timeout_ms: int
-    heartbeat_ms: int = 0
-
-    @property
-    def beat_ms(self) -> int:
-        server = {"heartbeat_ms": self.heartbeat_ms, "failure_timeout_ms": self.failure_timeout_ms}
-        return heartbeat_ms(server)
-
-    @property
-    def ack_ms(self) -> int:
-        return ack_ms(self.beat_ms, self.failure_timeout_ms)
-
-
-# The spec's defaults: heartbeats every 100 ms, a PN silent 500 ms is crashed.
-DETECTOR = Detector(500)
 # A PN that hears no items says hello after this (its default, 30 s, protects a taker's
-# ring; the overhead rounds start their PNs before the client and wait for the split).
+# ring; the overhead rounds start their PNs before the client and wait for the split). Not
+# a spec parameter: the bench sets it on the planned PNs.
 HELLO_AFTER_MS = 1000
 # 52 x 52 RGB, the system's default and the report's item size (~8 KB).
-ITEM_IMAGE_BYTES = 8112
+ITEM_IMAGE_BYTES = DEFAULT_IMAGE_BYTES
 ITEM_HEADER_BYTES = 36
 REPLY_BYTES = 68 + 2  # reply header + "OK"
 # Goal 1's small images (32 x 32 RGB): the join is timed, not the work.
 SMALL_IMAGE_BYTES = 3072
-BALANCE_TARGET_10_MS = 50.0
+# The issue's figure for a 10-slice join: printed beside the time, as information only.
+BALANCE_INFO_10_MS = 50.0
 BALANCE_GROWTH_TARGET = 1.2
 # Resamples of the bootstrap interval of a ratio of medians.
 BOOTSTRAP_RESAMPLES = 4000
@@ -126,6 +118,9 @@ class Plan:
 
 FULL = Plan(6, (10, 100, 1000), 3, 2, (10, 1000), 16, 16.0, 3, 1500)
 QUICK = Plan(1, (10, 100, 1000), 3, 1, (10, 1000), 4, 9.0, 2, 300)
+# Seconds: one low-load round of 10 and 100 slices, one join each; nothing loaded.
+SMOKE = Plan(1, (10, 100), 1, 0, (), 4, 9.0, 2, 300)
+SMOKE_GOALS = ("balancing",)
 
 LOW_RATE_PER_S = 100.0
 # Goal 1 under load: the offered rate as a share of one PN's measured capacity.
@@ -142,7 +137,7 @@ OVERHEAD_OVERLOAD = 1.5
 # The detector of the report's overhead experiment (experiments/slices-overhead.toml): the
 # LB waits 2 s before it calls a quarter-core PN crashed, and the PNs beat every 400 ms
 # (the spec's default, a fifth of that), not every 100 ms as at the 0.5 s default.
-OVERHEAD_DETECTOR = Detector(
+OVERHEAD_FAILURE_TIMEOUT_MS = int(
     tomllib.loads((REPO / "experiments/slices-overhead.toml").read_text())["server"][
         "failure_timeout_ms"
     ]
@@ -164,6 +159,10 @@ OVERHEAD_FILL_FROM_S = 1.5
 # The control (A/A) run's sides start on a settled mesh, as long after their PNs as the
 # LB's side waits for its split.
 CONTROL_SETTLE_S = 1.5
+# A client's patience with an item (its timeout before a re-publication).
+CLIENT_TIMEOUT_MS = 5000.0
+# Goal 2's clients wait as long as an item takes: they measure what the PNs serve.
+OVERHEAD_CLIENT_TIMEOUT_MS = 60_000.0
 # Goal 3: samples intended in the client's first 0.5 s are left out (routes settling).
 RTD_WARM_S = 0.5
 
@@ -231,6 +230,46 @@ def stop_all(nodes: list[Node]) -> None:
 
 
 @dataclass
+class Planned:
+    """One point's planned nodes by name, and the addresses of those started."""
+
+    plans: dict[str, NodePlan]
+    addrs: dict[str, str] = field(default_factory=dict)
+
+
+_ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}")
+
+
+def node_config(plan: NodePlan, addrs: dict[str, str]) -> dict[str, Any]:
+    """A copy of a planned node's config with every "{addr:NAME}" replaced by NAME's
+    address, as the runner does (a node is started after those it connects to)."""
+
+    def sub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: sub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [sub(v) for v in value]
+        if isinstance(value, str):
+            return _ADDR.sub(lambda m: addrs[m.group(1)], value)
+        return value
+
+    return sub(plan.config)
+
+
+def constant_load(rate_per_s: float, duration_s: float, timeout_ms: float) -> dict[str, Any]:
+    """A spec's [load] of a constant rate for `duration_s`, every item counted (no
+    warm-up: the bench picks its own windows)."""
+    return {
+        "schedule": "constant",
+        "rate_per_s": rate_per_s,
+        "duration_s": duration_s,
+        "requests": int(rate_per_s * duration_s) + 1,
+        "timeout_ms": timeout_ms,
+        "warmup_s": 0.0,
+    }
+
+
+@dataclass
 class Bench:
     """The binary, a scratch directory, and every node started (so all get stopped)."""
 
@@ -243,75 +282,65 @@ class Bench:
         self.seq += 1
         return f"{self.seq:03d}-{base}"
 
-    def serve(
-        self, name: str, server: dict[str, Any], cgroup: Cgroup | None = None
-    ) -> tuple[Node, str]:
-        config = {"listen": "127.0.0.1:0", "server": server}
-        cmd = [str(self.knee), "serve", "slices", "--name", name, "--config", json.dumps(config)]
+    def plan(
+        self,
+        server: dict[str, Any],
+        driver: dict[str, Any],
+        load: dict[str, Any],
+        seed: int = 1,
+    ) -> Planned:
+        """One point's nodes as `knee run` plans them: these spec sections read, defaulted
+        and checked by `knee.spec`, the nodes drawn by `knee.systems.slices` (a key space
+        of its own: nothing of an earlier round reaches this one)."""
+        self.seq += 1
+        path = self.work / f"{self.seq:03d}-spec.toml"
+        experiment = {"name": "slices-bench", "system": "slices", "seed": seed}
+        doc = {"experiment": experiment, "server": server, "driver": driver, "load": load}
+        path.write_text(dump_toml(doc))
+        (point,) = load_spec(path).points
+        return Planned({p.name: p for p in plan_nodes(SYSTEM, point)})
+
+    def start(self, planned: Planned, name: str, cgroup: Cgroup | None = None) -> Node:
+        """Starts one planned server node (the LB or a PN) and waits until it is ready."""
+        plan = planned.plans[name]
+        config = node_config(plan, planned.addrs)
+        config["listen"] = "127.0.0.1:0"
+        server = config["server"]
+        if server.get("role") == "pn":
+            server["hello_after_ms"] = HELLO_AFTER_MS
+        for key, file_name in plan.outputs.items():  # the PN's log ("server.log_path")
+            table, _, last = key.rpartition(".")
+            config[table][last] = str(self.work / f"{self.seq:03d}-{file_name}")
+        cmd = [str(self.knee), plan.role, "slices", "--name", name, "--config", json.dumps(config)]
         if cgroup is not None:
             cmd = wrap(cmd, [cgroup])  # the node joins it before it runs: its pid stays
         node = Node(cmd, self.work, self._name(name))
         self.nodes.append(node)
-        return node, node.wait_ready()
+        planned.addrs[name] = node.wait_ready()
+        return node
 
-    def lb(self, prefix: str, slices: int, detector: Detector = DETECTOR) -> tuple[Node, str]:
-        return self.serve("lb", {
-            "role": "lb", "slices": slices, "heartbeat_ms": detector.beat_ms,
-            "failure_timeout_ms": detector.failure_timeout_ms, "balance": True,
-            "prefix": prefix, "connect": [],
-        })  # fmt: skip
-
-    def pn(
-        self,
-        prefix: str,
-        pn: int,
-        slices: int,
-        work_repeat: int,
-        connect: list[str],
-        static: list[int] | None = None,
-        cgroup: Cgroup | None = None,
-        detector: Detector = DETECTOR,
-    ) -> tuple[Node, str]:
-        server: dict[str, Any] = {
-            "role": "pn", "pn": pn, "slices": slices, "threads": 1, "work_repeat": work_repeat,
-            "queue_max": 10_000, "log_path": str(self.work / f"{self.seq + 1:03d}-pn-{pn}.log"),
-            "heartbeat_ms": detector.beat_ms, "hello_after_ms": HELLO_AFTER_MS, "prefix": prefix,
-            "connect": connect,
-        }  # fmt: skip
-        if static is not None:
-            server["static_slices"] = static
-        return self.serve(f"pn-{pn}", server, cgroup)
-
-    def client(
-        self,
-        prefix: str,
-        connect: list[str],
-        slices: int,
-        image_bytes: int,
-        rate_per_s: float,
-        duration_s: float,
-        sender: int = 1,
-        timeout_ms: float = 5000.0,
-        retries: int = 2,
-        detector: Detector = DETECTOR,
-    ) -> tuple[Node, Path]:
-        """`knee-node load slices` at a constant rate, in the background."""
+    def start_client(self, planned: Planned, sender: int | None = None) -> tuple[Node, Path]:
+        """Starts the planned client in the background: its samples file. `sender`: the
+        client's sender id (and seed) instead of the plan's, for another client of the
+        same nodes (a PN takes each sender's ids once)."""
+        plan = planned.plans["client"]
+        config = node_config(plan, planned.addrs)
+        if sender is not None:
+            config["driver"]["sender"] = sender
+            config["seed"] = sender
         name = self._name("client")
         samples = self.work / f"{name}.samples.bin"
-        config = {
-            "schedule": {"kind": "constant", "rate_per_s": rate_per_s},
-            "requests": int(rate_per_s * duration_s) + 1,
-            "duration_s": duration_s,
-            "timeout_ms": timeout_ms,
-            "warmup_s": 0.0,
-            "seed": sender,
-            "samples_path": str(samples),
-            "histogram_path": str(self.work / f"{name}.histogram.csv"),
-            "driver": {"prefix": prefix, "connect": connect, "slices": slices,
-                       "image_bytes": image_bytes, "retries": retries, "sender": sender,
-                       "ack_ms": detector.ack_ms},
-        }  # fmt: skip
-        cmd = [str(self.knee), "load", "slices", "--name", "client", "--config", json.dumps(config)]
+        config["samples_path"] = str(samples)
+        config["histogram_path"] = str(self.work / f"{name}.histogram.csv")
+        cmd = [
+            str(self.knee),
+            plan.role,
+            "slices",
+            "--name",
+            "client",
+            "--config",
+            json.dumps(config),
+        ]
         node = Node(cmd, self.work, name)
         self.nodes.append(node)
         return node, samples
@@ -319,11 +348,6 @@ class Bench:
     def stop(self) -> None:
         stop_all(self.nodes)
         self.nodes.clear()
-
-
-def new_prefix() -> str:
-    """A key space of its own per round: nothing of an earlier round reaches this one."""
-    return f"knee/bench/slices/{uuid.uuid4().hex}"
 
 
 def finish_client(client: Node, stop: bool, run_s: float = 0.0) -> dict[str, Any]:
@@ -372,20 +396,20 @@ def balance_round(
     b: Bench, slices: int, joins: int, rate_per_s: float, work_repeat: int
 ) -> list[Join]:
     """LB + pn-0 under a steady load, then pn-1 .. pn-`joins` join one after the other."""
-    prefix = new_prefix()
+    server = {"slices": slices, "pns": joins + 1, "pns_at_start": 1, "threads": 1,
+              "work_repeat": work_repeat}  # fmt: skip
+    driver = {"image_bytes": SMALL_IMAGE_BYTES, "retries": 2}
+    planned = b.plan(server, driver, constant_load(rate_per_s, 60.0, CLIENT_TIMEOUT_MS))
     try:
-        lb, lb_addr = b.lb(prefix, slices)
-        pn0, pn0_addr = b.pn(prefix, 0, slices, work_repeat, [lb_addr])
-        client, _ = b.client(
-            prefix, [lb_addr, pn0_addr], slices, SMALL_IMAGE_BYTES, rate_per_s, 60.0
-        )
+        lb = b.start(planned, "lb")
+        pn0 = b.start(planned, "pn-0")
+        client, _ = b.start_client(planned)
         live = [lb, pn0, client]
         wait_for(lambda: lb_owns_all(lb), 10.0, f"pn-0 owning {slices} slices", live)
         out = []
         for pn in range(1, joins + 1):
             time.sleep(JOIN_GAP_S)
-            node, _ = b.pn(prefix, pn, slices, work_repeat, [lb_addr])
-            live.append(node)
+            live.append(b.start(planned, f"pn-{pn}"))
             share = slices // (pn + 1)  # the LB's fair share for the newcomer
             try:
                 wait_for(
@@ -422,10 +446,14 @@ def keep_logs(b: Bench, nodes: list[Node]) -> Path:
 def service_ns(b: Bench, image_bytes: int, work_repeat: int, quantile: float = 0.5) -> float:
     """A quantile of one item's service time on one one-thread PN, at a light 50 items/s
     (the neighbours' load stretches it: a low quantile is nearer the PN's own speed)."""
-    prefix, slices, rate, length_s = new_prefix(), 10, 50.0, 1.5
+    rate, length_s = 50.0, 1.5
+    # One PN of the baseline (no LB): it owns every slice from the start.
+    server = {"slices": 10, "pns": 1, "balance": False, "threads": 1, "work_repeat": work_repeat}
+    driver = {"image_bytes": image_bytes, "retries": 2}
+    planned = b.plan(server, driver, constant_load(rate, length_s, CLIENT_TIMEOUT_MS))
     try:
-        _, pn_addr = b.pn(prefix, 0, slices, work_repeat, [], static=list(range(slices)))
-        client, samples = b.client(prefix, [pn_addr], slices, image_bytes, rate, length_s)
+        b.start(planned, "pn-0")
+        client, samples = b.start_client(planned)
         finish_client(client, stop=False, run_s=length_s)
     finally:
         b.stop()
@@ -476,8 +504,9 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
     for _ in range(plan.balance_rounds):
         for s in plan.balance_slices:
             record(low, "low", balance_round(b, s, plan.joins, LOW_RATE_PER_S, 1))
-    cal_ns = service_ns(b, SMALL_IMAGE_BYTES, LOADED_WORK_REPEAT)
-    loaded_rate = LOADED_FRACTION * 1e9 / cal_ns
+    # Under load (not in a smoke run): a share of one PN's capacity, measured here.
+    cal_ns = service_ns(b, SMALL_IMAGE_BYTES, LOADED_WORK_REPEAT) if plan.loaded_rounds else 0.0
+    loaded_rate = LOADED_FRACTION * 1e9 / cal_ns if cal_ns else 0.0
     loaded: dict[int, list[int]] = {s: [] for s in plan.loaded_slices}
     for _ in range(plan.loaded_rounds):
         for s in plan.loaded_slices:
@@ -497,15 +526,17 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
     def add(label: str, tag: str, times: dict[int, list[int]], info: bool) -> None:
         lo, hi = min(times), max(times)
         t_lo = median(times[lo])
-        ratio_lo = t_lo / (BALANCE_TARGET_10_MS * 1e6)
+        # Beside the issue's fixed figure, as information: the goal is the growth below,
+        # a ratio of two times measured here.
+        ratio_lo = t_lo / (BALANCE_INFO_10_MS * 1e6)
         rows.append(
             Row(
                 f"1. balancing, {lo} slices, {label}",
                 ms(t_lo),
                 spread(times[lo]),
                 ratio_lo,
-                "(info)" if info else f"<= 1 ({BALANCE_TARGET_10_MS:.0f} ms)",
-                None if info else ratio_lo <= 1.0,
+                f"(info: / {BALANCE_INFO_10_MS:.0f} ms)",
+                None,
             )
         )
         for s in sorted(times)[1:]:
@@ -524,7 +555,7 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
             )
             metrics[f"balancing_{tag}_{s}_over_{lo}"] = growth
             metrics[f"balancing_{tag}_{s}_ms"] = t / 1e6
-            if is_goal:
+            if is_goal and min(len(times[s]), len(times[lo])) > 1:
                 ci_lo, ci_hi = ratio_interval(times[s], times[lo])
                 below = "yes" if ci_hi <= BALANCE_GROWTH_TARGET else "no: more joins needed"
                 rows.append(
@@ -540,7 +571,7 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
                 metrics[f"balancing_{tag}_{s}_over_{lo}_ci_low"] = ci_lo
                 metrics[f"balancing_{tag}_{s}_over_{lo}_ci_high"] = ci_hi
         metrics[f"balancing_{tag}_{lo}_ms"] = t_lo / 1e6
-        metrics[f"balancing_{tag}_{lo}_over_target"] = ratio_lo
+        metrics[f"balancing_{tag}_{lo}_over_{BALANCE_INFO_10_MS:.0f}ms_info"] = ratio_lo
 
     add(f"{LOW_RATE_PER_S:.0f}/s", "low", low, info=False)
     lo, hi = min(low), max(low)
@@ -565,7 +596,8 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
                 Row(f"   joins from {g} PN(s): only at {have} slices", ms(median(a or b)),
                     f"(n={n})", None, "(info)", None)
             )  # fmt: skip
-    add(f"{loaded_rate:.0f}/s (~{LOADED_FRACTION:.0%} of 1 PN)", "loaded", loaded, info=True)
+    if loaded:
+        add(f"{loaded_rate:.0f}/s (~{LOADED_FRACTION:.0%} of 1 PN)", "loaded", loaded, info=True)
     n_stalled = stalled["low"] + stalled["loaded"]
     rows.append(
         Row(
@@ -578,17 +610,18 @@ def bench_balancing(b: Bench, plan: Plan) -> Section:
         )
     )
     metrics["stalled_joins"] = n_stalled
-    rows.append(
-        Row(
-            f"   loaded: work_repeat {LOADED_WORK_REPEAT}, 1 PN's service",
-            f"{cal_ns / 1e6:.2f} ms",
-            "",
-            None,
-            "",
-            None,
+    if loaded:
+        rows.append(
+            Row(
+                f"   loaded: work_repeat {LOADED_WORK_REPEAT}, 1 PN's service",
+                f"{cal_ns / 1e6:.2f} ms",
+                "",
+                None,
+                "",
+                None,
+            )
         )
-    )
-    metrics["loaded_rate_per_s"] = loaded_rate
+        metrics["loaded_rate_per_s"] = loaded_rate
     return Section(rows, metrics)
 
 
@@ -676,9 +709,8 @@ class Side:
     """One side's pipeline: with the LB (`balance`) or with static slices and no LB."""
 
     balance: bool
-    prefix: str
+    planned: Planned
     servers: list[Node]
-    addrs: list[str]
     lb: Node | None = None
     client: Node | None = None
     samples: Path | None = None
@@ -689,24 +721,24 @@ class Side:
     other_ns: float = 0.0
 
 
-def start_side(b: Bench, balance: bool, cgroups: list[Cgroup] | None) -> Side:
-    """The LB and PNs (the PNs say hello after 1 s without items), or the static PNs."""
-    prefix, slices = new_prefix(), OVERHEAD_SLICES
+def start_side(
+    b: Bench, balance: bool, cgroups: list[Cgroup] | None, rate_per_s: float, duration_s: float
+) -> Side:
+    """The LB and PNs (the PNs say hello after 1 s without items), or the static PNs (the
+    baseline's assignment, by knee.systems.slices); its client is planned, not started."""
+    server = {"slices": OVERHEAD_SLICES, "pns": OVERHEAD_PNS, "pns_at_start": OVERHEAD_PNS,
+              "balance": balance, "threads": 1, "work_repeat": OVERHEAD_WORK_REPEAT,
+              "failure_timeout_ms": OVERHEAD_FAILURE_TIMEOUT_MS}  # fmt: skip
+    driver = {"image_bytes": ITEM_IMAGE_BYTES, "retries": 0}
+    # Every item waits as long as it takes: the client measures what the PNs serve.
+    load = constant_load(rate_per_s, duration_s, OVERHEAD_CLIENT_TIMEOUT_MS)
+    side = Side(balance, b.plan(server, driver, load), [])
     cg = cgroups or [None] * OVERHEAD_PNS
-    side = Side(balance, prefix, [], [])
     if balance:
-        side.lb, anchor = b.lb(prefix, slices, OVERHEAD_DETECTOR)
+        side.lb = b.start(side.planned, "lb")
         side.servers.append(side.lb)
-        side.addrs.append(anchor)
     for i in range(OVERHEAD_PNS):
-        # As python/knee/systems/slices assigns the baseline's slices.
-        static = None if balance else list(range(i, slices, OVERHEAD_PNS))
-        node, addr = b.pn(
-            prefix, i, slices, OVERHEAD_WORK_REPEAT, side.addrs[:1], static, cg[i],
-            OVERHEAD_DETECTOR,
-        )  # fmt: skip
-        side.servers.append(node)
-        side.addrs.append(addr)
+        side.servers.append(b.start(side.planned, f"pn-{i}", cg[i]))
     return side
 
 
@@ -729,7 +761,8 @@ def overhead_round(
     try:
         for name, place in zip(order, PLACES, strict=True):
             balance = name == "lb" and not control
-            sides[name] = start_side(b, balance, cgroups[place] if cgroups else None)
+            cg = cgroups[place] if cgroups else None
+            sides[name] = start_side(b, balance, cg, rate_per_s, duration_s)
         lb = sides["lb"].lb
         servers = [n for side in sides.values() for n in side.servers]
         if lb is None:
@@ -743,10 +776,7 @@ def overhead_round(
             )
         for name in order:
             side = sides[name]
-            side.client, side.samples = b.client(
-                side.prefix, side.addrs, OVERHEAD_SLICES, ITEM_IMAGE_BYTES, rate_per_s,
-                duration_s, timeout_ms=60_000.0, retries=0, detector=OVERHEAD_DETECTOR,
-            )  # fmt: skip
+            side.client, side.samples = b.start_client(side.planned)
         clients = [s.client for s in sides.values() if s.client is not None]
         wait_for(
             lambda: all(c.events("start") for c in clients), READY_TIMEOUT_S, "clients", clients
@@ -892,7 +922,7 @@ def overhead_rounds(
         return Section(rows, metrics)
     verdict, decided = interval_verdict(ci_lo, ci_hi)
     steady_from = f"{OVERHEAD_WARM_S:.0f}-{plan.overhead_duration_s:.0f} s"
-    d = OVERHEAD_DETECTOR
+    beat_ms = heartbeat_ms({"heartbeat_ms": 0, "failure_timeout_ms": OVERHEAD_FAILURE_TIMEOUT_MS})
     rows = [
         Row(
             f"2. throughput at saturation, {steady_from} ({rate:.0f}/s offered)",
@@ -906,8 +936,8 @@ def overhead_rounds(
         Row("   LB overhead (1 - ratio)", f"{1.0 - ratio:.2%}", "", None, "< 0.5 %", None),
         Row(
             "   its detector (experiments/slices-overhead.toml)",
-            f"beats every {d.beat_ms} ms",
-            f"crashed after {d.failure_timeout_ms} ms",
+            f"beats every {beat_ms} ms",
+            f"crashed after {OVERHEAD_FAILURE_TIMEOUT_MS} ms",
             None,
             "",
             None,
@@ -1013,14 +1043,10 @@ def build_pingpong() -> Path:
     return binary
 
 
-def knee_rtd_round(
-    b: Bench, prefix: str, addrs: list[str], sender: int, n: int
-) -> tuple[float, float]:
+def knee_rtd_round(b: Bench, planned: Planned, sender: int, n: int) -> tuple[float, float]:
     """p50 RTD (from the intended send) and p50 from the actual send, in ns."""
-    length_s = n / LOW_RATE_PER_S + RTD_WARM_S
-    client, samples = b.client(
-        prefix, addrs, 10, ITEM_IMAGE_BYTES, LOW_RATE_PER_S, length_s, sender=sender
-    )
+    length_s = rtd_length_s(n)
+    client, samples = b.start_client(planned, sender=sender)
     finish_client(client, stop=False, run_s=length_s)
     b.nodes.remove(client)  # it ended by itself; the LB and PN go on to the next round
     start_ns = int(client.events("start")[0]["start_ns"])
@@ -1031,6 +1057,11 @@ def knee_rtd_round(
     rtd = (s["received_ns"] - s["intended_ns"]).astype(np.int64)
     rtt = (s["received_ns"] - s["sent_ns"]).astype(np.int64)
     return float(np.median(rtd)), float(np.median(rtt))
+
+
+def rtd_length_s(n: int) -> float:
+    """A knee RTD round's length: `n` items at the low rate after the warm-up."""
+    return n / LOW_RATE_PER_S + RTD_WARM_S
 
 
 def pingpong_round(b: Bench, pingpong: Path, prefix: str, pong_addr: str, n: int) -> dict:
@@ -1060,9 +1091,12 @@ def bench_rtd(b: Bench, plan: Plan, pingpong: Path) -> Section:
     pp_rtd: list[float] = []
     pp_rtt: list[float] = []
     try:
-        prefix = new_prefix()
-        lb, lb_addr = b.lb(prefix, 10)
-        pn, pn_addr = b.pn(prefix, 0, 10, 1, [lb_addr])
+        server = {"slices": 10, "pns": 1, "threads": 1, "work_repeat": 1}
+        driver = {"image_bytes": ITEM_IMAGE_BYTES, "retries": 2}
+        load = constant_load(LOW_RATE_PER_S, rtd_length_s(n), CLIENT_TIMEOUT_MS)
+        planned = b.plan(server, driver, load)
+        lb = b.start(planned, "lb")
+        pn = b.start(planned, "pn-0")
         wait_for(lambda: lb_owns_all(lb), 10.0, "the PN owning the slices", [lb, pn])
         pp_prefix = f"knee/bench/pingpong/{uuid.uuid4().hex}"
         pong = Node(
@@ -1076,7 +1110,7 @@ def bench_rtd(b: Bench, plan: Plan, pingpong: Path) -> Section:
         for i in range(plan.rtd_rounds):
 
             def knee_run(i: int = i) -> None:
-                rtd, rtt = knee_rtd_round(b, prefix, [lb_addr, pn_addr], i + 1, n)
+                rtd, rtt = knee_rtd_round(b, planned, i + 1, n)
                 knee_rtd.append(rtd)
                 knee_rtt.append(rtt)
 
@@ -1142,7 +1176,13 @@ def run_all(plan: Plan, only: tuple[str, ...] = GOALS) -> list[Section]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~2 min)")
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~2 min)")
+    speed.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds: goal 1 at low load, one round of 10 and 100 slices (figures unjudged)",
+    )
     parser.add_argument(
         "--only",
         choices=(*GOALS, CONTROL),
@@ -1157,14 +1197,15 @@ def main() -> int:
         "sides swap places each round); more rounds narrow an UNDECIDED interval",
     )
     args = parser.parse_args()
-    plan = QUICK if args.quick else FULL
+    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
     if args.overhead_rounds is not None:
         if args.overhead_rounds < 4 or args.overhead_rounds % 2:
             parser.error(f"--overhead-rounds: an even number >= 4, got {args.overhead_rounds}")
         plan = replace(plan, overhead_rounds=args.overhead_rounds)
     t0 = time.monotonic()
     try:
-        sections = run_all(plan, tuple(args.only or GOALS))
+        goals = tuple(args.only or (SMOKE_GOALS if args.smoke else GOALS))
+        sections = run_all(plan, goals)
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"slices_goals: broken: {e}", file=sys.stderr)
         return 1
