@@ -12,8 +12,7 @@ use zenoh::Wait;
 
 use super::handoff::control_loop;
 use super::intake::{subscribe, Control};
-use super::PnConfig;
-use super::{Counters, Shared, State};
+use super::{Counters, PnConfig, Shared, State};
 use crate::events::{self, Stats};
 use crate::serve::{Lifecycle, ServeOptions, Stop};
 use crate::systems::slices::codec::{self, ToLb};

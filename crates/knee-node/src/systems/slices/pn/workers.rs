@@ -8,7 +8,7 @@ use super::Shared;
 use crate::systems::slices::codec::{self, ItemHeader, Reply};
 use crate::systems::slices::gray;
 use crate::systems::slices::pnlog::{self, Record};
-use crate::systems::slices::session::{self};
+use crate::systems::slices::session;
 use crate::{clock, stdio};
 
 /// Items a gray dump holds at most: enough to check the arithmetic, bounded on disk.
