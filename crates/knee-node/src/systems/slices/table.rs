@@ -18,9 +18,10 @@ pub enum Reason {
     Crash,
 }
 
-/// One slice move, printed as a `handoff` line when the taker reports it owns the slice.
+/// One slice move done, printed as a `handoff` line when the taker reports it owns the
+/// slice (not the giver's `codec::Handoff` message).
 #[derive(Serialize, Debug, Clone, PartialEq)]
-pub struct Handoff {
+pub struct SliceMoved {
     pub slice: u32,
     pub epoch: u64,
     pub from: Option<u32>,
@@ -32,7 +33,7 @@ pub struct Handoff {
     pub taker_first_id: Option<u64>,
 }
 
-impl crate::events::NodeEvent for Handoff {
+impl crate::events::NodeEvent for SliceMoved {
     const NAME: &'static str = "handoff";
 }
 
@@ -78,7 +79,7 @@ impl Pn {
 #[derive(Debug, PartialEq)]
 pub enum Out {
     Send(u32, ToPn),
-    Event(Handoff),
+    Event(SliceMoved),
 }
 
 #[derive(Debug)]
@@ -173,7 +174,7 @@ impl Table {
                     }
                     if let Some(m) = e.moving.take() {
                         if m.reason != Reason::Assign {
-                            out.push(Out::Event(Handoff {
+                            out.push(Out::Event(SliceMoved {
                                 slice: t.slice,
                                 epoch: t.epoch,
                                 from: m.from,
