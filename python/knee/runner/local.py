@@ -317,10 +317,12 @@ def _measure_point(
     state.monitor.remove_tree(TARGET_NODE)
     _fetch(state, nodes, raws)
     frame = results.point_frame(state.run_dir, list(raws.values()))
-    check = None
-    if system.check is not None:  # before the scratch folder (a system's files) goes
-        timeline = [e for e in state.events if e["point"] == point.index]
-        check = system.check(frame, nodes.configs, timeline)
+    # Before the scratch folder (a system's files) goes: the system's checker, if any.
+    timeline = [e for e in state.events if e["point"] == point.index]
+    check = chaos.check(
+        system.name, chaos.PointRun(state.run_dir, point.index, frame, nodes.configs, timeline)
+    )
+    if check is not None:
         state.event("check", point.index, detail=str(check.get("verdict", "")))
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -775,5 +777,3 @@ def _write_outputs(
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)
     results.write_samples(state.run_dir, state.raws)
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, status, extra))
-    if status == "complete":  # the system's checker verdict per point (knee.analysis.chaos)
-        chaos.add_to_summary(state.run_dir)
