@@ -58,6 +58,7 @@ sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an
 
 from knee.find.probe import ERROR_SHARE, decide, failed_share  # noqa: E402
 from knee.results import open_run  # noqa: E402
+from knee.stats.seconds import second_of  # noqa: E402
 
 REPO = BENCH_DIR.parent
 HTTP_APPS = REPO / "tests" / "http_apps"
@@ -456,9 +457,9 @@ def ramp(t: Target, work: Path, o: Outcome) -> None:
     path = write_spec(work / "ramp.toml", spec)
     _, o.ramp_s, run_dir = run_knee(["run", str(path)], work / "ramp", wall * 3 + 180)
     s = open_run(run_dir).samples
-    t0 = float(s["intended_ns"].min())
-    end = s["received_ns"].where(s["received_ns"] > 0, s["intended_ns"]).astype(float)
-    s = s.assign(window=((end - t0) // 1e9).astype(int))
+    t0 = int(s["intended_ns"].min())
+    end = s["received_ns"].where(s["received_ns"] > 0, s["intended_ns"])
+    s = s.assign(window=second_of(end, t0))
     for w, g in s.groupby("window", sort=True):
         failed = float((g["status"] != "ok").mean())
         done = g[g["received_ns"] > 0]

@@ -42,9 +42,9 @@ sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an
 
 from knee import env, results  # noqa: E402
 from knee.resources.usage import Inputs, point_resources  # noqa: E402
-from knee.runner.local import _add_interference  # noqa: E402
 from knee.spec import load_spec  # noqa: E402
 from knee.stats import point_stats  # noqa: E402
+from knee.stats.interference import add_interference  # noqa: E402
 from knee.toml_writer import dump_toml  # noqa: E402
 
 DEFAULT_SAMPLES = 50_000_000
@@ -231,7 +231,7 @@ def generate(run_dir: Path, samples: int, seed: int) -> None:
         stats["resources"] = point_resources(
             Inputs(point.index, warmup_end_s, timeseries, stats, nodes={})
         )
-        _add_interference(stats, timeseries, point.index, warmup_end_s)
+        add_interference(stats, timeseries, point.index, warmup_end_s)
         points.append(stats)
     results.write_table(run_dir / results.EVENTS, events)
     results.write_table(run_dir / results.TIMESERIES, timeseries)

@@ -1,7 +1,11 @@
-"""The checkers of the crash-cycle experiments (experiments/*-chaos.toml): one verdict per
-point, PASS or FAIL with the counts behind it, written into summary.json (`points[].check`,
-by `add_to_summary` at the end of a run) and shown in the system's report section.
+"""The one path by which a point's correctness is checked, for every system that has a
+checker: `check(system, PointRun)` runs the system's checker (CHECKERS) as the point ends,
+its nodes stopped and their files fetched, its scratch folder still there; the runner keeps
+the verdict, PASS or FAIL with the counts behind it, as the point's `check` in summary.json
+(`points[].check`), and the reports show it (`point_verdict`).
 
+- chat (`chat_exactly_once`): `knee.analysis.chat_checker.check_point`, the acknowledged
+  writes against the database's own tables (its SQLite file is in the scratch folder).
 - share (`share_obtains`): every obtain completed with a verified checksum or failed with
   its status; no corrupt file accepted: each obtain a peer served corrupted
   (`server.corrupt_every`, its `corrupted` counter) is refused by the client's checksum, and
@@ -16,13 +20,16 @@ applied), with arrays, never a per-sample loop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from knee.analysis.chat_checker import check_point as chat_check_point
 from knee.contract import (
     SHARE_FLAG_CHECKSUM_MISMATCH,
     SHARE_FLAG_FOR_OBTAIN,
@@ -33,7 +40,7 @@ from knee.contract import (
     STREAM_FLAG_RETRANSMISSION,
 )
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
-from knee.results import SUMMARY, Run, node_lines, write_json
+from knee.results import Run, node_lines, open_run
 from knee.run_params import point_params, setting
 
 Verdict = dict[str, Any]
@@ -236,32 +243,79 @@ def _kills_after_start(run: Run, point: int) -> int:
     return n
 
 
-# ------------------------------------------------------------------ into summary.json
+# ------------------------------------------------------------------ chat
+
+
+def chat_exactly_once(p: PointRun) -> Verdict:
+    return chat_check_point(p.samples, p.configs, p.events)
+
+
+# ------------------------------------------------------------------ the one path
+
+
+@dataclass
+class PointRun:
+    """What a checker reads of one point: the point's samples (as `knee.results.point_frame`
+    gives them), the configs its nodes ran with, its events (`t_s`, `kind`, `node`, as in
+    events.parquet) and, read when asked, the run directory (its nodes' lines, raw files
+    and point records)."""
+
+    run_dir: Path
+    point: int
+    samples: pd.DataFrame
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @functools.cached_property
+    def run(self) -> Run:
+        return open_run(self.run_dir)
+
+
+Checker = Callable[[PointRun], Verdict | None]
+
+
+def _of_run(checker: Callable[[Run, int], Verdict]) -> Checker:
+    """A checker of a run directory's point; a point without samples has nothing to check."""
+
+    def check(p: PointRun) -> Verdict | None:
+        return None if p.samples.empty else checker(p.run, p.point)
+
+    return check
+
 
 #: The checker of each system that has one.
-CHECKERS: dict[str, Callable[[Run, int], Verdict]] = {
-    "share": share_obtains,
-    "stream": stream_counters,
-    "slices": slices_exactly_once,
+CHECKERS: dict[str, Checker] = {
+    "chat": chat_exactly_once,
+    "share": _of_run(share_obtains),
+    "stream": _of_run(stream_counters),
+    "slices": _of_run(slices_exactly_once),
 }
 
 
-def add_to_summary(run_dir: Path) -> None:
-    """Adds each point's verdict to summary.json (`points[].check`, where chat's own checker
-    writes too, during the run: `System.check`) when the run's system
-    has a checker. A checker that fails to run is a FAIL saying why, never a lost run."""
-    from knee.results import open_run
-
-    run = open_run(run_dir)
-    checker = CHECKERS.get(str(run.summary.get("system")))
+def check(system: str, p: PointRun) -> Verdict | None:
+    """The verdict on one point of `system`; None when the system has no checker. A checker
+    that fails to run is a FAIL saying why, never a lost run."""
+    checker = CHECKERS.get(system)
     if checker is None:
-        return
-    have = set(run.sample_points())
-    for p in run.summary.get("points", []):
-        if p["point"] not in have:
-            continue
-        try:
-            p["check"] = checker(run, p["point"])
-        except Exception as e:  # a broken input is a failed check, reported as such
-            p["check"] = verdict("checker", False, {}, f"{type(e).__name__}: {e}")
-    write_json(run_dir / SUMMARY, run.summary)
+        return None
+    try:
+        return checker(p)
+    except Exception as e:  # a broken input is a failed check, reported as such
+        return verdict("checker", False, {}, f"{type(e).__name__}: {e}")
+
+
+def point_verdict(run: Run, point: int) -> Verdict | None:
+    """A point's verdict as the runner kept it (summary.json); for a point that has none (a
+    run stopped before the point's end), `check` on the run directory as it is. The
+    directory has no scratch folder any more: chat's checker then says UNCHECKED."""
+    kept = next((p.get("check") for p in run.points if p.get("point") == point), None)
+    if kept is not None:
+        return kept
+    system = str(run.summary.get("system") or run.spec.get("experiment", {}).get("system"))
+    if system not in CHECKERS:
+        return None
+    params = point_params(run).get(point)
+    configs = {n["name"]: n["config"] for n in (params.topology if params else [])}
+    ev = run.events
+    events = ev[ev["point"] == point].to_dict("records") if "point" in ev else []
+    return check(system, PointRun(run.path, point, run.point_samples(point), configs, events))

@@ -1,10 +1,11 @@
 """chat's exactly-once checker: a point's acknowledged writes against the database's own
 tables, and the unavailability after each replica failure.
 
-The runner calls `check_point` when a chat point ends, before its scratch folder (the SQLite
-file) is removed; the verdict goes into summary.json (the point's ``check``) and the
-report's chat section. The database is read directly, not through the replicas: the
-``oplog`` table has one row per application of a write (no uniqueness rule), so
+The runner calls `check_point` (through `knee.analysis.chaos.check`, every system's checker
+path) when a chat point ends, before its scratch folder (the SQLite file) is removed; the
+verdict goes into summary.json (the point's ``check``) and the report's chat section. The
+database is read directly, not through the replicas: the ``oplog`` table has one row per
+application of a write (no uniqueness rule), so
 
 - *lost* = a write a client saw acknowledged (status ok) with no ``oplog`` row;
 - *applied twice* = a (client, request id) with more than one ``oplog`` row, acknowledged

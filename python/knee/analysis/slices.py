@@ -24,6 +24,7 @@ from knee.contract import SLICES_PN_LOG_RECORD_BYTES as LOG_RECORD_BYTES
 from knee.results import Run, by_point, node_lines, read_manifest
 from knee.run_params import PointParams, point_params, setting
 from knee.stats.intervals import mean_ci
+from knee.stats.seconds import second_of
 
 LOG_DTYPE = np.dtype(
     [
@@ -282,7 +283,7 @@ def per_second(run: Run, point: int) -> pd.DataFrame:
 def _per_second(received_ns: np.ndarray, latency_ns: np.ndarray) -> pd.DataFrame:
     if len(received_ns) == 0:
         return pd.DataFrame(columns=["t_s", "throughput_per_s", "rtd_mean_s"])
-    second = np.floor(received_ns / 1e9).astype(np.int64)
+    second = second_of(received_ns)
     second -= min(0, int(second.min()))
     n = int(second.max()) + 1
     count = np.bincount(second, minlength=n)

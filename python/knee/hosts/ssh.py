@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.local import node_binary
 
 #: Seconds to connect and authenticate before a host counts as unreachable.
 CONNECT_TIMEOUT_S = 10
@@ -134,7 +135,7 @@ class SshHost(Host):
         self.port = port
         self.identity_file = identity_file
         self.run_id = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:40] or "run"
-        self.local_binary = local_binary  # None: the runner's (node_binary())
+        self.local_binary = local_binary  # None: this machine's (node_binary())
         self.remote_dir: str | None = None
         self.remote: dict[str, str] = {}  # uname: arch, kernel, hostname
         self.clock_offset_ns: int | None = None  # remote CLOCK_MONOTONIC - local
@@ -230,8 +231,6 @@ class SshHost(Host):
             return
         started = time.monotonic()
         if self.local_binary is None:
-            from knee.runner.node import node_binary  # the runner's choice of knee-node
-
             self.local_binary = node_binary()
         local = Path(self.local_binary)
         machine = elf_machine(local)

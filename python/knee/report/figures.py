@@ -1,108 +1,45 @@
-"""Figures as data.
+"""Figures as data, and their Plotly rendering.
 
-Every figure of a report is defined once as a `Figure` (traces, axes, vertical markers) and
-rendered twice: to an interactive Plotly chart in the HTML (`plotly_spec`, here) and to a
-PNG for papers (`knee.report.png`). Values are plain lists; None is a gap.
+Every figure of a report is defined once as a `Figure` (traces, axes, vertical markers;
+`knee.report.kit.figure`) and rendered twice: to an interactive Plotly chart in the HTML
+(`plotly_spec`, here) and to a PNG for papers (`knee.report.png`). Values are plain lists;
+None is a gap.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from knee.report.kit import axes as kit_axes
-from knee.report.kit.axes import AxisKind, TimeUnit
-
-#: Colours by index, shared by both renderers (matplotlib's tab10).
-PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
+from knee.report.kit.figure import (
+    LOGIT_TICKS,
+    PALETTE,
+    Axis,
+    Figure,
+    Marker,
+    Scale,
+    Trace,
+    TraceKind,
+    color,
 )
 
-Scale = Literal["linear", "log", "logit", "category"]
-TraceKind = Literal["line", "points", "band", "bar", "box", "heatmap"]
-
-#: Percentiles labelled on a logit axis.
-LOGIT_TICKS = (0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999)
-
-
-def color(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
-
-
-@dataclass
-class Axis:
-    """An axis: its title, scale, and what it measures (`knee.report.kit.axes`): "count"
-    gets whole-number ticks; "time" is drawn in the unit that fits its values (the title
-    then names no unit: the renderers add it), which are given in `time_unit`."""
-
-    title: str
-    scale: Scale = "linear"
-    kind: AxisKind = "value"
-    time_unit: TimeUnit = "ms"
-
-
-@dataclass
-class Trace:
-    """One series of a figure.
-
-    line/points: `x`, `y`, optional error bars `lo`/`hi` (absolute values). band: the area
-    between `lo` and `hi` over `x` (a confidence band). bar: `y` per category `x`. box: one
-    box per category `x` from precomputed `boxes` ({"q1", "median", "q3", "lo", "hi",
-    "mean"}, optionally "outliers": values beyond the whiskers, drawn as points). heatmap:
-    `z[row][col]` over categories `x` (columns) and `y` (rows).
-    `hidden` traces start switched off in the HTML legend and are left out of the PNG.
-    """
-
-    kind: TraceKind
-    name: str
-    x: list[Any] = field(default_factory=list)
-    y: list[Any] = field(default_factory=list)
-    lo: list[float | None] | None = None
-    hi: list[float | None] | None = None
-    color: int = 0
-    dash: bool = False
-    symbol: str = "circle"
-    markers: bool = True  # line: draw a marker at each point
-    width: float | None = None  # line: its width in px (None: the renderer's default)
-    legend: bool = True
-    hidden: bool = False
-    hover: list[str] | None = None
-    boxes: list[dict[str, float]] | None = None
-    z: list[list[float | None]] | None = None
-    z_title: str = ""
-
-
-@dataclass
-class Marker:
-    """A vertical line across the plot: an event, a knee, a capacity."""
-
-    x: float
-    label: str
-    color: str = "#555555"
-    dash: bool = True
-
-
-@dataclass
-class Figure:
-    id: str  # unique in a report: the PNG is figures/<id>.png
-    title: str
-    x: Axis
-    y: Axis
-    traces: list[Trace]
-    markers: list[Marker] = field(default_factory=list)
-    caption: str = ""
-    stacked: bool = False  # bars stack instead of standing side by side
-    height_px: int = 420
+# The figure's data lives in the kit (knee.report.kit.figure), which the axis decisions read;
+# it is named here too, where every section takes it from.
+__all__ = [
+    "LOGIT_TICKS",
+    "PALETTE",
+    "Axis",
+    "Figure",
+    "Marker",
+    "Scale",
+    "Trace",
+    "TraceKind",
+    "clean",
+    "color",
+    "logit",
+    "plotly_spec",
+]
 
 
 def logit(p: float) -> float:

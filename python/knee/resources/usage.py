@@ -81,6 +81,14 @@ def machine_cores() -> float:
     return float(os.cpu_count() or 1)
 
 
+def cpu_percent_between(before: tuple[float, float] | None, now: tuple[float, float]) -> float:
+    """A process's CPU % (100 = one core) between two readings of (monotonic s, its
+    cumulative CPU s), e.g. a remote node's host's `usage` lines; 0 without an earlier one."""
+    if before is None or now[0] <= before[0]:
+        return 0.0
+    return 100.0 * (now[1] - before[1]) / (now[0] - before[0])
+
+
 def _mean_ci(values: np.ndarray) -> tuple[float, list[float] | None]:
     mean = float(values.mean())
     n = len(values)

@@ -177,7 +177,7 @@ def point_notes(points: list[dict[str, Any]]) -> list[str]:
             c = g.get("sender") or {}
             if c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {g['node']} sender {c['verdict']}: {c.get('detail')}")
-        if v := p.get("check"):  # the system's checker (System.check, knee.analysis.chaos)
+        if v := p.get("check"):  # the system's checker (knee.analysis.chaos)
             why = f": {v['detail']}" if v.get("detail") else ""
             lines.append(f"{p['label']}: check {v.get('verdict')} ({v.get('name', '')}){why}")
     return lines

@@ -43,7 +43,8 @@ from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import PRIMARY, Spec
 from knee.stats import point_stats, slo
-from knee.stats.interference import interference
+from knee.stats.interference import add_interference
+from knee.stats.progress import merged_progress
 from knee.stats.slo import point_slo
 from knee.systems import NodePlan
 from knee.toml_writer import dump_toml
@@ -316,10 +317,12 @@ def _measure_point(
     state.monitor.remove_tree(TARGET_NODE)
     _fetch(state, nodes, raws)
     frame = results.point_frame(state.run_dir, list(raws.values()))
-    check = None
-    if system.check is not None:  # before the scratch folder (a system's files) goes
-        timeline = [e for e in state.events if e["point"] == point.index]
-        check = system.check(frame, nodes.configs, timeline)
+    # Before the scratch folder (a system's files) goes: the system's checker, if any.
+    timeline = [e for e in state.events if e["point"] == point.index]
+    check = chaos.check(
+        system.name, chaos.PointRun(state.run_dir, point.index, frame, nodes.configs, timeline)
+    )
+    if check is not None:
         state.event("check", point.index, detail=str(check.get("verdict", "")))
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -352,7 +355,7 @@ def _measure_point(
         stats["cut_short"] = cut
     if point.experiment.get("slo"):
         stats["slo"] = point_slo(frame, slo.parse(point.experiment["slo"]), stats)
-    _add_interference(stats, state.timeseries, point.index, warmup_end_s)
+    add_interference(stats, state.timeseries, point.index, warmup_end_s)
     state.points.append(stats)
     results.write_json(
         state.run_dir / results.SUMMARY, _summary(spec, state, "running", state.extra)
@@ -549,7 +552,7 @@ def _drive(
             if "start" in node.latest:
                 nodes.starts_ns[name] = int(node.latest["start"]["start_ns"])
         if progress:
-            merged = _merged_progress(list(progress.values()))
+            merged = merged_progress(list(progress.values()))
             display.progress(merged)
             if watch is not None and cut is None and (cut := watch(merged)) is not None:
                 state.event("cut_short", point.index, detail=cut)
@@ -582,20 +585,6 @@ def _drive(
     if missing:
         raise state.nodes[missing[0]].failure("ended without reporting its start")
     return cut
-
-
-def _merged_progress(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """One progress view of several recorders: counts and rates add, p99 is the worst, the
-    time is the latest."""
-    return {
-        "t_s": max(e.get("t_s", 0.0) for e in events),
-        **{
-            key: sum(e.get(key, 0) for e in events)
-            for key in ("sent", "completed", "ok", "late_sends", "rate_per_s", "sent_rate_per_s")
-        },
-        "target_rate_per_s": sum(e.get("target_rate_per_s") or 0 for e in events) or None,
-        "p99_ns": max((e.get("p99_ns") or 0) for e in events),
-    }
 
 
 def _sample(state: RunState, point: int) -> None:
@@ -660,11 +649,8 @@ def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> d
     now, cpu_s = time.monotonic(), float(usage.get("cpu_s", 0.0))
     before = state.remote_usage.get(name)
     state.remote_usage[name] = (now, cpu_s)
-    out: dict[str, Any] = {"rss_bytes": usage.get("rss_bytes")}
-    out["cpu_percent"] = (
-        100.0 * (cpu_s - before[1]) / (now - before[0]) if before and now > before[0] else 0.0
-    )
-    return out
+    cpu_percent = resource_usage.cpu_percent_between(before, (now, cpu_s))
+    return {"rss_bytes": usage.get("rss_bytes"), "cpu_percent": cpu_percent}
 
 
 def _resource_inputs(
@@ -759,20 +745,6 @@ def _watch_target(
     }
 
 
-def _add_interference(
-    stats: dict[str, Any], rows: list[dict[str, Any]], point: int, after_s: float
-) -> None:
-    """Foreign CPU and steal over the point's post-warm-up samples: stats["interference"]
-    and the `interference` check (knee.stats.interference)."""
-    host = [
-        r
-        for r in rows
-        if r["point"] == point and r["t_s"] >= after_s and r.get("role") == HOST_ROLE
-    ]
-    stats["interference"], verdict = interference(host)
-    stats.setdefault("checks", []).append(verdict)
-
-
 def _stop(state: RunState, point: int | None, name: str) -> None:
     node = state.nodes.pop(name, None)
     if node is not None:
@@ -805,5 +777,3 @@ def _write_outputs(
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)
     results.write_samples(state.run_dir, state.raws)
     results.write_json(state.run_dir / results.SUMMARY, _summary(spec, state, status, extra))
-    if status == "complete":  # the system's checker verdict per point (knee.analysis.chaos)
-        chaos.add_to_summary(state.run_dir)

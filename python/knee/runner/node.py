@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
-import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import threading
 import time
 from collections import deque
@@ -18,7 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from knee.hosts.base import Host
-from knee.hosts.local import LocalHost
+from knee.hosts.local import LocalHost, node_binary
 
 #: Lines of a node's stderr kept in memory to name a failure.
 STDERR_TAIL_LINES = 20
@@ -35,28 +31,6 @@ class NodeFailed(RuntimeError):
         self.stderr_tail = stderr_tail
         tail = "\n".join(f"    {line}" for line in stderr_tail) or "    (no output on stderr)"
         super().__init__(f"node {node} {reason}; its last stderr lines:\n{tail}")
-
-
-def node_binary() -> str:
-    """Path of knee-node: $KNEE_NODE, next to this Python's scripts, on PATH, or a build."""
-    env = os.environ.get("KNEE_NODE")
-    if env:
-        return env
-    candidates = [
-        Path(sysconfig.get_path("scripts")) / "knee-node",
-        Path(sys.prefix) / "bin" / "knee-node",
-    ]
-    found = shutil.which("knee-node")
-    if found:
-        candidates.append(Path(found))
-    repo = Path(__file__).resolve().parents[3]
-    candidates.append(repo / "target" / "release" / "knee-node")
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    raise FileNotFoundError(
-        "knee-node not found: install knee with `pip install .`, or set KNEE_NODE"
-    )
 
 
 class Node:

@@ -7,7 +7,8 @@
   intervals.py (order statistics, batch means, Poisson counts), checks.py (sender, Poisson
   arrivals, autocorrelation, percentile support), interference.py (other processes' CPU),
   cache.py (a result cache's hit ratio), tail.py (the top 1%), groups.py (per operation
-  and per service).
+  and per service), seconds.py (the one per-second binning, and per-second order
+  statistics), progress.py (the recorders' live progress merged).
 """
 
 from knee.stats.distribution import QUANTILES, distribution

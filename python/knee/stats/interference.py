@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from knee.monitor import HOST_ROLE
 from knee.stats.checks import Check, check
 
 #: Mean foreign CPU (core-percent) above which a point is disturbed. On 2 cores a tenth of
@@ -73,6 +74,20 @@ def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Che
         iowait_percent_mean=_mean(_column(rows, "iowait_percent"), weight),
     )
     return summary, _verdict(summary, busy_second)
+
+
+def add_interference(
+    stats: dict[str, Any], rows: Sequence[Mapping[str, Any]], point: int, after_s: float
+) -> None:
+    """Foreign CPU and steal over a point's post-warm-up host rows (of the run's timeseries
+    `rows`, from `after_s` on): stats["interference"] and the `interference` check."""
+    host = [
+        r
+        for r in rows
+        if r["point"] == point and r["t_s"] >= after_s and r.get("role") == HOST_ROLE
+    ]
+    stats["interference"], verdict = interference(host)
+    stats.setdefault("checks", []).append(verdict)
 
 
 def _column(rows: Sequence[Mapping[str, Any]], key: str, default: float = 0.0) -> np.ndarray:

@@ -1,6 +1,7 @@
 """What a reference system declares to knee: its parameters, its rules, and the nodes of
 one point (its topology). The runner starts the nodes in order and knows nothing else about
-the system."""
+the system. A system's correctness checker, when it has one, is in knee.analysis.chaos (the
+one path every system's points are checked by)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ class NodePlan:
 
 
 Topology = Callable[[Point], list[NodePlan]]
-PointCheck = Callable[[Any, dict[str, dict[str, Any]], list[dict[str, Any]]], dict[str, Any]]
 
 
 def default_topology(point: Point) -> list[NodePlan]:
@@ -80,10 +80,6 @@ class System:
     #: HTTP/1.1 without pipelining), so a due request waits for a free connection: a send
     #: late while every connection was busy waited for the target, not for the generator.
     one_request_per_connection: bool = False
-    #: A verdict on each point, run as it ends (before its scratch folder goes): (the
-    #: point's samples as `knee.results.point_frame`, the configs its nodes ran with, its
-    #: timeline events) -> a dict kept as the point's ``check`` in summary.json.
-    check: PointCheck | None = None
     #: Its parts' names, for the resources and the report (knee.resources): (node name or
     #: glob, label), "{n}" the glob's number; the first match names a node.
     parts: tuple[tuple[str, str], ...] = ()

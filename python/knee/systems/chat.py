@@ -13,7 +13,6 @@ import os
 import uuid
 from typing import Any
 
-from knee.analysis.chat_checker import check_point
 from knee.params import Param, Point, RuleError, Sections
 from knee.systems.base import NodePlan, System
 
@@ -160,5 +159,4 @@ SYSTEM = System(
     rules=(_chat_rule,),
     topology=chat_topology,
     reports_primary=True,
-    check=check_point,
 )

@@ -3,6 +3,8 @@
 - `text`: escaping (`esc`, `Html` for markup already safe), notes, findings (a bold
   headline and its evidence, in a box);
 - `tables`: header, rows, alignment by column, escaping, verdict colours;
+- `figure`: a figure as data (`Figure`, `Trace`, `Axis`, `Marker`), which
+  `knee.report.figures` names too;
 - `axes`: the axis decisions both renderers apply: whole-number ticks on count axes, time
   axes in the unit that fits the data.
 

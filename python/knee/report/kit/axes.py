@@ -12,23 +12,22 @@ the same:
   "600 µs", not "6×10⁻¹ ms".
 
 `for_display(fig)` applies the time decision (a scaled copy of the figure);
-`integer_ticks` and `integer_step` the count one. This module imports nothing else of the
-report (figures.py imports it).
+`integer_ticks` and `integer_step` the count one. It reads a figure as data
+(`knee.report.kit.figure`) and imports no renderer, so both renderers can import it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from knee.report.figures import Axis, Figure, Trace
+from knee.report.kit.figure import Axis, AxisKind, Figure, TimeUnit, Trace
 
-AxisKind = Literal["value", "count", "time"]
-TimeUnit = Literal["ns", "µs", "ms", "s"]
+__all__ = ["AxisKind", "TimeUnit"]  # named here too: the kit's axis vocabulary
+
 Which = Literal["x", "y"]
 
 #: Nanoseconds in each unit a time axis can be drawn in, smallest first.

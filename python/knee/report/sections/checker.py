@@ -1,6 +1,7 @@
-"""The chaos checker's verdict of each point (summary.json `points[].check`, written by
-`knee.analysis.chaos`): PASS or FAIL, the counts behind it and what failed. A system's
-section adds it; runs without verdicts (older runs, systems without a checker) get nothing.
+"""The checker's verdict of each point (summary.json `points[].check`, by
+`knee.analysis.chaos.check`, every system's checker path): PASS or FAIL, the counts behind
+it and what failed. A system's section adds it; runs without verdicts (older runs, systems
+without a checker) get nothing.
 """
 
 from __future__ import annotations
@@ -39,5 +40,5 @@ def checker_block(points: list[dict[str, Any]]) -> Html | None:
     return Html(
         "<h3>Checker</h3>"
         + table(cols, rows)
-        + note("Computed from the run directory when the run ended (summary.json checker).")
+        + note("Computed from the run directory as each point ended (summary.json check).")
     )

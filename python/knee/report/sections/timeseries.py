@@ -3,6 +3,8 @@ node, with the points' starts and the timeline's events (kill, stop, start) mark
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
@@ -11,10 +13,9 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import note
-from knee.stats.quantiles import order_statistic, order_statistics_by_bin
+from knee.stats import seconds
+from knee.stats.seconds import BIN_NS, BIN_S
 
-#: Width of a time bin for the sample-based series.
-BIN_S = 1.0
 #: Event kinds drawn as markers (the runner's own bookkeeping events are left out).
 TIMELINE_KINDS = ("kill", "stop", "start", "freeze", "resume", "run_failed", "run_interrupted")
 #: Point starts are labelled when there are at most this many (beyond, lines only).
@@ -57,113 +58,36 @@ def _markers(rr: ReportRun) -> list[Marker]:
     return out
 
 
-#: Percentiles of each bin's successful replies.
+#: Percentiles of each second's successful replies.
 QS = (0.5, 0.99)
-BIN_NS = int(BIN_S * 1e9)
-#: Replies read again at a time for the bins met out of order (LatencyBins.finish).
+#: Replies read again at a time for the seconds met out of order (OrderStatsBySecond.finish).
 REVISIT_ROWS = 8_000_000
 #: Successful replies, warm-up included: the time line covers the whole run.
 OK = (pc.field("status") == "ok") & (pc.field("received_ns") >= 0)
 
 
-def _bin_counts(bins: np.ndarray) -> pd.Series:
-    """How many of `bins` fall in each bin present (one bincount, no per-row loop)."""
-    if not len(bins):
-        return pd.Series([], dtype=np.int64)
-    lo = int(bins.min())
-    counts = np.bincount(bins - lo)
-    present = np.flatnonzero(counts)
-    return pd.Series(counts[present], index=present + lo)
+def _reread(rr: ReportRun) -> seconds.Reread:
+    """Reads the successful replies of the seconds [first, last] again, a point at a time."""
 
+    def read(first: int, last: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        span = (pc.field("received_ns") >= first * BIN_NS) & (
+            pc.field("received_ns") < (last + 1) * BIN_NS
+        )
+        for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK & span):
+            yield s["received_ns"].to_numpy(), s["latency_ns"].to_numpy()
 
-def _plus(total: pd.Series | None, counts: pd.Series) -> pd.Series:
-    return counts if total is None else total.add(counts, fill_value=0).astype(np.int64)
-
-
-class LatencyBins:
-    """The p50 and p99 of each bin's successful replies over the whole run, built one piece
-    of samples at a time (pieces of points, in the file's order). A piece's first and last
-    bins can also hold replies of the pieces before and after it, so their values wait until
-    a piece that starts later shows they are complete; a bin met again after that (samples
-    out of time order: several recorders in a point, replies slower than a piece lasts) is
-    recomputed from every point at the end. Memory: a piece, and two bins' replies."""
-
-    def __init__(self) -> None:
-        self.settled: dict[int, np.ndarray] = {}  # bin -> the QS order statistics, in ns
-        self.pending: dict[int, list[np.ndarray]] = {}  # edge bins: values so far
-        self.revisit: set[int] = set()
-
-    def add(self, bins: np.ndarray, latency_ns: np.ndarray) -> None:
-        if not len(bins):
-            return
-        lo, hi = int(bins.min()), int(bins.max())
-        for b in [b for b in self.pending if b < lo]:
-            self._settle(b)
-        for b in {lo, hi}:
-            if b in self.settled:
-                self.revisit.add(b)
-            self.pending.setdefault(b, []).append(latency_ns[bins == b])
-        every = order_statistics_by_bin(bins, latency_ns, QS)  # the edges' rows left out below
-        for b, row in zip(every.index.tolist(), every.to_numpy(), strict=True):
-            if b in (lo, hi):
-                continue
-            if b in self.settled or b in self.pending:
-                self.revisit.add(b)
-            self.settled[b] = row
-
-    def _settle(self, b: int) -> None:
-        self.settled[b] = order_statistic(np.concatenate(self.pending.pop(b)), list(QS))
-
-    def finish(self, rr: ReportRun, ok_per_bin: pd.Series) -> pd.DataFrame:
-        """One row per bin with successful replies (in order), columns QS, in ms. The bins
-        met out of order are read again, a time range of at most REVISIT_ROWS replies at a
-        time (`ok_per_bin` counts them)."""
-        for b in list(self.pending):
-            self._settle(b)
-        for lo, hi in _windows(sorted(self.revisit), ok_per_bin, REVISIT_ROWS):
-            span = (pc.field("received_ns") >= lo * BIN_NS) & (
-                pc.field("received_ns") < (hi + 1) * BIN_NS
-            )
-            bins, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-            for _, s in rr.run.iter_points(["received_ns", "latency_ns"], OK & span):
-                b = s["received_ns"].to_numpy() // BIN_NS
-                keep = np.isin(b, list(self.revisit))
-                bins.append(b[keep])
-                values.append(s["latency_ns"].to_numpy()[keep])
-            again = order_statistics_by_bin(np.concatenate(bins), np.concatenate(values), QS)
-            self.settled.update(zip(again.index.tolist(), again.to_numpy(), strict=True))
-        keys = sorted(self.settled)
-        rows = np.array([self.settled[b] for b in keys]).reshape(len(keys), len(QS))
-        return pd.DataFrame(rows / 1e6, index=pd.Index(keys, dtype=np.int64), columns=list(QS))
-
-
-def _windows(bins: list[int], counts: pd.Series, limit: int) -> list[tuple[int, int]]:
-    """`bins` (sorted) as time ranges [first, last] each holding at most `limit` replies by
-    `counts` (replies per bin), a bin with more alone: a loop over bins, not rows."""
-    total = counts.sort_index().cumsum()
-
-    def upto(b: int) -> int:  # replies in the bins up to b
-        i = int(total.index.searchsorted(b, side="right"))
-        return int(total.iloc[i - 1]) if i else 0
-
-    out: list[tuple[int, int]] = []
-    for b in bins:
-        if out and upto(b) - upto(out[-1][0] - 1) <= limit:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((b, b))
-    return out
+    return read
 
 
 def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
     """Replies per second by status and the per-second percentiles, read a piece of a
-    point at a time: counts add up, percentiles come from LatencyBins."""
+    point at a time: counts add up, percentiles come from knee.stats.seconds."""
     replies: dict[str, pd.Series] = {}  # status -> replies per bin of arrival
     lost: pd.Series | None = None  # requests without a reply per bin of intended time
-    latency = LatencyBins()
+    latency = seconds.OrderStatsBySecond(QS)
     any_samples = False
     for point in rr.sample_points():
-        # In pieces: counts add up, LatencyBins merges the seconds a piece shares with the
+        # In pieces: counts add up, OrderStatsBySecond merges the seconds a piece shares with the
         # next, so memory is a piece's whatever the size of the point.
         for s in rr.run.point_batches(point, ["received_ns", "status"]):
             if s.empty:
@@ -171,18 +95,19 @@ def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
             any_samples = True
             received = s["received_ns"].to_numpy()
             done = received >= 0
-            bins = received[done] // BIN_NS
+            bins = seconds.second_of(received[done])
             status = pd.Categorical(s["status"])
             codes = np.asarray(status.codes)[done]
             for code, name in enumerate(status.categories):
                 mine = codes == code
                 if mine.any():
-                    replies[str(name)] = _plus(replies.get(str(name)), _bin_counts(bins[mine]))
+                    got = seconds.counts(bins[mine])
+                    replies[str(name)] = seconds.plus(replies.get(str(name)), got)
         # Requests without a reply are few: their send times are read alone.
         for s in rr.run.point_batches(point, ["intended_ns"], pc.field("received_ns") < 0):
-            lost = _plus(lost, _bin_counts(s["intended_ns"].to_numpy() // BIN_NS))
+            lost = seconds.plus(lost, seconds.counts(seconds.second_of(s["intended_ns"])))
         for s in rr.run.point_batches(point, ["received_ns", "latency_ns"], OK):
-            latency.add(s["received_ns"].to_numpy() // BIN_NS, s["latency_ns"].to_numpy())
+            latency.add(seconds.second_of(s["received_ns"]), s["latency_ns"].to_numpy())
     if not any_samples:
         return []
     # Statuses in name order, every bin from the first to the last (0 where none).
@@ -207,7 +132,8 @@ def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
                 symbol="x",
             )
         )
-    q = latency.finish(rr, replies.get("ok", pd.Series([], dtype=np.int64)))
+    ok_per_second = replies.get("ok", pd.Series([], dtype=np.int64))
+    q = latency.finish(_reread(rr), ok_per_second, REVISIT_ROWS) / 1e6  # ns to ms
     qx = (q.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     latency_traces = [
         Trace("points", "p50", qx, q[0.5].tolist(), color=0),

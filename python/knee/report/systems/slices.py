@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from knee.analysis import chaos
 from knee.analysis import slices as analysis
 from knee.report import fmt
 from knee.report.data import ReportRun
@@ -58,17 +59,24 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
 # ------------------------------------------------------------------ the checker
 
 
+def _passed(run: Any, point: int) -> bool:
+    """The point's verdict by the one checker path (knee.analysis.chaos), as summary.json
+    keeps it."""
+    v = chaos.point_verdict(run, point)
+    return v is not None and v.get("verdict") == "PASS"
+
+
 def _checker(run: Any, points: list[int], labels: dict[int, str]) -> Html:
     rows = []
     outwaited = []
     for point in points:
-        v = analysis.exactly_once(run, point)
+        v = analysis.exactly_once(run, point)  # the counts behind the verdict
         if v.late + v.held:
             outwaited.append(labels.get(point, str(point)))
         rows.append(
             [
                 labels.get(point, str(point)),
-                verdict("pass" if v.passed else "fail"),
+                verdict("pass" if _passed(run, point) else "fail"),
                 v.items,
                 v.replied,
                 v.lost,
@@ -342,7 +350,7 @@ def headline(rr: ReportRun) -> list[str] | None:
     if not points:
         return None
     verdicts = [analysis.exactly_once(rr.run, p) for p in points]
-    passed = sum(v.passed for v in verdicts)
+    passed = sum(_passed(rr.run, p) for p in points)
     out = [
         f"Exactly once: PASS on {passed} of {len(verdicts)} points "
         f"({sum(v.lost for v in verdicts)} items lost, "
