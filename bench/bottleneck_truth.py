@@ -50,6 +50,7 @@ case must), the reference point's whole resources table, and how busy the machin
 Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
     python3 bench/bottleneck_truth.py [--quick] [--keep DIR]
+    python3 bench/bottleneck_truth.py --smoke   # case 5 only (chat), short points: seconds
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ class Config:
 
 QUICK = Config("quick", 3.0, 50.0, 8.0, 16.0, 1.0)
 FULL = Config("full", 5.0, 150.0, 25.0, 40.0, 2.0)
+#: --smoke: every step of one case (chat: no search, no emulated host), figures not judged.
+SMOKE = Config("smoke", 2.0, 12.0, 3.0, 8.0, 0.5)
+SMOKE_JOBS = ("chat",)
 
 MATRIX_P = 700
 CHAT_CLIENTS = [1, 2, 4, 8, 16]
@@ -395,6 +399,8 @@ def run_all(cfg: Config, keep: Path | None) -> tuple[list[Section], list[str]]:
     ]  # fmt: skip
     try:
         for key, make in jobs:
+            if cfg is SMOKE and key not in SMOKE_JOBS:
+                continue
             work = root / key
             work.mkdir(parents=True, exist_ok=True)
             try:
@@ -423,9 +429,10 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="shorter probes and points (about 4 minutes)"
     )
+    parser.add_argument("--smoke", action="store_true", help="the chat case, short points")
     parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
     args = parser.parse_args()
-    cfg = QUICK if args.quick else FULL
+    cfg = SMOKE if args.smoke else QUICK if args.quick else FULL
     t0 = time.monotonic()
     sections, broken = run_all(cfg, args.keep)
     how = (

@@ -11,7 +11,7 @@ c. Open-loop Poisson at 20,000 requests/s: achieved/target rate and late sends.
 Each comparison alternates knee and baseline, 3 times, and reports medians. Exits 0 even
 when a target is missed (this is a measurement), 1 when something broke.
 
-    python3 bench/echo_overhead.py [--quick]
+    python3 bench/echo_overhead.py [--quick | --smoke]
 """
 
 import argparse
@@ -63,6 +63,8 @@ class Plan:
 
 FULL = Plan(1000.0, 3000, 50_000, 20_000.0, 5.0)
 QUICK = Plan(1000.0, 1000, 10_000, 20_000.0, 2.0)
+#: Seconds, once each: every comparison runs and prints its ratio, its figures not judged.
+SMOKE = Plan(1000.0, 200, 2_000, 5_000.0, 0.5)
 
 
 # --- processes -------------------------------------------------------------------------
@@ -364,10 +366,14 @@ def run_all(plan: Plan) -> Section:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs (about 30 s)")
+    parser.add_argument("--smoke", action="store_true", help="one short run of each: seconds")
     args = parser.parse_args()
+    global REPEATS
+    if args.smoke:
+        REPEATS = 1
     t0 = time.monotonic()
     try:
-        sections = run_all(QUICK if args.quick else FULL)
+        sections = run_all(SMOKE if args.smoke else QUICK if args.quick else FULL)
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"echo_overhead: broken: {e}", file=sys.stderr)
         return 1

@@ -3,11 +3,13 @@ during and after each case, the connections refused or timed out, and whether a 
 client was served meanwhile. tests/test_exhaustion.py asserts the bounds; this prints them.
 
     python3 bench/exhaustion.py [--idle 10000] [--systems echo,matrix,chat,share]
+    python3 bench/exhaustion.py --smoke     # echo only, 200 idle connections: seconds
 
 Cases: `idle` (that many connections that send nothing, against max_connections = 64),
 `slowloris` (20 clients trickling a request a byte a second, read_timeout_ms = 1000),
 `never-read` (a client sending requests and reading no reply, write_timeout_ms = 1000).
-Stream is not here: its service is UDP (docs/limits.md).
+Stream is not here: its service is UDP (docs/limits.md). The last line is JSON: per case, the
+server's RSS during the attack over its RSS before (its own baseline, taken in the run).
 """
 
 from __future__ import annotations
@@ -209,7 +211,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=int, default=10_000, help="idle connections per server")
     parser.add_argument("--systems", default="echo,matrix,chat,share")
+    parser.add_argument("--smoke", action="store_true", help="echo, 200 idle connections")
     args = parser.parse_args()
+    if args.smoke:  # every case, in seconds; its figures are not judged
+        args.idle, args.systems = 200, "echo"
     raise_open_files(args.idle + 1024)
     binary = find_knee_node()
     header = [
@@ -239,6 +244,9 @@ def main() -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    # RSS during the attack / before it, per system and case (columns 2 and 3).
+    ratios = {f"{r[0]}_{r[1]}_rss_ratio": float(r[3]) / float(r[2]) for r in rows[1:]}
+    print(json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     return 0 if all(r[-1] == "yes" for r in rows[1:]) else 1
 
 

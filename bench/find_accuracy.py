@@ -33,6 +33,7 @@ For each target:
 Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
     python3 bench/find_accuracy.py [--quick]
+    python3 bench/find_accuracy.py --smoke   # matrix, 1 worker: 2 s probes, a 3-rate grid
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class Config:
 
 QUICK = Config("quick", 3.0, 300.0, 5.0, 700, 4, 20.0, 10.0, 10_000)
 FULL = Config("full", 10.0, 900.0, 15.0, 700, 4, 20.0, 10.0, 100_000)
+#: --smoke: every step on one target (matrix, 1 worker), its figures not judged.
+SMOKE = Config("smoke", 2.0, 12.0, 2.0, 700, 4, 20.0, 10.0, 10_000)
+SMOKE_GRID = [0.5, 1.0, 1.5]
+SMOKE_JOBS = ("matrix_t1",)
 
 
 # ---------------------------------------------------------------- running knee
@@ -405,7 +410,9 @@ def search(t: Target, cfg: Config, work: Path, o: Outcome) -> None:
 
 
 def grid(t: Target, cfg: Config, work: Path, o: Outcome) -> None:
-    o.grid_rates = [float(f"{g * t.truth_per_s:.4g}") for g in GRID]
+    o.grid_rates = [
+        float(f"{g * t.truth_per_s:.4g}") for g in (SMOKE_GRID if cfg is SMOKE else GRID)
+    ]
     if t.url:
         rates = ",".join(f"{r:g}" for r in o.grid_rates)
         args = ["http", t.url, "--rates", rates, "--duration", f"{cfg.probe_s:g}s"]
@@ -584,6 +591,8 @@ def run_all(cfg: Config, keep: Path | None) -> tuple[list[Section], list[str]]:
             ("link", lambda w: netns_target(cfg, w)),
         ]
         for key, make in jobs:
+            if cfg is SMOKE and key not in SMOKE_JOBS:
+                continue
             work = root / key
             work.mkdir(parents=True, exist_ok=True)
             try:
@@ -612,9 +621,10 @@ def run_all(cfg: Config, keep: Path | None) -> tuple[list[Section], list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 s probes (about 15 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="one target, 2 s probes")
     parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
     args = parser.parse_args()
-    cfg = QUICK if args.quick else FULL
+    cfg = SMOKE if args.smoke else QUICK if args.quick else FULL
     t0 = time.monotonic()
     sections, broken = run_all(cfg, args.keep)
     how = (

@@ -21,6 +21,7 @@ Exits 0 when it ran (a missed target is a measurement), 1 when something broke (
 did not start, a generator failed or printed nothing usable).
 
     python3 bench/http_servers.py [--quick]
+    python3 bench/http_servers.py --smoke   # 1 s on nginx-keepalive and http.server: seconds
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ REPEATS_FULL = 3
 REPEATS_QUICK = 1
 SECONDS_FULL = 10.0
 SECONDS_QUICK = 3.0
+#: --smoke: one second on two servers (one keeps connections, one closes them), so that
+#: every step runs; the figures are not judged.
+SECONDS_SMOKE = 1.0
+SMOKE_SERVERS = ("nginx-keepalive", "python-http.server")
 SERVER_CPUS = {0}
 GENERATOR_CPUS = {1}
 CONNECTIONS = 16
@@ -278,9 +283,11 @@ def print_table(results: list[ServerResult]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round of 3 s per server")
+    parser.add_argument("--smoke", action="store_true", help="1 round of 1 s, 2 servers")
     args = parser.parse_args()
-    repeats = REPEATS_QUICK if args.quick else REPEATS_FULL
-    seconds = SECONDS_QUICK if args.quick else SECONDS_FULL
+    repeats = REPEATS_QUICK if args.quick or args.smoke else REPEATS_FULL
+    seconds = SECONDS_SMOKE if args.smoke else SECONDS_QUICK if args.quick else SECONDS_FULL
+    names = SMOKE_SERVERS if args.smoke else NAMES
     try:
         knee = find_knee_node()
     except BenchError as e:
@@ -294,7 +301,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="knee-http-servers-") as tmp:
         results = [
             bench_server(i, name, knee, wrk, Path(tmp), repeats, seconds)
-            for i, name in enumerate(NAMES)
+            for i, name in enumerate(names)
         ]
     print()
     print_table(results)

@@ -14,7 +14,7 @@ c. p50 latency at a fixed open-loop rate on one connection: knee (constant sched
 
 Exits 0 even when a target is missed (a measurement), 1 when something broke.
 
-    python3 bench/http_vs_wrk.py [--quick]
+    python3 bench/http_vs_wrk.py [--quick | --smoke]
 """
 
 import argparse
@@ -54,6 +54,8 @@ class Plan:
 
 FULL = Plan(closed_s=10.0, open_rate_per_s=1000.0, open_requests=5000)
 QUICK = Plan(closed_s=4.0, open_rate_per_s=1000.0, open_requests=2000)
+#: Seconds, once: every comparison runs and prints its ratio, its figures not judged.
+SMOKE = Plan(closed_s=1.0, open_rate_per_s=1000.0, open_requests=200)
 
 
 class Nginx:
@@ -271,9 +273,13 @@ def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Pa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs (about 40 s)")
+    parser.add_argument("--smoke", action="store_true", help="one short round: seconds")
     args = parser.parse_args()
+    global REPEATS
+    if args.smoke:
+        REPEATS = 1
     try:
-        m = run_all(QUICK if args.quick else FULL)
+        m = run_all(SMOKE if args.smoke else QUICK if args.quick else FULL)
     except (BenchError, OSError, KeyError, ValueError) as e:
         print(f"http_vs_wrk: broken: {e}", file=sys.stderr)
         return 1

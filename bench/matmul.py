@@ -5,8 +5,10 @@ Both do the same number of 50 x 50 products, one after the other; the two altern
 3 times, and the medians are compared. A product counts 2 n^3 flops.
 
     python3 bench/matmul.py
+    python3 bench/matmul.py --smoke     # 2,000 products, once each: a second or two
 """
 
+import argparse
 import json
 import resource
 import sys
@@ -54,6 +56,11 @@ def _listed(values: list[float]) -> str:
 
 
 def main() -> int:
+    global PRODUCTS, REPEATS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="2,000 products, once each")
+    if parser.parse_args().smoke:
+        PRODUCTS, REPEATS = 2_000, 1
     rng = np.random.default_rng(1)
     a, b = stochastic_matrix(rng), stochastic_matrix(rng)
     knee_runs: list[float] = []

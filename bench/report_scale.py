@@ -19,6 +19,7 @@ not test: exit 0 when a target is missed, 1 when something broke.
     python3 bench/report_scale.py                       # 50,000,000 samples: ~5 min
     python3 bench/report_scale.py --samples 2000000     # a small run: ~30 s
     python3 bench/report_scale.py --keep runs/scale     # keep the run directory there
+    python3 bench/report_scale.py --smoke               # 200,000 samples, once: seconds
 """
 
 from __future__ import annotations
@@ -329,7 +330,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs of each command")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", type=Path, help="write the run directory here and keep it")
+    ap.add_argument("--smoke", action="store_true", help="200,000 samples, one run of each")
     args = ap.parse_args()
+    if args.smoke:  # every step, in seconds; its figures are not judged
+        args.samples, args.repeats = 200_000, 1
     if args.samples < 10 * len(RATES_PER_S):
         ap.error("--samples: at least 10 per point")
     tmp = None

@@ -6,10 +6,13 @@ top 1% (what knee computed before they existed).
 
 The samples come from a real closed-loop echo run on 127.0.0.1 (2 clients, no think time);
 `--quick` records 200,000 and repeats them, shifted in time, to a million. The two timings
-alternate, 3 times each; medians are compared. Target: about a second for the point.
+alternate, 3 times each; medians are compared: the ratio point_stats / plain summary is the
+result. The old goal, about a second for the point, is printed as information only (it
+depends on the machine; the ratio to a baseline run alongside does less).
 
     python3 bench/stats_speed.py            # ~1,000,000 requests: about 30-60 s
     python3 bench/stats_speed.py --quick    # 200,000 requests, repeated 5 times
+    python3 bench/stats_speed.py --smoke    # 20,000 requests to 100,000, once: seconds
 """
 
 import argparse
@@ -32,7 +35,8 @@ from knee.stats import point_stats  # noqa: E402
 
 POINT_SAMPLES = 1_000_000
 REPEATS = 3
-TARGET_S = 1.0
+#: Information only: the goal for a million samples when point_stats was written.
+GOAL_S = 1.0
 READY_TIMEOUT_S = 10.0
 LOAD_TIMEOUT_S = 300.0
 
@@ -101,8 +105,12 @@ def plain_summary(frame: pd.DataFrame) -> dict[str, list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200,000 requests, repeated")
+    ap.add_argument("--smoke", action="store_true", help="20,000 requests to 100,000, once")
     args = ap.parse_args()
+    global POINT_SAMPLES, REPEATS
     requests = 200_000 if args.quick else POINT_SAMPLES
+    if args.smoke:
+        requests, POINT_SAMPLES, REPEATS = 20_000, 100_000, 1
     try:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.monotonic()
@@ -121,10 +129,11 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     s, base = median(stats_s), median(plain_s)
-    verdict = "PASS" if s <= TARGET_S else "MISS"
+    per_million_s = s * 1e6 / stats["count"]
     print(f"samples in the point       {stats['count']:>12,}")
-    print(f"point_stats (median of 3)  {s * 1e3:>10.0f} ms   target <= {TARGET_S:g} s: {verdict}")
+    print(f"point_stats (median of {REPEATS})  {s * 1e3:>10.0f} ms")
     print(f"plain summary (baseline)   {base * 1e3:>10.0f} ms")
+    print(f"  information: {per_million_s:.2f} s per million samples (old goal {GOAL_S:g} s)")
     print(f"ratio point_stats / plain  {s / base:>12.1f}")
     summary = {"samples": stats["count"], "point_stats_s": s, "plain_s": base, "ratio": s / base}
     print(json.dumps(summary))

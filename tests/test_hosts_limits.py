@@ -1,5 +1,6 @@
-"""CPU limits on real runs: a matrix server held to a quarter of a core serves about a quarter
-of what it serves unlimited, and the run directory says what the limit was."""
+"""CPU limits on real runs: a matrix server held to a quarter of a core uses no more than a
+quarter of a core (its own CPU accounting) and still answers every request, where unlimited
+it uses more; the run directory says what the limit was."""
 
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> N
     html = (run_dir / "report.html").read_text()
     assert "ts-cpu-quota" in html and "0.25 cores" in html
     free, quarter = json.loads((run_dir / "summary.json").read_text())["points"]
-    # A kernel quota, not a speed: the ratio of the two capacities, measured side by side.
-    ratio = quarter["throughput_per_s"] / free["throughput_per_s"]
-    assert 0.15 < ratio < 0.35, (free["throughput_per_s"], quarter["throughput_per_s"])
+    # Both delivered every request they sent, correctly: the quota slows, it does not fail.
+    for point in (free, quarter):
+        ok = point["statuses"].pop("ok")
+        assert ok > 0 and not any(point["statuses"].values()), point["statuses"]
     record = json.loads((run_dir / "points" / "p001.json").read_text())
     server = next(n for n in record["topology"] if n["name"] == "server")
     assert server["host"] == "quarter"
@@ -78,9 +80,13 @@ def test_a_quarter_core_caps_a_matrix_server_near_a_quarter(tmp_path: Path) -> N
     ts = pd.read_parquet(run_dir / "timeseries.parquet")
     limited = ts[(ts["node"] == "server") & (ts["point"] == 1)]
     assert (limited["cpu_quota_cores"] == 0.25).all()
-    # Busy all the time, within its quarter: about 100% of its quota, about 25% of a core.
+    # The rule, in the server's own CPU accounting: busy all the time within its quarter
+    # (about 100% of its quota), never much more than a quarter of a core in any second.
     busy = limited["cpu_percent_of_quota"].iloc[1:-1]
     assert busy.median() > 70, limited[["cpu_percent", "cpu_percent_of_quota"]]
     assert limited["cpu_percent"].iloc[1:-1].max() < 40
+    # Unlimited, the same server on the same load took more than the quota allows: the
+    # quota, not the load, held the quarter point.
     unlimited = ts[(ts["node"] == "server") & (ts["point"] == 0)]
     assert unlimited["cpu_percent_of_quota"].isna().all()
+    assert unlimited["cpu_percent"].iloc[1:-1].median() > 40, unlimited["cpu_percent"]

@@ -109,7 +109,7 @@ def test_a_tree_is_sampled_as_one_node(gunicorn: RealServer) -> None:
 def test_the_owner_of_a_socket_of_another_user_is_not_visible(gunicorn: RealServer) -> None:
     """Run as nobody (a forked child of this root process), the gunicorn of root is hidden."""
     if os.geteuid() != 0:
-        pytest.skip("needs root, to become another user")
+        unavailable("needs root, to become another user")
     host, port = _address(gunicorn)
     read_end, write_end = os.pipe()
     pid = os.fork()

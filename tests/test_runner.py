@@ -87,7 +87,9 @@ def test_run_writes_a_readable_run_directory(tmp_path: Path) -> None:
         n = int((s["point"] == point).sum())
         assert 0.7 * rate * 2.0 < n < 1.3 * rate * 2.0, (point, n)
     ok = s[s["status"] == "ok"]
-    assert (ok["latency_ns"] >= ok["received_ns"] - ok["sent_ns"]).all()
+    # Latency runs from the intended send (coordinated omission corrected), exactly.
+    assert (ok["latency_ns"] == ok["received_ns"] - ok["intended_ns"]).all()
+    assert (ok["sent_ns"] >= ok["intended_ns"]).all()
     assert (ok["network_ns"] + ok["server_ns"] == ok["received_ns"] - ok["sent_ns"]).all()
     # The closed loop sent exactly its request count; the warm-up is marked, not dropped.
     assert int((s["point"] == 2).sum()) == 300

@@ -6,8 +6,10 @@ numbers, NaN and infinities, unknown keys, bad presets, events and hosts) and mu
 shipped experiments/*.toml (a key deleted, a value's type changed, the text truncated, bytes
 flipped). The validation `knee run` does (`knee.spec.load_spec`, whose SpecError the CLI
 prints as its one line and exit 2) runs in-process for speed; a spec it accepts must also
-survive what `knee run` computes from it before the first node starts. A few real CLI runs
-prove the exit code and the single line.
+survive what `knee run` computes from it before the first node starts, and each of its
+nodes' configs is given to a real `knee-node`, which must get past it (print its first
+line, or reach a peer) rather than refuse it. A few real CLI runs prove the exit code and
+the single line.
 
 The suite runs a fixed, derandomized budget; a longer hunt:
     KNEE_SPEC_FUZZ_EXAMPLES=20000 python3 -m pytest -q tests/test_spec_fuzz.py
@@ -19,6 +21,9 @@ import json
 import math
 import os
 import re
+import select
+import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -26,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Processes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from knee import run_params
 from knee.hosts.spec import HOST, LIMITS
 from knee.params import EXPERIMENT, LOAD
+from knee.runner.node import node_binary
 from knee.spec import EVENT, SpecError, load_spec
 from knee.systems import SYSTEMS, plan_nodes
 from knee.toml_writer import dump_toml
@@ -190,7 +197,8 @@ def check_spec(path: Path, data: bytes, preset: str | None) -> None:
 def startable(spec: Any, tmp: Path) -> None:
     """What `knee run` computes from an accepted spec before its first node starts (the
     runner, knee.runner.local): spec.toml written back, the plan, each point's nodes and
-    their JSON configs, and the run directory's name."""
+    their JSON configs, and the run directory's name; then each node's config given to a
+    real knee-node, which must not refuse it."""
     assert tomllib.loads(dump_toml(spec.resolved)) == _no_none(spec.resolved), "spec.toml"
     plan_dir = tmp / "plan"
     plan_dir.mkdir(exist_ok=True)
@@ -199,31 +207,126 @@ def startable(spec: Any, tmp: Path) -> None:
     for point in spec.points:
         for plan in plan_nodes(system, point):
             json.dumps(plan.config, allow_nan=False)  # knee-node reads its config as JSON
-            node_can_hold(plan.config, plan.name)
+            node_accepts(system.name, plan, tmp)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.experiment["name"])
     assert len(f"{name}-20260101T000000Z-99".encode()) <= 255, "the run directory's name"
 
 
-#: What knee-node's config fields hold: u64 or i64 integers; durations, which it makes with
-#: Duration::from_secs_f64 (a panic beyond u64::MAX seconds).
-_NODE_INT = range(-(2**63), 2**64)
-_SECONDS_PER = {"_ns": 1e-9, "_ms": 1e-3, "_s": 1.0}
+#: Seconds a node gets to start: to print its first line or to reach a peer.
+NODE_START_S = 10.0
+#: Verdicts already reached, by (system, role, config): mutated specs repeat most nodes.
+_JUDGED: dict[str, str | None] = {}
 
 
-def node_can_hold(config: Any, where: str) -> None:
-    """Every number of a node's config is one knee-node can read and use."""
-    items = config.items() if isinstance(config, dict) else enumerate(config)
-    for key, value in items:
-        here = f"{where}.{key}"
-        if isinstance(value, (dict, list)):
-            node_can_hold(value, here)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            assert value in _NODE_INT, f"{here} = {value}: no u64 or i64 holds it"
-        elif isinstance(value, float):
-            assert math.isfinite(value), f"{here} = {value}"
-            for suffix, per in _SECONDS_PER.items():
-                if str(key).endswith(suffix):
-                    assert abs(value) * per < 2**64, f"{here} = {value}: no Duration holds it"
+class _Peer:
+    """What every "{addr:NAME}" of a judged node names: a TCP listener (the kernel completes
+    connections into its backlog) and a UDP socket on the same port (stream's services).
+    Nothing is answered: a node that connects or sends here has accepted its config."""
+
+    def __init__(self) -> None:
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(1024)
+        self.tcp.setblocking(False)
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.udp.setblocking(False)
+
+    def drain(self) -> None:
+        """Closes the connections and drops the datagrams of the nodes judged before."""
+        for sock, take in ((self.tcp, self.tcp.accept), (self.udp, self.udp.recv)):
+            while select.select([sock], [], [], 0)[0]:
+                try:
+                    got = take(65536) if sock is self.udp else take()  # type: ignore[operator]
+                except OSError:
+                    break
+                if isinstance(got, tuple):
+                    got[0].close()
+
+
+_PEER: list[_Peer] = []
+
+
+def _peer() -> _Peer:
+    if not _PEER:
+        _PEER.append(_Peer())
+    return _PEER[0]
+
+
+_ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}")
+#: The address each server printed on its `ready` line, by (system, node): later nodes are
+#: given its form ("IP:PORT", or zenoh's "tcp/IP:PORT") with the peer's port.
+_ADDRESSES: dict[tuple[str, str], str] = {}
+
+
+def _address(system: str, node: str, port: int) -> str:
+    """The peer's address in the form NODE printed (or another server of the system, for
+    one that reached the peer before it was ready)."""
+    same = [a for (sys_, _), a in _ADDRESSES.items() if sys_ == system] + ["127.0.0.1:0"]
+    printed = _ADDRESSES.get((system, node), same[0])
+    return re.sub(r"127\.0\.0\.1:\d+", f"127.0.0.1:{port}", printed)
+
+
+def node_accepts(system: str, plan: Any, tmp: Path) -> None:
+    """Starts `knee-node ROLE SYSTEM` with the node's config as the runner completes it
+    ("{addr:NAME}" and "{scratch}" filled in, output paths added). It must get past its
+    config: print its first line (`ready`, `start`), or connect or send to a peer. Exiting
+    first is a refusal of a config the spec accepted, and fails the test."""
+    key = json.dumps([system, plan.role, plan.config], sort_keys=True)
+    if key not in _JUDGED:
+        _JUDGED[key] = _start_node(system, plan, tmp)
+    refusal = _JUDGED[key]
+    assert refusal is None, f"the spec was accepted, knee-node refused {plan.name}: {refusal}"
+
+
+def _start_node(system: str, plan: Any, tmp: Path) -> str | None:
+    """None if the node got past its config (or had not ended within NODE_START_S); else
+    how it ended and its log."""
+    peer = _peer()
+    peer.drain()
+    scratch = tmp / f"scratch-{plan.name}"
+    scratch.mkdir(exist_ok=True)
+    text = re.sub(_ADDR, lambda m: _address(system, m.group(1), peer.port), json.dumps(plan.config))
+    config = json.loads(text.replace("{scratch}", json.dumps(str(scratch))[1:-1]))
+    if plan.records:
+        config["samples_path"] = str(scratch / "samples.bin")
+        config["histogram_path"] = str(scratch / "histogram.csv")
+    for dotted, file_name in plan.outputs.items():
+        *tables, last = dotted.split(".")
+        table = config
+        for name in tables:
+            table = table.setdefault(name, {})
+        table[last] = str(scratch / file_name)
+    (scratch / "config.json").write_text(json.dumps(config))
+    argv = [node_binary(), plan.role, system, "--name", plan.name]
+    with open(scratch / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(
+            [*argv, "--config", f"@{scratch / 'config.json'}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=scratch,
+        )
+    assert proc.stdout is not None
+    first = b"-"  # not read: the node reached the peer first, or the wait ended
+    try:
+        ready, _, _ = select.select([proc.stdout, peer.tcp, peer.udp], [], [], NODE_START_S)
+        first = proc.stdout.readline() if ready == [proc.stdout] else first
+        refused = not first  # EOF: it ended
+        if first.startswith(b"{") and (addr := json.loads(first).get("addr")):
+            _ADDRESSES[(system, plan.name)] = str(addr)  # its form: "tcp/IP:PORT" for zenoh
+    finally:
+        if first != b"-":
+            Processes.stop(proc)  # SIGTERM by pid: a server's children (nginx) end with it
+        elif proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # mid-connect to the peer: no children yet
+            proc.wait(timeout=NODE_START_S)
+        proc.stdout.close()
+    if not refused:
+        return None
+    log = (scratch / "stderr.log").read_text(errors="replace").strip()
+    return f"exit {proc.returncode}: {log}"
 
 
 def _no_none(value: Any) -> Any:
@@ -382,8 +485,9 @@ def test_every_shipped_spec_and_preset_is_startable(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fuzzer's baseline: unmutated, every shipped spec passes `startable` (chat-chaos's
-    PostgreSQL series reads its URL from $KNEE_PG_URL: a placeholder, nothing connects)."""
-    monkeypatch.setenv("KNEE_PG_URL", "postgresql://knee@127.0.0.1:1/knee")
+    PostgreSQL series reads its URL from $KNEE_PG_URL: the judging peer, which its server
+    reaches, and nothing answers)."""
+    monkeypatch.setenv("KNEE_PG_URL", f"postgresql://knee@127.0.0.1:{_peer().port}/knee")
     for preset in [None, *tomllib.loads(path.read_text()).get("presets", {})]:
         startable(load_spec(path, preset), tmp_path)
 

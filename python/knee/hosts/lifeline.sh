@@ -1,5 +1,5 @@
 #!/bin/sh
-# knee's lifeline for a node on an ssh host (docs/hosts-ssh.md). POSIX sh only.
+# knee's lifeline for a node on an ssh host (docs/hosts.md, "SSH hosts"). POSIX sh only.
 #   sh lifeline.sh KNEE_NODE ARGS...   runs the node; exits with its exit code
 #   sh lifeline.sh --stop-all          stops every node started from this folder
 # The node's stdout and stderr are this script's, i.e. the ssh channel's. Of its own, the

@@ -41,18 +41,16 @@ HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 #: Seconds one ip/tc/nft command may take; they are instant unless the machine is stuck.
 COMMAND_TIMEOUT_S = 30.0
 #: tbf's queue, as the time it takes to drain at the host's rate: what a full queue adds
-#: to the latency a run measures. Long enough for TCP to keep the link busy (5 ms cost
-#: 1.5% of the throughput at 10 Mbit/s, 20 ms nothing measurable at 10 to 100 Mbit/s:
-#: the bursts TCP hands the device at once must fit), short enough not to be a
-#: bufferbloat of its own.
+#: to the latency a run measures. Long enough for TCP to keep the link busy (the bursts
+#: TCP hands the device at once must fit; shorter queues cost throughput, docs/hosts.md),
+#: short enough not to be a bufferbloat of its own.
 TBF_LATENCY_MS = 20.0
 #: tbf's bucket: two full frames at any rate (tbf drops a frame bigger than its bucket).
 #: A real link serializes every frame at its rate; a bigger bucket lets a message of up to
-#: its size leave at the veth's own speed: with a 2 ms bucket (25 kB at 100 Mbit/s) a
-#: 20 kB matrix crossed in 0.2 ms instead of 1.6 ms, and matrix-lan saw almost no network
-#: time. With the kernel's high-resolution timers the small bucket costs no throughput
-#: (TCP's payload still runs at 95.6% of the rate at 10 to 100 Mbit/s: the rate counts
-#: whole Ethernet frames, as a real link's does; docs/hosts.md).
+#: its size leave at the veth's own speed, and a run would see almost no network time.
+#: With the kernel's high-resolution timers the small bucket costs no throughput (the
+#: rate counts whole Ethernet frames, as a real link's does; the measured payload rates
+#: are in docs/hosts.md).
 TBF_BURST_MS = 0.0
 FULL_FRAME_BYTES = 1514
 TBF_MIN_BURST_BYTES = 2 * FULL_FRAME_BYTES

@@ -1,4 +1,4 @@
-"""A real machine reached with OpenSSH's own client (docs/hosts-ssh.md).
+"""A real machine reached with OpenSSH's own client (docs/hosts.md, "SSH hosts").
 
 setup() connects once (a ControlMaster every later command shares), checks that the remote
 machine runs the local knee-node's architecture, copies knee-node and the lifeline

@@ -34,7 +34,7 @@ FOREIGN_MAX_WARN_PERCENT = 50.0
 #: Samples shorter than this do not count for the maximum: over 0.1 s one 10 ms tick is 10%.
 MAX_MIN_INTERVAL_S = 0.5
 #: Mean steal (core-percent). Steal is counted in 10 ms ticks; a tick now and then is the
-#: hypervisor's background (0.1-0.3% of a core on the VM this was written on) and would
+#: hypervisor's background (measured in docs/statistics.md, "Interference") and would
 #: mark every point. 1% is one tick per second on average.
 STEAL_WARN_PERCENT = 1.0
 

@@ -88,9 +88,8 @@ def heartbeat_ms(server: dict[str, Any]) -> int:
     `server.failure_timeout_ms`, so that four beats in a row may be lost or late before the
     LB calls a PN crashed: 100 ms at the default 500 ms, 400 ms at the 2 s the experiments
     set for quarter-core PNs on a busy machine. Every beat costs the PN CPU (a put, a wake
-    of zenoh's transmit thread, a loopback send: 80 to 100 us here, 0.03 to 0.04 % of a
-    quarter-core PN for each beat a second; bench/README.md), so beating faster than the
-    timeout needs buys nothing and costs the PN's throughput."""
+    of zenoh's transmit thread, a loopback send; measured in bench/README.md, "Slices goals"), so
+    beating faster than the timeout needs buys nothing and costs the PN's throughput."""
     if server["heartbeat_ms"]:
         return int(server["heartbeat_ms"])
     return max(1, int(server["failure_timeout_ms"]) // BEATS_PER_TIMEOUT)

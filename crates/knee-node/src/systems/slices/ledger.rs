@@ -355,8 +355,8 @@ pub struct RingItem {
 }
 
 /// Spare item buffers a ring keeps, in bytes of capacity: an item's copy reuses the
-/// buffer of one that left the ring (allocating and freeing 8 KB per item, with the page
-/// faults of a heap that grows and shrinks, cost a PN 0.5 % of its throughput).
+/// buffer of one that left the ring (allocating and freeing an item's buffer, with the page
+/// faults of a heap that grows and shrinks, cost a PN throughput: bench/README.md, "Slices goals").
 pub const MAX_SPARE_BYTES: usize = 16 << 20;
 
 /// Recent items of the slices this PN does not own, bounded by bytes and by age: what a
