@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: Every bench with its smoke mode. slices_goals.py's comes with its own change (issue 31):
-#: it joins the list once its source has the flag.
+#: Every bench with its smoke mode.
 BENCHES = [
     "share_throughput",
     "matmul",
@@ -33,9 +32,8 @@ BENCHES = [
     "report_scale",
     "bottleneck_truth",
     "find_accuracy",
+    "slices_goals",
 ]
-if "--smoke" in (REPO / "bench" / "slices_goals.py").read_text():
-    BENCHES.append("slices_goals")
 #: Seconds a smoke run may take on a busy 2-core machine (they take 1 to 40 s).
 SMOKE_TIMEOUT_S = 240.0
 
@@ -53,7 +51,7 @@ def ratios(value: Any, key: str = "") -> list[float]:
 def test_every_bench_has_a_smoke_run_here() -> None:
     """A new bench is added to BENCHES."""
     found = {p.stem for p in (REPO / "bench").glob("*.py")} - {"benchlib"}
-    assert found - {"slices_goals"} <= set(BENCHES) <= found
+    assert set(BENCHES) == found
 
 
 @pytest.mark.parametrize("bench", BENCHES)

@@ -574,10 +574,8 @@ impl HandoffSlice {
     }
 }
 
-/// A control message from its bytes, bounded.
-///
-/// JSON cost about 0.4 ms a join at 500 slices (encoding and decoding the give, the handoff
-/// and the took), a third of a 1,000-slice join; postcard does the same in under 0.1 ms.
+/// A control message from its bytes, bounded. Postcard, not JSON: JSON's cost was a large
+/// share of a join (docs/slices.md, "Messages").
 pub fn decode_control<T: for<'de> Deserialize<'de> + Check>(bytes: &[u8]) -> Result<T, ControlError> {
     if bytes.len() > MAX_CONTROL_BYTES {
         return Err(ControlError::TooLong { len: bytes.len() });

@@ -338,8 +338,8 @@ impl SentHandoffs {
 
 /// Before the first control message, the control thread encodes and decodes a handoff and
 /// a `took` of every slice once, and drops them: the memory a join's messages need is then
-/// mapped in this thread's heap, not page-faulted in while a join waits (on this machine a
-/// fresh 500-slice take paid about 40 us of faults).
+/// mapped in this thread's heap, not page-faulted in while a join waits (docs/slices.md,
+/// "Measured", has what the faults cost).
 fn warm_up(slices: u32) {
     let mut b = HandoffBuilder::new(0);
     for slice in 0..slices {
