@@ -180,7 +180,7 @@ def test_a_limit_no_sampled_resource_shows_is_said_to_be_unseen(
     see rather than naming the wrong part."""
     with real_server("gunicorn-lock", tmp_path / "srv", knee_node) as server:
         res = run_knee(
-            "http", server.url + "/", "--rates", "15,30,90", "--duration", "5",
+            "http", server.url + "/", "--rates", "10,20,90", "--duration", "5",
             "--out", str(tmp_path / "runs"), "--no-report", timeout_s=200,
         )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
