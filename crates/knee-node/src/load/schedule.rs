@@ -102,6 +102,28 @@ impl Schedule {
     }
 }
 
+/// An open loop's send times: its schedule and the schedule's own random draws, seeded apart
+/// from the request choices so that a driver's draws never shift the send times.
+pub struct Pacer {
+    schedule: Schedule,
+    rng: Rng,
+}
+
+impl Pacer {
+    /// `None` for the closed loop, which has no schedule.
+    pub fn new(cfg: &ScheduleConfig, seed: u64) -> Option<Pacer> {
+        Some(Pacer {
+            schedule: Schedule::new(cfg)?,
+            rng: Rng::new(seed ^ 0x5EED_5C4E_D01E),
+        })
+    }
+
+    /// The next intended send offset in ns, or `None` when the schedule is over.
+    pub fn next_offset_ns(&mut self) -> Option<u64> {
+        self.schedule.next_offset_ns(&mut self.rng)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,10 +29,11 @@ use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
 use crate::load::config::{ScheduleConfig, Think};
+use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::Schedule;
+use crate::load::schedule::Pacer;
 use crate::rng::Rng;
 use crate::{clock, stdio};
 
@@ -61,7 +62,7 @@ struct Queued {
 
 enum Mode {
     Open {
-        schedule: Schedule,
+        pacer: Pacer,
         /// The next request's intended time (None: no more).
         due: Option<u64>,
         /// Due requests waiting for a free connection, at most `max_outstanding` with those
@@ -98,8 +99,6 @@ pub struct Engine<'a> {
     busy: usize,
     next_id: u64,
     rng: Rng,
-    /// The schedule's own draws, apart from the request picks.
-    schedule_rng: Rng,
     buf: Vec<u8>,
     last_sent_ns: u64,
     /// The next connection to look at for a free one (round robin).
@@ -126,7 +125,7 @@ impl<'a> Engine<'a> {
                 next_ns: vec![Some(ctx.start_ns); count],
             },
             other => Mode::Open {
-                schedule: Schedule::new(other).ok_or("the open loop needs a schedule")?,
+                pacer: Pacer::new(other, load.seed).ok_or("the open loop needs a schedule")?,
                 due: None,
                 queue: VecDeque::new(),
             },
@@ -145,7 +144,6 @@ impl<'a> Engine<'a> {
             busy: 0,
             next_id: 0,
             rng: Rng::new(load.seed ^ 0x4854_5450),
-            schedule_rng: Rng::new(load.seed ^ 0x5EED_5C4E_D01E),
             buf: vec![0; READ_BUF_BYTES],
             last_sent_ns: 0,
             cursor: 0,
@@ -182,13 +180,8 @@ impl<'a> Engine<'a> {
     /// Open loop: the next intended time, if the bounds allow one.
     fn schedule_next(&mut self) {
         let (ctx, next_id) = (self.ctx, self.next_id);
-        if let Mode::Open { schedule, due, .. } = &mut self.mode {
-            *due = ctx
-                .allows_request(next_id)
-                .then(|| schedule.next_offset_ns(&mut self.schedule_rng))
-                .flatten()
-                .map(|off| ctx.start_ns + off)
-                .filter(|&t| !ctx.past_end(t));
+        if let Mode::Open { pacer, due, .. } = &mut self.mode {
+            *due = ctx.next_due(pacer, next_id);
         }
     }
 
@@ -412,7 +405,7 @@ impl<'a> Engine<'a> {
         let mut s = Self::sample(slot, &job, Status::Ok, 0);
         match result {
             // Read after its deadline: a timeout, as if the expiry had come first.
-            Ok(_) if now >= job.deadline_ns => {
+            Ok(_) if flights::past(job.deadline_ns, now) => {
                 s.status = Status::Timeout as u8;
                 s.arg = Reason::Timeout as u32;
             }
@@ -465,7 +458,10 @@ impl<'a> Engine<'a> {
                 }
                 continue;
             }
-            let Some(job) = conn.job.filter(|j| j.sent_ns > 0 && now >= j.deadline_ns) else {
+            let Some(job) = conn
+                .job
+                .filter(|j| j.sent_ns > 0 && flights::past(j.deadline_ns, now))
+            else {
                 continue;
             };
             conn.job = None;
