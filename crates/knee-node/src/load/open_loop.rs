@@ -18,20 +18,13 @@ use super::flights::{self, Flights};
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
 use super::reply_sample;
-use super::schedule::{Pacer, Schedule};
+use super::schedule::{pace_wait_ns, Pacer, Schedule};
 use crate::events::NoExtra;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
 };
 use crate::{clock, stdio};
 
-/// Within this of the next send, wait by polling without sleeping: a sleep can end late.
-const SPIN_NS: u64 = 50_000;
-/// For this long after a send, poll without sleeping too: on loopback most replies arrive
-/// within it, and a thread woken from sleep would add its own wake-up time to the latency.
-const SPIN_AFTER_SEND_NS: u64 = 50_000;
-/// Longest wait when nothing is due, so stop requests and timeouts are noticed.
-const IDLE_WAIT_NS: u64 = 20_000_000;
 /// How often requests past their timeout are looked for.
 const EXPIRY_EVERY_NS: u64 = 5_000_000;
 
@@ -195,12 +188,7 @@ fn run(
             engine.abandon_all();
             break;
         }
-        let wait_ns = match due {
-            _ if !engine.flights.is_empty() && now < last_sent_ns + SPIN_AFTER_SEND_NS => 0,
-            Some(t) => (t - now).saturating_sub(SPIN_NS),
-            None => IDLE_WAIT_NS,
-        };
-        engine.poll_replies(wait_ns.min(IDLE_WAIT_NS));
+        engine.poll_replies(pace_wait_ns(now, due, !engine.flights.is_empty(), last_sent_ns));
     }
 }
 

@@ -33,17 +33,10 @@ use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::Pacer;
+use crate::load::schedule::{pace_wait_ns, Pacer, IDLE_WAIT_NS};
 use crate::rng::Rng;
 use crate::{clock, stdio};
 
-/// Open loop: within this of the next send, poll without sleeping (a sleep can end late).
-const SPIN_NS: u64 = 50_000;
-/// Open loop: after a send, poll without sleeping this long (on loopback most responses
-/// come within it; a woken thread would add its wake-up time to the latency).
-const SPIN_AFTER_SEND_NS: u64 = 50_000;
-/// Longest wait, so stop requests, the end of the grace and think times are noticed.
-const IDLE_WAIT_NS: u64 = 20_000_000;
 /// Bytes read per `recv`: a response's head and body pass through it, never kept whole.
 const READ_BUF_BYTES: usize = 64 << 10;
 /// A connection idle this long is read (without blocking) before a request is written to
@@ -516,12 +509,7 @@ impl<'a> Engine<'a> {
                 if !queue.is_empty() && self.busy < self.conns.len() {
                     return 0;
                 }
-                if self.busy > 0 && now < self.last_sent_ns + SPIN_AFTER_SEND_NS {
-                    return 0;
-                }
-                if let Some(t) = due {
-                    wait = wait.min(t.saturating_sub(now).saturating_sub(SPIN_NS));
-                }
+                wait = wait.min(pace_wait_ns(now, *due, self.busy > 0, self.last_sent_ns));
             }
             // Closed loop: no spinning; a response wakes the thread.
             Mode::Closed { next_ns, .. } => {
