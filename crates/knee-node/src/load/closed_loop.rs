@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::{LoadConfig, ScheduleConfig, Think};
+use super::config::{LoadConfig, ScheduleConfig, TcpTarget, Think};
 use super::driver::DriverFactory;
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
@@ -22,14 +22,21 @@ const READ_TICK: Duration = Duration::from_millis(20);
 /// The closed-loop role: one connection per client, the clients still to start.
 pub struct ClosedLoop {
     cfg: LoadConfig,
+    tcp: TcpTarget,
     streams: Vec<TcpStream>,
     factory: Arc<dyn DriverFactory>,
 }
 
 impl ClosedLoop {
-    pub fn new(cfg: LoadConfig, streams: Vec<TcpStream>, factory: Arc<dyn DriverFactory>) -> ClosedLoop {
+    pub fn new(
+        cfg: LoadConfig,
+        tcp: TcpTarget,
+        streams: Vec<TcpStream>,
+        factory: Arc<dyn DriverFactory>,
+    ) -> ClosedLoop {
         ClosedLoop {
             cfg,
+            tcp,
             streams,
             factory,
         }
@@ -42,7 +49,7 @@ impl Role for ClosedLoop {
 
     /// One request in flight per client by construction: no in-flight bound.
     fn plan(&self) -> Plan {
-        super::plan(&self.cfg, None, None)
+        self.cfg.plan(None, None)
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
@@ -58,7 +65,7 @@ impl Role for ClosedLoop {
                     factory: &*self.factory,
                     ctx,
                     timeout_ns: (self.cfg.timeout_ms * 1e6) as u64,
-                    max_frame_bytes: self.cfg.max_frame_bytes,
+                    max_frame_bytes: self.tcp.max_frame_bytes,
                     seed: self.cfg.seed,
                     think_ns,
                     think,

@@ -2,6 +2,9 @@
 
 use serde::Deserialize;
 
+use super::harness::{Bounds, Plan};
+use super::schedule::Schedule;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ScheduleConfig {
@@ -42,42 +45,114 @@ fn default_max_outstanding() -> usize {
     100_000
 }
 
+/// A load config as the runner writes it: one JSON object for every system (the spec keys;
+/// `target` and `connections` included where nothing reads them). Parsed once, then split
+/// into the generic [`LoadConfig`] and, for a load over TCP, its [`TcpTarget`].
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LoadConfig {
-    /// Server address, `host:port`.
-    pub target: String,
-    pub schedule: ScheduleConfig,
-    /// Open loop: connections the requests are spread over, round robin.
-    #[serde(default = "default_connections")]
-    pub connections: usize,
-    /// Stop after this long, warm-up included (None: no time limit).
+struct LoadSpec {
+    /// Server address, `host:port` (http: a URL); empty or absent where the load reaches its
+    /// servers by other means (Zenoh, UDP).
     #[serde(default)]
+    target: Option<String>,
+    schedule: ScheduleConfig,
+    #[serde(default = "default_connections")]
+    connections: usize,
+    #[serde(default)]
+    duration_s: Option<f64>,
+    #[serde(default)]
+    requests: Option<u64>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: f64,
+    #[serde(default = "default_late_ms")]
+    late_ms: f64,
+    #[serde(default = "default_max_outstanding")]
+    max_outstanding: usize,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    warmup_s: f64,
+    samples_path: String,
+    histogram_path: String,
+    #[serde(default = "crate::config_defaults::max_frame_bytes")]
+    max_frame_bytes: usize,
+    #[serde(default)]
+    driver: serde_json::Value,
+}
+
+/// The generic load: schedule, bounds, warm-up, seed, timeouts and outputs. What every
+/// sending engine reads, whatever its transport.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub schedule: ScheduleConfig,
+    /// Stop after this long, warm-up included (None: no time limit).
     pub duration_s: Option<f64>,
     /// Stop after this many requests, warm-up included (None: no count limit).
-    #[serde(default)]
     pub requests: Option<u64>,
-    #[serde(default = "default_timeout_ms")]
     pub timeout_ms: f64,
-    #[serde(default = "default_late_ms")]
     pub late_ms: f64,
     /// Open loop: requests in flight beyond this are recorded as dropped instead of sent.
-    #[serde(default = "default_max_outstanding")]
     pub max_outstanding: usize,
-    #[serde(default)]
     pub seed: u64,
     /// Samples whose intended time falls in the warm-up stay on disk but out of the histogram.
-    #[serde(default)]
     pub warmup_s: f64,
     /// Where every request's sample is appended (binary records, see `recorder.rs`).
     pub samples_path: String,
     /// Where the HDR histogram of post-warm-up latencies is written at the end.
     pub histogram_path: String,
-    #[serde(default = "crate::config_defaults::max_frame_bytes")]
-    pub max_frame_bytes: usize,
     /// The system driver's own parameters.
-    #[serde(default)]
     pub driver: serde_json::Value,
+}
+
+/// Where a load over TCP sends: the framed systems (echo, matrix) and http.
+#[derive(Clone, Debug)]
+pub struct TcpTarget {
+    /// Server address, `host:port` (http: also `http://` or `https://` URLs).
+    pub target: String,
+    /// Open loop: connections the requests are spread over, round robin.
+    pub connections: usize,
+    pub max_frame_bytes: usize,
+}
+
+/// Why a load config was refused; its text is the node's error line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadConfigError {
+    /// Not a load config (a missing, unknown or mistyped key): serde's words.
+    Json(String),
+    /// A TCP load without a `target`.
+    NoTarget,
+    NoStop,
+    Connections,
+    Timeouts,
+    Rate(f64),
+    Steps,
+    Closed,
+}
+
+impl std::fmt::Display for LoadConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadConfigError::Json(e) => f.write_str(e),
+            LoadConfigError::NoTarget => f.write_str("missing field `target`"),
+            LoadConfigError::NoStop => f.write_str("give duration_s or requests: a load must stop by itself"),
+            LoadConfigError::Connections => write!(f, "connections must be 1..={MAX_CONNECTIONS}"),
+            LoadConfigError::Timeouts => f.write_str("timeout_ms and late_ms must be > 0"),
+            LoadConfigError::Rate(r) => write!(f, "rate_per_s must be > 0, got {r}"),
+            LoadConfigError::Steps => {
+                f.write_str("steps must be a non-empty list of [rate_per_s > 0, duration_s > 0]")
+            }
+            LoadConfigError::Closed => write!(f, "clients must be 1..={MAX_CLIENTS} and think_ms >= 0"),
+        }
+    }
+}
+
+impl std::error::Error for LoadConfigError {}
+
+/// The node's error line (its callers return `Result<_, String>`).
+impl From<LoadConfigError> for String {
+    fn from(e: LoadConfigError) -> String {
+        e.to_string()
+    }
 }
 
 /// Limits that keep a mistyped config from exhausting the machine.
@@ -97,39 +172,98 @@ pub fn contract() -> crate::contract::SystemContract {
 }
 
 impl LoadConfig {
-    pub fn check(&self) -> Result<(), String> {
+    /// A load that reaches its servers by other means than a TCP target (Zenoh, UDP): the
+    /// `target` and `connections` the runner writes for every system are not read.
+    pub fn parse(config: &serde_json::Value) -> Result<LoadConfig, LoadConfigError> {
+        Ok(Self::parse_spec(config)?.0)
+    }
+
+    /// A load over TCP connections to its `target`.
+    pub fn parse_tcp(config: &serde_json::Value) -> Result<(LoadConfig, TcpTarget), LoadConfigError> {
+        let (load, spec) = Self::parse_spec(config)?;
+        let target = TcpTarget {
+            target: spec.target.ok_or(LoadConfigError::NoTarget)?,
+            connections: spec.connections,
+            max_frame_bytes: spec.max_frame_bytes,
+        };
+        if !(1..=MAX_CONNECTIONS).contains(&target.connections) {
+            return Err(LoadConfigError::Connections);
+        }
+        Ok((load, target))
+    }
+
+    fn parse_spec(config: &serde_json::Value) -> Result<(LoadConfig, LoadSpec), LoadConfigError> {
+        let spec: LoadSpec =
+            serde_json::from_value(config.clone()).map_err(|e| LoadConfigError::Json(e.to_string()))?;
+        let load = LoadConfig {
+            schedule: spec.schedule.clone(),
+            duration_s: spec.duration_s,
+            requests: spec.requests,
+            timeout_ms: spec.timeout_ms,
+            late_ms: spec.late_ms,
+            max_outstanding: spec.max_outstanding,
+            seed: spec.seed,
+            warmup_s: spec.warmup_s,
+            samples_path: spec.samples_path.clone(),
+            histogram_path: spec.histogram_path.clone(),
+            driver: spec.driver.clone(),
+        };
+        load.check()?;
+        Ok((load, spec))
+    }
+
+    fn check(&self) -> Result<(), LoadConfigError> {
         if self.duration_s.is_none()
             && self.requests.is_none()
             && !matches!(self.schedule, ScheduleConfig::Steps { .. })
         {
-            return Err("give duration_s or requests: a load must stop by itself".into());
-        }
-        if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
-            return Err(format!("connections must be 1..={MAX_CONNECTIONS}"));
+            return Err(LoadConfigError::NoStop);
         }
         if !positive(self.timeout_ms) || !positive(self.late_ms) {
-            return Err("timeout_ms and late_ms must be > 0".into());
+            return Err(LoadConfigError::Timeouts);
         }
         match &self.schedule {
             ScheduleConfig::Poisson { rate_per_s } | ScheduleConfig::Constant { rate_per_s } => {
                 if !positive(*rate_per_s) {
-                    return Err(format!("rate_per_s must be > 0, got {rate_per_s}"));
+                    return Err(LoadConfigError::Rate(*rate_per_s));
                 }
             }
             ScheduleConfig::Steps { steps } => {
                 if steps.is_empty() || steps.iter().any(|(r, d)| !positive(*r) || !positive(*d)) {
-                    return Err("steps must be a non-empty list of [rate_per_s > 0, duration_s > 0]".into());
+                    return Err(LoadConfigError::Steps);
                 }
             }
             ScheduleConfig::Closed {
                 clients, think_ms, ..
             } => {
                 if !(1..=MAX_CLIENTS).contains(clients) || !(positive(*think_ms) || *think_ms == 0.0) {
-                    return Err(format!("clients must be 1..={MAX_CLIENTS} and think_ms >= 0"));
+                    return Err(LoadConfigError::Closed);
                 }
             }
         }
         Ok(())
+    }
+
+    /// The harness's plan of this load: `schedule` the open loop's (for the target rate;
+    /// its length bounds a run without `duration_s`), `max_in_flight` the role's bound.
+    pub fn plan<P>(&self, schedule: Option<Schedule>, max_in_flight: Option<usize>) -> Plan<P> {
+        let duration_s = self.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
+        let bounds = Bounds {
+            duration_s,
+            deadline_ns: None,
+            requests: self.requests,
+            max_in_flight,
+        };
+        Plan {
+            schedule,
+            ..Plan::new(
+                &self.samples_path,
+                &self.histogram_path,
+                self.warmup_s,
+                Some(self.late_ms),
+                bounds,
+            )
+        }
     }
 }
 

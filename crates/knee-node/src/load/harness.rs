@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::recorder::Recorder;
-use super::schedule::Schedule;
+use super::schedule::{Pacer, Schedule};
 use crate::events::{self, Counts, Done, LatencySummary, Progress, Start};
 use crate::{clock, signals};
 
@@ -139,6 +139,17 @@ impl RunContext {
     /// Whether the node may send its request number `n` (counting from 0).
     pub fn allows_request(&self, n: u64) -> bool {
         self.bounds.requests.is_none_or(|max| n < max)
+    }
+
+    /// When request number `n` (counting from 0) is due, in monotonic ns: None when the
+    /// request bound, the schedule or the time bound says there is none. Every open loop
+    /// paces its sends with it.
+    pub fn next_due(&self, pacer: &mut Pacer, n: u64) -> Option<u64> {
+        if !self.allows_request(n) {
+            return None;
+        }
+        let due_ns = self.start_ns + pacer.next_offset_ns()?;
+        (!self.past_end(due_ns)).then_some(due_ns)
     }
 
     /// A stop was asked (SIGTERM/SIGINT): send nothing new.

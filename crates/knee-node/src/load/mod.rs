@@ -5,6 +5,7 @@
 mod closed_loop;
 pub mod config;
 pub mod driver;
+pub mod flights;
 pub mod harness;
 mod open_loop;
 pub mod recorder;
@@ -14,28 +15,64 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use config::{LoadConfig, ScheduleConfig};
+use config::{LoadConfig, ScheduleConfig, TcpTarget};
 use driver::DriverFactory;
-use harness::{Bounds, ClientRole, Plan};
+use harness::ClientRole;
 use recorder::{Sample, Status};
-use schedule::Schedule;
 
 use crate::stdio;
 use crate::wire::{ReplyHeader, WireStatus};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn connect(target: &str, count: usize) -> Result<Vec<TcpStream>, String> {
+/// Why the connections to a TCP target could not be made before the start.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The target names no address (or could not be resolved).
+    Resolve { target: String, error: String },
+    /// Connection number `index` to `addr` failed.
+    Connect {
+        index: usize,
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Resolve { target, error } => write!(f, "target {target}: {error}"),
+            ConnectError::Connect { index, addr, error } => {
+                write!(f, "connection {index} to {addr}: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// The node's error line (its callers return `Result<_, String>`).
+impl From<ConnectError> for String {
+    fn from(e: ConnectError) -> String {
+        e.to_string()
+    }
+}
+
+fn connect(target: &str, count: usize) -> Result<Vec<TcpStream>, ConnectError> {
+    let resolve = |error: String| ConnectError::Resolve {
+        target: target.to_string(),
+        error,
+    };
     let addr: SocketAddr = target
         .to_socket_addrs()
-        .map_err(|e| format!("target {target}: {e}"))?
+        .map_err(|e| resolve(e.to_string()))?
         .next()
-        .ok_or_else(|| format!("target {target}: no address"))?;
+        .ok_or_else(|| resolve("no address".into()))?;
     (0..count)
-        .map(|i| {
+        .map(|index| {
             let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-                .map_err(|e| format!("connection {i} to {addr}: {e}"))?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
+                .and_then(|s| s.set_nodelay(true).map(|()| s))
+                .map_err(|error| ConnectError::Connect { index, addr, error })?;
             Ok(s)
         })
         .collect()
@@ -75,37 +112,19 @@ pub(crate) fn reply_sample(
 }
 
 /// The role of a load config: the open or the closed loop (connected, ready to start).
-pub fn role(cfg: LoadConfig, factory: Arc<dyn DriverFactory>) -> Result<Box<dyn ClientRole>, String> {
-    cfg.check()?;
+pub fn role(
+    cfg: LoadConfig,
+    tcp: TcpTarget,
+    factory: Arc<dyn DriverFactory>,
+) -> Result<Box<dyn ClientRole>, String> {
     Ok(match &cfg.schedule {
         ScheduleConfig::Closed { clients, .. } => {
-            let streams = connect(&cfg.target, *clients)?;
-            Box::new(closed_loop::ClosedLoop::new(cfg, streams, factory))
+            let streams = connect(&tcp.target, *clients)?;
+            Box::new(closed_loop::ClosedLoop::new(cfg, tcp, streams, factory))
         }
         _ => {
-            let streams = connect(&cfg.target, cfg.connections)?;
-            Box::new(open_loop::OpenLoop::new(cfg, streams, factory))
+            let streams = connect(&tcp.target, tcp.connections)?;
+            Box::new(open_loop::OpenLoop::new(cfg, tcp, streams, factory))
         }
     })
-}
-
-/// The harness's plan of a load config; `schedule` is the open loop's, for the target rate.
-fn plan(cfg: &LoadConfig, schedule: Option<Schedule>, max_in_flight: Option<usize>) -> Plan {
-    let duration_s = cfg.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
-    let bounds = Bounds {
-        duration_s,
-        deadline_ns: None,
-        requests: cfg.requests,
-        max_in_flight,
-    };
-    Plan {
-        schedule,
-        ..Plan::new(
-            &cfg.samples_path,
-            &cfg.histogram_path,
-            cfg.warmup_s,
-            Some(cfg.late_ms),
-            bounds,
-        )
-    }
 }

@@ -7,36 +7,30 @@
 //! intended send time, so a late sender or a blocked connection shows up in the latency,
 //! not as missing requests.
 
-use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use super::config::LoadConfig;
+use super::config::{LoadConfig, TcpTarget};
 use super::driver::{Driver, DriverFactory};
+use super::flights::{self, Flights};
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
 use super::reply_sample;
-use super::schedule::Schedule;
+use super::schedule::{pace_wait_ns, Pacer, Schedule};
 use crate::events::NoExtra;
-use crate::rng::Rng;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
 };
 use crate::{clock, stdio};
 
-/// Within this of the next send, wait by polling without sleeping: a sleep can end late.
-const SPIN_NS: u64 = 50_000;
-/// For this long after a send, poll without sleeping too: on loopback most replies arrive
-/// within it, and a thread woken from sleep would add its own wake-up time to the latency.
-const SPIN_AFTER_SEND_NS: u64 = 50_000;
-/// Longest wait when nothing is due, so stop requests and timeouts are noticed.
-const IDLE_WAIT_NS: u64 = 20_000_000;
 /// How often requests past their timeout are looked for.
 const EXPIRY_EVERY_NS: u64 = 5_000_000;
 
 struct InFlight {
+    /// The connection it was sent on.
+    slot: usize,
     intended_ns: u64,
     sent_ns: u64,
     op: u16,
@@ -48,9 +42,8 @@ struct Conn {
     index: u32,
     stream: TcpStream,
     reader: FrameReader,
-    pending: HashMap<u64, InFlight>,
-    /// (deadline, id) in send order; deadlines grow with it, so expiry pops from the front.
-    deadlines: VecDeque<(u64, u64)>,
+    /// Requests in flight on this connection (in `Engine::flights`).
+    pending: usize,
     alive: bool,
 }
 
@@ -82,21 +75,28 @@ struct Engine<'a> {
     factory: &'a dyn DriverFactory,
     ctx: &'a RunContext,
     timeout_ns: u64,
-    max_outstanding: usize,
-    outstanding: usize,
+    /// Bounded by `max_outstanding` (the harness's `max_in_flight`).
+    flights: Flights<InFlight>,
 }
 
 /// The open-loop role: connected, its schedule still to run.
 pub struct OpenLoop {
     cfg: LoadConfig,
+    tcp: TcpTarget,
     streams: Vec<TcpStream>,
     factory: Arc<dyn DriverFactory>,
 }
 
 impl OpenLoop {
-    pub fn new(cfg: LoadConfig, streams: Vec<TcpStream>, factory: Arc<dyn DriverFactory>) -> OpenLoop {
+    pub fn new(
+        cfg: LoadConfig,
+        tcp: TcpTarget,
+        streams: Vec<TcpStream>,
+        factory: Arc<dyn DriverFactory>,
+    ) -> OpenLoop {
         OpenLoop {
             cfg,
+            tcp,
             streams,
             factory,
         }
@@ -109,21 +109,22 @@ impl Role for OpenLoop {
 
     fn plan(&self) -> Plan {
         let schedule = Schedule::new(&self.cfg.schedule);
-        super::plan(&self.cfg, schedule, Some(self.cfg.max_outstanding))
+        self.cfg.plan(schedule, Some(self.cfg.max_outstanding))
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
-        let schedule = Schedule::new(&self.cfg.schedule).ok_or("the open loop needs a schedule")?;
+        let pacer = Pacer::new(&self.cfg.schedule, self.cfg.seed).ok_or("the open loop needs a schedule")?;
         let streams = std::mem::take(&mut self.streams);
-        run(streams, schedule, &self.cfg, &*self.factory, ctx);
+        run(streams, pacer, &self.cfg, &self.tcp, &*self.factory, ctx);
         Ok(NoExtra {})
     }
 }
 
 fn run(
     streams: Vec<TcpStream>,
-    mut schedule: Schedule,
+    mut pacer: Pacer,
     cfg: &LoadConfig,
+    tcp: &TcpTarget,
     factory: &dyn DriverFactory,
     ctx: &RunContext,
 ) {
@@ -133,9 +134,8 @@ fn run(
         .map(|(i, stream)| Conn {
             index: i as u32,
             stream,
-            reader: FrameReader::new(cfg.max_frame_bytes),
-            pending: HashMap::new(),
-            deadlines: VecDeque::new(),
+            reader: FrameReader::new(tcp.max_frame_bytes),
+            pending: 0,
             alive: true,
         })
         .collect();
@@ -153,21 +153,12 @@ fn run(
         factory,
         ctx,
         timeout_ns: (cfg.timeout_ms * 1e6) as u64,
-        max_outstanding: ctx.bounds.max_in_flight.unwrap_or(usize::MAX),
-        outstanding: 0,
+        flights: Flights::new(ctx.bounds.max_in_flight.unwrap_or(usize::MAX)),
     };
     let mut driver = factory.driver(cfg.seed, 0);
-    let mut rng = Rng::new(cfg.seed ^ 0x5EED_5C4E_D01E);
-    let mut next_due = |next_id: u64, rng: &mut Rng| -> Option<u64> {
-        if !ctx.allows_request(next_id) {
-            return None;
-        }
-        let due_ns = ctx.start_ns + schedule.next_offset_ns(rng)?;
-        (!ctx.past_end(due_ns)).then_some(due_ns)
-    };
     let (mut body, mut scratch) = (Vec::new(), Vec::new());
     let mut next_id = 0;
-    let mut due = next_due(next_id, &mut rng);
+    let mut due = ctx.next_due(&mut pacer, next_id);
     let mut next_expiry_ns = 0;
     let mut last_sent_ns = 0;
     loop {
@@ -184,25 +175,20 @@ fn run(
             let sent_ns = engine.send(next_id, intended_ns, &mut *driver, &mut body, &mut scratch);
             last_sent_ns = last_sent_ns.max(sent_ns);
             next_id += 1;
-            due = next_due(next_id, &mut rng);
+            due = ctx.next_due(&mut pacer, next_id);
             // Read what has arrived before the next send, even when behind schedule, so
             // replies never pile up unread.
             engine.poll_replies(0);
             continue;
         }
-        if due.is_none() && engine.outstanding == 0 {
+        if due.is_none() && engine.flights.is_empty() {
             break;
         }
         if ctx.grace_over(now) {
             engine.abandon_all();
             break;
         }
-        let wait_ns = match due {
-            _ if engine.outstanding > 0 && now < last_sent_ns + SPIN_AFTER_SEND_NS => 0,
-            Some(t) => (t - now).saturating_sub(SPIN_NS),
-            None => IDLE_WAIT_NS,
-        };
-        engine.poll_replies(wait_ns.min(IDLE_WAIT_NS));
+        engine.poll_replies(pace_wait_ns(now, due, !engine.flights.is_empty(), last_sent_ns));
     }
 }
 
@@ -221,14 +207,15 @@ impl Engine<'_> {
         let slot = (id % self.conns.len() as u64) as usize;
         // Not sent (yet): no send time, no bytes.
         let f = InFlight {
+            slot,
             intended_ns,
             sent_ns: 0,
             op,
             arg,
             bytes_out: 0,
         };
-        if self.outstanding >= self.max_outstanding || !self.conns[slot].alive {
-            self.record_unanswered(slot, id, &f, Status::Drop);
+        if self.flights.is_full() || !self.conns[slot].alive {
+            self.record_unanswered(id, &f, Status::Drop);
             return 0;
         }
         let sent_ns = clock::now_ns();
@@ -240,21 +227,22 @@ impl Engine<'_> {
         let conn = &mut self.conns[slot];
         if let Err(e) = write_frame(&mut conn.stream, scratch, &[&header.encode(), body]) {
             stdio::log(&format!("connection {slot}: send failed: {e}"));
-            self.record_unanswered(slot, id, &f, Status::Drop);
+            self.record_unanswered(id, &f, Status::Drop);
             self.close(slot);
             return 0;
         }
         let bytes_out = request_frame_bytes(body.len()) as u64;
-        conn.pending.insert(
-            id,
-            InFlight {
-                sent_ns,
-                bytes_out,
-                ..f
-            },
-        );
-        conn.deadlines.push_back((sent_ns + self.timeout_ns, id));
-        self.outstanding += 1;
+        let sent = InFlight {
+            sent_ns,
+            bytes_out,
+            ..f
+        };
+        // Not full: looked at before the write.
+        if let Err(sent) = self.flights.insert(id, sent_ns + self.timeout_ns, sent) {
+            self.record_unanswered(id, &sent, Status::Drop);
+            return 0;
+        }
+        conn.pending += 1;
         self.ctx.count_send(intended_ns, sent_ns, bytes_out);
         sent_ns
     }
@@ -276,7 +264,6 @@ impl Engine<'_> {
         let failure = loop {
             let received_ns = clock::now_ns();
             let Conn {
-                index,
                 stream,
                 reader,
                 pending,
@@ -285,7 +272,7 @@ impl Engine<'_> {
             let payload = match reader.read_frame(&mut DontWait(stream)) {
                 Ok(None) => return,
                 Ok(Some(payload)) => payload,
-                Err(FrameError::Closed) if pending.is_empty() => break None,
+                Err(FrameError::Closed) if *pending == 0 => break None,
                 Err(e) => break Some(e.to_string()),
             };
             let Some((header, reply_body)) = ReplyHeader::decode(payload) else {
@@ -294,17 +281,21 @@ impl Engine<'_> {
                     payload.len()
                 ));
             };
-            // Not pending: it already timed out; the late reply is not counted again.
-            let Some(f) = pending.remove(&header.request_id) else {
-                continue;
-            };
-            if received_ns >= f.sent_ns + self.timeout_ns {
-                // Read after its deadline: a timeout, as if the expiry had come first.
-                let id = header.request_id;
-                self.record_unanswered(slot, id, &f, Status::Timeout);
+            // Not pending on this connection: it already timed out; the late reply is not
+            // counted again.
+            let id = header.request_id;
+            if self.flights.get(id).is_none_or(|(_, f)| f.slot != slot) {
                 continue;
             }
-            self.outstanding -= 1;
+            let Some((deadline_ns, f)) = self.flights.take(id) else {
+                continue;
+            };
+            *pending -= 1;
+            if flights::past(deadline_ns, received_ns) {
+                // Read after its deadline: a timeout, as if the expiry had come first.
+                self.record_unanswered(id, &f, Status::Timeout);
+                continue;
+            }
             let mut sample = reply_sample(
                 &header,
                 reply_body,
@@ -316,7 +307,7 @@ impl Engine<'_> {
             sample.sent_ns = f.sent_ns;
             sample.received_ns = received_ns;
             sample.bytes_out = f.bytes_out;
-            sample.client = *index;
+            sample.client = self.conns[slot].index;
             sample.arg = f.arg;
             self.ctx.recorder.record(&sample);
         };
@@ -327,30 +318,20 @@ impl Engine<'_> {
     }
 
     fn expire(&mut self, now_ns: u64) {
-        for slot in 0..self.conns.len() {
-            while let Some(&(deadline_ns, id)) = self.conns[slot].deadlines.front() {
-                if deadline_ns > now_ns {
-                    break;
-                }
-                self.conns[slot].deadlines.pop_front();
-                if let Some(f) = self.conns[slot].pending.remove(&id) {
-                    self.record_unanswered(slot, id, &f, Status::Timeout);
-                }
-            }
+        while let Some((id, _, f)) = self.flights.pop_expired(now_ns) {
+            self.conns[f.slot].pending -= 1;
+            self.record_unanswered(id, &f, Status::Timeout);
         }
     }
 
-    /// Records a request that got no reply. One that was sent leaves the in-flight count.
-    fn record_unanswered(&mut self, slot: usize, id: u64, f: &InFlight, status: Status) {
-        if f.sent_ns != 0 {
-            self.outstanding -= 1;
-        }
+    /// Records a request that got no reply (it has left the table, or never entered it).
+    fn record_unanswered(&self, id: u64, f: &InFlight, status: Status) {
         self.ctx.recorder.record(&Sample {
             request_id: id,
             intended_ns: f.intended_ns,
             sent_ns: f.sent_ns,
             bytes_out: f.bytes_out,
-            client: self.conns[slot].index,
+            client: self.conns[f.slot].index,
             arg: f.arg,
             op: f.op,
             status: status as u8,
@@ -363,15 +344,19 @@ impl Engine<'_> {
         let conn = &mut self.conns[slot];
         conn.alive = false;
         self.pollfds[slot].fd = -1; // ppoll skips negative descriptors
-        conn.deadlines.clear();
-        let lost: Vec<(u64, InFlight)> = conn.pending.drain().collect();
-        for (id, f) in lost {
-            self.record_unanswered(slot, id, &f, Status::Drop);
+        if std::mem::take(&mut conn.pending) == 0 {
+            return;
+        }
+        for (id, f) in self.flights.take_if(|f| f.slot == slot) {
+            self.record_unanswered(id, &f, Status::Drop);
         }
     }
 
     /// After a stop request's grace period: every request still in flight is dropped.
     fn abandon_all(&mut self) {
+        for (id, f) in self.flights.drain() {
+            self.record_unanswered(id, &f, Status::Drop);
+        }
         for slot in 0..self.conns.len() {
             self.close(slot);
         }

@@ -102,9 +102,69 @@ impl Schedule {
     }
 }
 
+/// Longest wait of an engine's poll, so stop requests, the end of the grace, timeouts and
+/// think times are noticed.
+pub const IDLE_WAIT_NS: u64 = 20_000_000;
+/// Within this of the next send, an open loop polls without sleeping: a sleep can end late.
+const SPIN_NS: u64 = 50_000;
+/// For this long after a send, poll without sleeping too: on loopback most replies arrive
+/// within it, and a thread woken from sleep would add its own wake-up time to the latency.
+const SPIN_AFTER_SEND_NS: u64 = 50_000;
+
+/// How long an open loop may wait for replies at `now_ns`, its next send due at `due_ns`
+/// (None: no more sends): not at all just after a send while replies are awaited, else until
+/// just before the next send, and never beyond `IDLE_WAIT_NS`.
+pub fn pace_wait_ns(now_ns: u64, due_ns: Option<u64>, awaiting: bool, last_sent_ns: u64) -> u64 {
+    if awaiting && now_ns < last_sent_ns + SPIN_AFTER_SEND_NS {
+        return 0;
+    }
+    match due_ns {
+        Some(t) => t.saturating_sub(now_ns).saturating_sub(SPIN_NS),
+        None => IDLE_WAIT_NS,
+    }
+    .min(IDLE_WAIT_NS)
+}
+
+/// An open loop's send times: its schedule and the schedule's own random draws, seeded apart
+/// from the request choices so that a driver's draws never shift the send times.
+pub struct Pacer {
+    schedule: Schedule,
+    rng: Rng,
+}
+
+impl Pacer {
+    /// `None` for the closed loop, which has no schedule.
+    pub fn new(cfg: &ScheduleConfig, seed: u64) -> Option<Pacer> {
+        Some(Pacer {
+            schedule: Schedule::new(cfg)?,
+            rng: Rng::new(seed ^ 0x5EED_5C4E_D01E),
+        })
+    }
+
+    /// The next intended send offset in ns, or `None` when the schedule is over.
+    pub fn next_offset_ns(&mut self) -> Option<u64> {
+        self.schedule.next_offset_ns(&mut self.rng)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_loop_spins_after_a_send_and_sleeps_until_just_before_the_next() {
+        assert_eq!(pace_wait_ns(1_000, Some(10_000_000), true, 1_000), 0);
+        assert_eq!(
+            pace_wait_ns(1_000, Some(10_000_000), false, 1_000),
+            10_000_000 - 1_000 - SPIN_NS
+        );
+        assert_eq!(
+            pace_wait_ns(SPIN_AFTER_SEND_NS, Some(u64::MAX), true, 0),
+            IDLE_WAIT_NS
+        );
+        assert_eq!(pace_wait_ns(0, None, false, 0), IDLE_WAIT_NS);
+        assert_eq!(pace_wait_ns(5, Some(5), false, 0), 0, "due now: no wait");
+    }
 
     #[test]
     fn constant_is_evenly_spaced() {

@@ -90,9 +90,9 @@ pub(crate) fn framed_client(
     config: &serde_json::Value,
     factory: fn(&serde_json::Value) -> Result<Arc<dyn DriverFactory>, String>,
 ) -> Result<Box<dyn ClientRole>, String> {
-    let cfg: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| format!("load config: {e}"))?;
+    let (cfg, tcp) = LoadConfig::parse_tcp(config).map_err(|e| format!("load config: {e}"))?;
     let factory = factory(&cfg.driver)?;
-    crate::load::role(cfg, factory)
+    crate::load::role(cfg, tcp, factory)
 }
 
 /// Parses a system's parameters; unknown keys are errors (configs are written by the runner,

@@ -6,7 +6,7 @@ use super::config::HttpConfig;
 use super::engine::Engine;
 use super::pool::Pool;
 use super::requests::Table;
-use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
+use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::schedule::Schedule;
 
 /// The role's own fields of its `done` line.
@@ -42,22 +42,8 @@ impl Role for HttpClient {
     fn plan(&self) -> Plan {
         let load = &self.cfg.load;
         let schedule = Schedule::new(&load.schedule);
-        let bounds = Bounds {
-            duration_s: load.duration_s.or(schedule.as_ref().and_then(Schedule::length_s)),
-            deadline_ns: None,
-            requests: load.requests,
-            max_in_flight: schedule.is_some().then_some(load.max_outstanding),
-        };
-        Plan {
-            schedule,
-            ..Plan::new(
-                &load.samples_path,
-                &load.histogram_path,
-                load.warmup_s,
-                Some(load.late_ms),
-                bounds,
-            )
-        }
+        let max_in_flight = schedule.is_some().then_some(load.max_outstanding);
+        load.plan(schedule, max_in_flight)
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::response::Limits;
 use super::timing::TimingKeys;
-use crate::load::config::LoadConfig;
+use crate::load::config::{LoadConfig, TcpTarget};
 
 /// Entries of the request table: each is a sample `op` (u16), and the report breaks down
 /// by them, so thousands would be a mistake (a requests file holds many paths in one).
@@ -137,25 +137,31 @@ pub struct Target {
 /// The whole config of `knee-node load http`.
 pub struct HttpConfig {
     pub load: LoadConfig,
+    /// `target` (its URL) and `connections`.
+    pub tcp: TcpTarget,
     pub driver: DriverConfig,
     pub target: Target,
 }
 
 impl HttpConfig {
     pub fn parse(config: &serde_json::Value) -> Result<HttpConfig, String> {
-        let load: LoadConfig = serde_json::from_value(config.clone()).map_err(|e| e.to_string())?;
-        load.check()?;
+        let (load, tcp) = LoadConfig::parse_tcp(config)?;
         let driver: DriverConfig =
             serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
         driver.check()?;
-        let target = target(&load.target)?;
+        let target = target(&tcp.target)?;
         if !target.tls && (driver.tls_insecure || driver.tls_ca_file.is_some()) {
             return Err(format!(
                 "driver.tls_insecure and driver.tls_ca_file are for https:// targets, not {}",
-                load.target
+                tcp.target
             ));
         }
-        Ok(HttpConfig { load, driver, target })
+        Ok(HttpConfig {
+            load,
+            tcp,
+            driver,
+            target,
+        })
     }
 }
 

@@ -29,20 +29,14 @@ use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
 use crate::load::config::{ScheduleConfig, Think};
+use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::Schedule;
+use crate::load::schedule::{pace_wait_ns, Pacer, IDLE_WAIT_NS};
 use crate::rng::Rng;
 use crate::{clock, stdio};
 
-/// Open loop: within this of the next send, poll without sleeping (a sleep can end late).
-const SPIN_NS: u64 = 50_000;
-/// Open loop: after a send, poll without sleeping this long (on loopback most responses
-/// come within it; a woken thread would add its wake-up time to the latency).
-const SPIN_AFTER_SEND_NS: u64 = 50_000;
-/// Longest wait, so stop requests, the end of the grace and think times are noticed.
-const IDLE_WAIT_NS: u64 = 20_000_000;
 /// Bytes read per `recv`: a response's head and body pass through it, never kept whole.
 const READ_BUF_BYTES: usize = 64 << 10;
 /// A connection idle this long is read (without blocking) before a request is written to
@@ -61,7 +55,7 @@ struct Queued {
 
 enum Mode {
     Open {
-        schedule: Schedule,
+        pacer: Pacer,
         /// The next request's intended time (None: no more).
         due: Option<u64>,
         /// Due requests waiting for a free connection, at most `max_outstanding` with those
@@ -98,8 +92,6 @@ pub struct Engine<'a> {
     busy: usize,
     next_id: u64,
     rng: Rng,
-    /// The schedule's own draws, apart from the request picks.
-    schedule_rng: Rng,
     buf: Vec<u8>,
     last_sent_ns: u64,
     /// The next connection to look at for a free one (round robin).
@@ -126,7 +118,7 @@ impl<'a> Engine<'a> {
                 next_ns: vec![Some(ctx.start_ns); count],
             },
             other => Mode::Open {
-                schedule: Schedule::new(other).ok_or("the open loop needs a schedule")?,
+                pacer: Pacer::new(other, load.seed).ok_or("the open loop needs a schedule")?,
                 due: None,
                 queue: VecDeque::new(),
             },
@@ -145,7 +137,6 @@ impl<'a> Engine<'a> {
             busy: 0,
             next_id: 0,
             rng: Rng::new(load.seed ^ 0x4854_5450),
-            schedule_rng: Rng::new(load.seed ^ 0x5EED_5C4E_D01E),
             buf: vec![0; READ_BUF_BYTES],
             last_sent_ns: 0,
             cursor: 0,
@@ -182,13 +173,8 @@ impl<'a> Engine<'a> {
     /// Open loop: the next intended time, if the bounds allow one.
     fn schedule_next(&mut self) {
         let (ctx, next_id) = (self.ctx, self.next_id);
-        if let Mode::Open { schedule, due, .. } = &mut self.mode {
-            *due = ctx
-                .allows_request(next_id)
-                .then(|| schedule.next_offset_ns(&mut self.schedule_rng))
-                .flatten()
-                .map(|off| ctx.start_ns + off)
-                .filter(|&t| !ctx.past_end(t));
+        if let Mode::Open { pacer, due, .. } = &mut self.mode {
+            *due = ctx.next_due(pacer, next_id);
         }
     }
 
@@ -412,7 +398,7 @@ impl<'a> Engine<'a> {
         let mut s = Self::sample(slot, &job, Status::Ok, 0);
         match result {
             // Read after its deadline: a timeout, as if the expiry had come first.
-            Ok(_) if now >= job.deadline_ns => {
+            Ok(_) if flights::past(job.deadline_ns, now) => {
                 s.status = Status::Timeout as u8;
                 s.arg = Reason::Timeout as u32;
             }
@@ -465,7 +451,10 @@ impl<'a> Engine<'a> {
                 }
                 continue;
             }
-            let Some(job) = conn.job.filter(|j| j.sent_ns > 0 && now >= j.deadline_ns) else {
+            let Some(job) = conn
+                .job
+                .filter(|j| j.sent_ns > 0 && flights::past(j.deadline_ns, now))
+            else {
                 continue;
             };
             conn.job = None;
@@ -520,12 +509,7 @@ impl<'a> Engine<'a> {
                 if !queue.is_empty() && self.busy < self.conns.len() {
                     return 0;
                 }
-                if self.busy > 0 && now < self.last_sent_ns + SPIN_AFTER_SEND_NS {
-                    return 0;
-                }
-                if let Some(t) = due {
-                    wait = wait.min(t.saturating_sub(now).saturating_sub(SPIN_NS));
-                }
+                wait = wait.min(pace_wait_ns(now, *due, self.busy > 0, self.last_sent_ns));
             }
             // Closed loop: no spinning; a response wakes the thread.
             Mode::Closed { next_ns, .. } => {

@@ -36,16 +36,16 @@ impl Pool {
             .target
             .authority
             .to_socket_addrs()
-            .map_err(|e| format!("target {}: {e}", load.target))?
+            .map_err(|e| format!("target {}: {e}", cfg.tcp.target))?
             .next()
-            .ok_or_else(|| format!("target {}: no address", load.target))?;
+            .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
         let tls = match cfg.target.tls {
             true => Some(Tls::new(&cfg.driver, &cfg.target.host)?),
             false => None,
         };
         let count = match &load.schedule {
             ScheduleConfig::Closed { clients, .. } => *clients,
-            _ => load.connections,
+            _ => cfg.tcp.connections,
         };
         let limits = cfg.driver.limits();
         let mut pool = Pool {

@@ -8,7 +8,6 @@
 //!
 //! One thread sends, expires and records; zenoh's callback only queues replies.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -21,9 +20,10 @@ use super::gray;
 use super::session::{self, Keys, Mode, Opened};
 use crate::clock;
 use crate::load::config::{LoadConfig, ScheduleConfig};
-use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
+use crate::load::flights::Flights;
+use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::Schedule;
+use crate::load::schedule::{Pacer, Schedule};
 use crate::rng::Rng;
 
 /// Distinct images a client publishes (chosen by id): generated once from the seed, so
@@ -54,8 +54,8 @@ fn default_listen() -> String {
     crate::config_defaults::listen()
 }
 
-/// The load generator's config (`load::config::LoadConfig`, `target` and `connections`
-/// unused: the client reaches the PNs through Zenoh), with slices' own driver.
+/// The generic load config (no TCP target: the client reaches the PNs through Zenoh), with
+/// slices' own driver.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     pub load: LoadConfig,
@@ -91,13 +91,7 @@ pub struct DriverConfig {
 
 impl ClientConfig {
     fn parse(config: &serde_json::Value) -> Result<Self, String> {
-        let mut config = config.clone();
-        // The generic load config names a TCP target; slices reaches its PNs through Zenoh.
-        if let Some(table) = config.as_object_mut() {
-            table.entry("target").or_insert_with(|| "".into());
-        }
-        let load: LoadConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
-        load.check()?;
+        let load = LoadConfig::parse(config)?;
         let driver: DriverConfig =
             serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
         let cfg = ClientConfig { load, driver };
@@ -204,26 +198,10 @@ impl Role for SlicesClient {
     fn plan(&self) -> Plan<SlicesFields> {
         let cfg = &self.cfg;
         let schedule = Schedule::new(&cfg.load.schedule);
-        let bounds = Bounds {
-            duration_s: cfg
-                .load
-                .duration_s
-                .or(schedule.as_ref().and_then(Schedule::length_s)),
-            deadline_ns: None,
-            requests: cfg.load.requests,
-            max_in_flight: Some(cfg.load.max_outstanding),
-        };
         let live = self.live.clone();
         Plan {
-            schedule,
             progress: Some(Box::new(move |_, _| live.fields())),
-            ..Plan::new(
-                &cfg.load.samples_path,
-                &cfg.load.histogram_path,
-                cfg.load.warmup_s,
-                Some(cfg.load.late_ms),
-                bounds,
-            )
+            ..cfg.load.plan(schedule, Some(cfg.load.max_outstanding))
         }
     }
 
@@ -267,9 +245,9 @@ struct Engine<'a> {
     images: Vec<Vec<u8>>,
     checksums: Vec<u64>,
     shape: (u16, u16),
-    in_flight: HashMap<u64, InFlight>,
-    /// (deadline, id, attempt) in send order: the timeout is fixed, so deadlines grow.
-    deadlines: VecDeque<(u64, u64, u16)>,
+    /// Items published and not yet answered or given up, with their attempt's deadline;
+    /// at most `max_outstanding`.
+    in_flight: Flights<InFlight>,
     /// The highest epoch seen per slice.
     epochs: Vec<u64>,
     /// Ids acknowledged or given up, below `next_id`: anything else is not ours.
@@ -310,8 +288,7 @@ impl<'a> Engine<'a> {
             images,
             checksums,
             shape,
-            in_flight: HashMap::new(),
-            deadlines: VecDeque::new(),
+            in_flight: Flights::new(cfg.load.max_outstanding),
             epochs: vec![0; d.slices as usize],
             next_id: 0,
             timeout_ns: (cfg.load.timeout_ms * 1e6) as u64,
@@ -356,11 +333,10 @@ impl<'a> Engine<'a> {
 
     fn run(&mut self, replies: &mpsc::Receiver<Vec<u8>>) {
         let ctx = self.ctx;
-        let Some(mut schedule) = Schedule::new(&self.cfg.load.schedule) else {
+        let Some(mut pacer) = Pacer::new(&self.cfg.load.schedule, self.cfg.load.seed) else {
             return;
         };
-        let mut rng = Rng::new(self.cfg.load.seed ^ 0x5EED_5C4E_D01E);
-        let mut due = next_due(ctx, &mut schedule, &mut rng, 0);
+        let mut due = ctx.next_due(&mut pacer, 0);
         loop {
             let now = clock::now_ns();
             self.expire(now);
@@ -372,7 +348,7 @@ impl<'a> Engine<'a> {
             }
             if let Some(intended_ns) = due.filter(|&t| now >= t) {
                 self.send_new(intended_ns);
-                due = next_due(ctx, &mut schedule, &mut rng, self.next_id);
+                due = ctx.next_due(&mut pacer, self.next_id);
                 while let Ok(r) = replies.try_recv() {
                     self.on_reply(&r);
                 }
@@ -481,7 +457,7 @@ impl<'a> Engine<'a> {
         if every > 0 && id % every == every - 1 {
             self.publish_junk(id / every);
         }
-        if self.in_flight.len() >= self.cfg.load.max_outstanding {
+        if self.in_flight.is_full() {
             self.ctx.recorder.record(&Sample {
                 request_id: id,
                 intended_ns,
@@ -495,40 +471,31 @@ impl<'a> Engine<'a> {
         let bytes = self.publish(id, 1);
         let sent_ns = clock::now_ns();
         self.ctx.count_send(intended_ns, sent_ns, bytes);
-        self.in_flight.insert(
-            id,
-            InFlight {
-                intended_ns,
-                sent_ns,
-                attempts: 1,
-                bytes_out: bytes,
-            },
-        );
-        self.deadlines.push_back((sent_ns + self.timeout_ns, id, 1));
+        let f = InFlight {
+            intended_ns,
+            sent_ns,
+            attempts: 1,
+            bytes_out: bytes,
+        };
+        // Not full: looked at before the publish.
+        if let Err(f) = self.in_flight.insert(id, sent_ns + self.timeout_ns, f) {
+            self.record_unanswered(id, &f, Status::Drop);
+        }
     }
 
     /// Re-publishes what timed out, or gives it up after `retries`.
     fn expire(&mut self, now: u64) {
-        while let Some(&(deadline, id, attempt)) = self.deadlines.front() {
-            if deadline > now {
-                return;
-            }
-            self.deadlines.pop_front();
-            let Some(f) = self.in_flight.get(&id) else {
-                continue;
-            };
-            if f.attempts != attempt {
-                continue;
-            }
-            if (attempt as u32) <= self.cfg.driver.retries && !self.ctx.stopping() {
-                let bytes = self.publish(id, attempt + 1);
+        while let Some((id, _, mut f)) = self.in_flight.pop_expired(now) {
+            if (f.attempts as u32) <= self.cfg.driver.retries && !self.ctx.stopping() {
+                f.attempts += 1;
+                let bytes = self.publish(id, f.attempts);
                 self.ctx.count_resend(clock::now_ns(), bytes);
                 self.live.republished.fetch_add(1, Ordering::Relaxed);
-                if let Some(f) = self.in_flight.get_mut(&id) {
-                    f.attempts = attempt + 1;
+                // Just taken out: there is room for it again.
+                if let Err(f) = self.in_flight.insert(id, now + self.timeout_ns, f) {
+                    self.record_unanswered(id, &f, Status::Drop);
                 }
-                self.deadlines.push_back((now + self.timeout_ns, id, attempt + 1));
-            } else if let Some(f) = self.in_flight.remove(&id) {
+            } else {
                 self.record_unanswered(id, &f, Status::Timeout);
             }
         }
@@ -549,10 +516,9 @@ impl<'a> Engine<'a> {
     }
 
     fn abandon_all(&mut self) {
-        for (id, f) in std::mem::take(&mut self.in_flight) {
+        for (id, f) in self.in_flight.drain() {
             self.record_unanswered(id, &f, Status::Drop);
         }
-        self.deadlines.clear();
     }
 
     fn on_reply(&mut self, bytes: &[u8]) {
@@ -612,11 +578,3 @@ impl<'a> Engine<'a> {
 
 /// The sample `op` of an item.
 pub const OP_ITEM: u16 = 0;
-
-fn next_due(ctx: &RunContext, schedule: &mut Schedule, rng: &mut Rng, next_id: u64) -> Option<u64> {
-    if !ctx.allows_request(next_id) {
-        return None;
-    }
-    let due_ns = ctx.start_ns + schedule.next_offset_ns(rng)?;
-    (!ctx.past_end(due_ns)).then_some(due_ns)
-}

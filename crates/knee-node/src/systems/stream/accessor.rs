@@ -20,6 +20,7 @@ use super::frames::Frame;
 use super::lines::{add, Live};
 use super::rto::Rto;
 use crate::clock;
+use crate::load::flights::{self, Flights};
 use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status};
 
@@ -38,7 +39,6 @@ struct Flight {
     slot: usize,
     block: BlockId,
     sent_ns: u64,
-    deadline_ns: u64,
     timeout_ns: u64,
     attempt: u8,
     hedged: bool,
@@ -59,7 +59,9 @@ pub struct Accessor<'a> {
     live: &'a Live,
     frame: Option<Frame>,
     next_frame: u32,
-    in_flight: HashMap<u64, Flight>,
+    /// Requests sent and not yet answered or timed out, by request id; at most
+    /// `outstanding` per service, so never more than services x `outstanding`.
+    in_flight: Flights<Flight>,
     /// Timed-out requests whose late replies are still recognized, by request id...
     expired: HashMap<u64, Flight>,
     /// ...and (until when, request id) in timeout order: after it, a timeout is recorded.
@@ -72,6 +74,7 @@ pub struct Accessor<'a> {
 impl<'a> Accessor<'a> {
     pub fn new(cfg: &'a ClientConfig, sockets: Vec<UdpSocket>, ctx: &'a RunContext, live: &'a Live) -> Self {
         let timeout_ns = cfg.timeout_ms * 1e6;
+        let services_count = sockets.len();
         let services: Vec<Service> = sockets
             .into_iter()
             .enumerate()
@@ -98,7 +101,7 @@ impl<'a> Accessor<'a> {
             live,
             frame: Some(Frame::new(cfg.first_frame, cfg.blocks_per_frame)),
             next_frame: cfg.first_frame + 1,
-            in_flight: HashMap::new(),
+            in_flight: Flights::new(cfg.outstanding * services_count),
             expired: HashMap::new(),
             late_windows: VecDeque::new(),
             next_request_id: 0,
@@ -134,7 +137,8 @@ impl<'a> Accessor<'a> {
                 self.abandon_in_flight();
                 return;
             }
-            self.poll(self.next_wake_ns().saturating_sub(now).min(MAX_WAIT_NS));
+            let wait_ns = self.next_wake_ns().saturating_sub(now).min(MAX_WAIT_NS);
+            self.poll(wait_ns);
         }
     }
 
@@ -221,41 +225,31 @@ impl<'a> Accessor<'a> {
         if attempt > 1 {
             add(&self.live.retransmissions, 1);
         }
-        self.in_flight.insert(
-            request_id,
-            Flight {
-                slot,
-                block,
-                sent_ns,
-                deadline_ns: sent_ns + timeout_ns,
-                timeout_ns,
-                attempt,
-                hedged,
-            },
-        );
+        let flight = Flight {
+            slot,
+            block,
+            sent_ns,
+            timeout_ns,
+            attempt,
+            hedged,
+        };
+        // Never full: each service stays within its own `outstanding`.
+        if let Err(flight) = self.in_flight.insert(request_id, sent_ns + timeout_ns, flight) {
+            self.services[slot].in_flight -= 1;
+            let s = self.sample(request_id, &flight, Status::Drop as u8);
+            self.ctx.recorder.record(&s);
+        }
     }
 
-    fn next_wake_ns(&self) -> u64 {
-        let deadline = self.in_flight.values().map(|f| f.deadline_ns).min();
+    fn next_wake_ns(&mut self) -> u64 {
+        let deadline = self.in_flight.next_deadline_ns();
         let late = self.late_windows.front().map(|&(until, _)| until);
         deadline.into_iter().chain(late).min().unwrap_or(u64::MAX)
     }
 
     /// Requests past their deadline: given up (or queued again), remembered for late replies.
     fn expire(&mut self, now_ns: u64) {
-        if !self.in_flight.values().any(|f| f.deadline_ns <= now_ns) {
-            return; // the common pass: nothing to collect
-        }
-        let due: Vec<u64> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| f.deadline_ns <= now_ns)
-            .map(|(&id, _)| id)
-            .collect();
-        for request_id in due {
-            let Some(flight) = self.in_flight.remove(&request_id) else {
-                continue;
-            };
+        while let Some((request_id, deadline_ns, flight)) = self.in_flight.pop_expired(now_ns) {
             let service = &mut self.services[flight.slot];
             service.in_flight -= 1;
             if self.cfg.adaptive_timeout {
@@ -265,7 +259,7 @@ impl<'a> Accessor<'a> {
             if self.late_windows.len() >= MAX_EXPIRED {
                 self.finalize_oldest();
             }
-            let late_until_ns = flight.deadline_ns + self.cfg.late_window_ns();
+            let late_until_ns = deadline_ns + self.cfg.late_window_ns();
             self.late_windows.push_back((late_until_ns, request_id));
             self.expired.insert(request_id, flight);
         }
@@ -301,12 +295,9 @@ impl<'a> Accessor<'a> {
     /// After a stop's grace: what is still in flight is a drop (its timeout did not pass, so
     /// it is no loss of the link), and what timed out is recorded as such at once.
     fn abandon_in_flight(&mut self) {
-        let ids: Vec<u64> = self.in_flight.keys().copied().collect();
-        for request_id in ids {
-            if let Some(f) = self.in_flight.remove(&request_id) {
-                let s = self.sample(request_id, &f, Status::Drop as u8);
-                self.ctx.recorder.record(&s);
-            }
+        for (request_id, f) in self.in_flight.drain() {
+            let s = self.sample(request_id, &f, Status::Drop as u8);
+            self.ctx.recorder.record(&s);
         }
         self.finalize_expired(u64::MAX, true);
     }
@@ -351,20 +342,21 @@ impl<'a> Accessor<'a> {
         };
         if self
             .in_flight
-            .get(&h.request_id)
-            .is_some_and(|f| f.deadline_ns <= received_ns)
+            .get(h.request_id)
+            .is_some_and(|(deadline_ns, _)| flights::past(deadline_ns, received_ns))
         {
             // Read after its deadline: the request timed out first (as if the expiry had run
             // before this read), so this reply is late.
             self.expire(received_ns);
         }
-        if let Some(flight) = self.in_flight.remove(&h.request_id) {
-            if flight.slot != slot || flight.block != h.id {
-                // Not the reply to this request: put it back and ignore the datagram.
-                self.in_flight.insert(h.request_id, flight);
+        if let Some((_, f)) = self.in_flight.get(h.request_id) {
+            if f.slot != slot || f.block != h.id {
+                // Not the reply to this request: it stays in flight, the datagram is ignored.
                 self.unrecorded(&self.live.bad_replies, datagram);
                 return;
             }
+        }
+        if let Some((_, flight)) = self.in_flight.take(h.request_id) {
             self.services[slot].in_flight -= 1;
             let good = h.status == REPLY_OK && datagram::block_matches(&h.id, pixels);
             let mut s = self.reply_sample(h.request_id, &flight, &h, received_ns, datagram.len());
