@@ -72,9 +72,8 @@ MATRIX_FLAG_CACHE_HIT = _flag("matrix", "cache_hit")
 # ------------------------------------------------------------------ chat
 
 CHAT_OPS = _ops("chat")
-#: The operations that change the database (deduplicated and audited): every one but the
-#: reads, fetch and audit (chat/mod.rs `is_write`).
-CHAT_WRITE_OPS = tuple(code for code, name in CHAT_OPS.items() if name not in ("fetch", "audit"))
+#: The operations that change the database (deduplicated and audited).
+CHAT_WRITE_OPS = tuple(SYSTEMS["chat"]["constants"]["write_ops"])
 CHAT_FLAG_NOT_PRIMARY = _flag("chat", "not_primary")
 CHAT_FLAG_DUPLICATE = _flag("chat", "duplicate")
 

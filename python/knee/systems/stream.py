@@ -16,7 +16,12 @@ from knee.contract import STREAM_MAX_SERVICES as MAX_SERVICES
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
-MAX_SIDE_PX = 4096
+_LIMITS = contract.SYSTEMS["stream"]["constants"]
+#: A stream's largest frame side, a delay's and a lognormal spread's largest values (the
+#: block service's own bounds).
+MAX_SIDE_PX = _LIMITS["max_side_px"]
+MAX_DELAY_MS = _LIMITS["max_delay_ms"]
+MAX_SPREAD = _LIMITS["max_spread"]
 #: The longest block timeout knee-node's stream client takes: the run's end waits up to
 #: twice it for the last replies.
 MAX_TIMEOUT_MS = contract.key("stream", "client.timeout_ms")["max"]
@@ -47,11 +52,13 @@ DEFAULT_SERVICES = [
 SERVICE_KEYS: dict[str, Param] = {
     "name": Param("str", "", "a label for tables and figures"),
     "delay": Param("str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")),
-    "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=60_000),
-    "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=60_000),
-    "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=60_000),
-    "median_ms": Param("float", 0.0, "lognormal: median delay", min=0, max=60_000),
-    "spread": Param("float", 0.0, "lognormal: sigma of the log of the delay", min=0, max=3),
+    "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=MAX_DELAY_MS),
+    "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=MAX_DELAY_MS),
+    "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=MAX_DELAY_MS),
+    "median_ms": Param("float", 0.0, "lognormal: median delay", min=0, max=MAX_DELAY_MS),
+    "spread": Param(
+        "float", 0.0, "lognormal: sigma of the log of the delay", min=0, max=MAX_SPREAD
+    ),
     "loss": Param(
         "str",
         "bernoulli",

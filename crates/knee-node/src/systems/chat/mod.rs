@@ -36,6 +36,13 @@ pub const SYSTEM: System = System {
             .op("audit", OP_AUDIT)
             .flag("not_primary", FLAG_NOT_PRIMARY)
             .flag("duplicate", FLAG_DUPLICATE)
+            .constant(
+                "write_ops",
+                [OP_LOGIN, OP_LOGOUT, OP_JOIN, OP_POST, OP_FETCH, OP_AUDIT]
+                    .into_iter()
+                    .filter(|&op| is_write(op))
+                    .collect::<Vec<u16>>(),
+            )
             .column("arg", "attempts", "attempts the request took (1: no retry)")
             .column("detail_ns", "detail_ns", "the database transaction's time")
             .column("flags", "flags", "reply flags (not_primary, duplicate)")

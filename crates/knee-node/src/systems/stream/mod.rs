@@ -30,6 +30,10 @@ pub const SYSTEM: super::System = super::System {
             .flag("retransmission", accessor::FLAG_RETRANSMISSION)
             .flag("hedged", accessor::FLAG_HEDGED)
             .size("block_bytes", datagram::BLOCK_BYTES)
+            // A service's emulated link and its streams' frames (the spec's service tables).
+            .constant("max_delay_ms", link::MAX_DELAY_MS)
+            .constant("max_spread", link::MAX_SPREAD)
+            .constant("max_side_px", service::MAX_SIDE_PX)
             .column("client", "client", "the frame")
             .column("arg", "arg", "the block within its frame")
             .column(

@@ -20,7 +20,7 @@ use crate::serve::{Lifecycle, ServeOptions, Stop};
 use crate::{clock, stdio};
 
 /// Largest frame side, in pixels; the catalog is checked against it.
-const MAX_SIDE_PX: u32 = 4096;
+pub(crate) const MAX_SIDE_PX: u32 = 4096;
 pub(crate) const MAX_STREAMS: usize = 256;
 /// Datagrams read per pass before due replies are sent again, so a flood cannot starve them.
 const MAX_READS_PER_PASS: usize = 256;
