@@ -1,116 +1,121 @@
-"""What knee-node writes into the samples of each system, as plain data: operation codes and
-their names (the `op` column), flag bits (the `flags` column) and fixed sizes.
+"""The contract between the planes, as knee-node describes it: `contract.json` (next to this
+file) is the output of `knee-node describe`, checked in. Nothing here is written by hand:
+every name below is read from it, and `tests/test_contract.py` holds the file equal to what
+the built knee-node prints.
 
-Each value is written once in Python: `knee.systems` (which plans the nodes) and the analysis
-and report (which read a run directory) both import it from here. The values mirror
-crates/knee-node/src/systems/<system>; `knee-node describe` is the reference. No imports, no
-logic: plain data only. `tests/test_contract.py` holds every constant here to `knee-node describe`,
-by name: `<SYSTEM>_OPS` ({code: name}), `<SYSTEM>_FLAG_<NAME>` and `<SYSTEM>_<SIZE NAME>`.
+What it holds, per system: the sample `op` codes and their names, the `flags` bits, fixed
+sizes, http's `arg` codes, what each generic sample column holds (and the name
+`knee.results.point_frame` gives it), and every config key a node reads (type, default,
+bounds). Also the sample statuses, the record size, the load generator's keys, and the
+fields of every event a node prints. No logic beyond reading: plain data.
 """
 
 from __future__ import annotations
 
-# ------------------------------------------------------------------ echo (echo.rs)
+import json
+from pathlib import Path
+from typing import Any
 
-ECHO_OPS = {1: "echo"}
+#: The whole of `knee-node describe`.
+DESCRIBED: dict[str, Any] = json.loads((Path(__file__).parent / "contract.json").read_text())
+SYSTEMS: dict[str, Any] = DESCRIBED["systems"]
+#: The load generator's part (`load.*` keys).
+LOAD: dict[str, Any] = DESCRIBED["load"]
+#: Sample statuses in code order.
+STATUSES: tuple[str, ...] = tuple(DESCRIBED["statuses"])
+SAMPLE_BYTES: int = DESCRIBED["sample_bytes"]
+#: Each stdout event's common fields, by event name.
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    name: tuple(fields) for name, fields in DESCRIBED["events"].items()
+}
+#: The fields of `stats` and `progress` lines kept as time-series columns.
+TIMESERIES_FIELDS: tuple[str, ...] = tuple(DESCRIBED["timeseries"])
 
-# ------------------------------------------------------------------ matrix (matrix/mod.rs)
 
-MATRIX_OPS = {1: "power"}
+def key(system: str | None, name: str) -> dict[str, Any]:
+    """A config key as described ("section.name"): type, required, default, min, max,
+    min_exclusive, choices, derived. `system` None: the load generator's."""
+    part = LOAD if system is None else SYSTEMS[system]
+    return dict(part["keys"][name])
+
+
+def columns(system: str) -> dict[str, str]:
+    """{record field: the column's name in the system's frames} for the renamed ones."""
+    return {
+        field: c["name"] for field, c in SYSTEMS[system]["columns"].items() if c["name"] != field
+    }
+
+
+def _ops(system: str) -> dict[int, str]:
+    return {code: name for name, code in SYSTEMS[system]["ops"].items()}
+
+
+def _flag(system: str, name: str) -> int:
+    return int(SYSTEMS[system]["flags"][name])
+
+
+def _size(system: str, name: str) -> int:
+    return int(SYSTEMS[system]["sizes"][name])
+
+
+def _max(system: str, name: str) -> int:
+    return int(SYSTEMS[system]["keys"][name]["max"])
+
+
+# ------------------------------------------------------------------ echo, matrix
+
+ECHO_OPS = _ops("echo")
+MATRIX_OPS = _ops("matrix")
 #: Reply flag: the result came from the server's result cache.
-MATRIX_FLAG_CACHE_HIT = 1
+MATRIX_FLAG_CACHE_HIT = _flag("matrix", "cache_hit")
 
-# ------------------------------------------------------------------ chat (chat/mod.rs)
+# ------------------------------------------------------------------ chat
 
-#: Sample `op` codes and their names.
-CHAT_OPS = {1: "login", 2: "logout", 3: "join", 4: "post", 5: "fetch", 6: "audit"}
+CHAT_OPS = _ops("chat")
 #: The operations that change the database (deduplicated and audited).
-CHAT_WRITE_OPS = (1, 2, 3, 4)
-#: Reply flag: the replica asked is not the primary.
-CHAT_FLAG_NOT_PRIMARY = 1
-#: Reply flag: a retried request that was already applied; the stored result came back.
-CHAT_FLAG_DUPLICATE = 2
+CHAT_WRITE_OPS = tuple(SYSTEMS["chat"]["constants"]["write_ops"])
+CHAT_FLAG_NOT_PRIMARY = _flag("chat", "not_primary")
+CHAT_FLAG_DUPLICATE = _flag("chat", "duplicate")
 
-# ------------------------------------------------------------------ share (share/mod.rs)
+# ------------------------------------------------------------------ share
 
-#: Sample `op` codes of the client's operations and their names.
-SHARE_OPS = {1: "register", 2: "unregister", 3: "search", 4: "obtain"}
-#: Sample flag: a download whose checksum differs from the index's.
-SHARE_FLAG_CHECKSUM_MISMATCH = 1
-#: Sample flag: the owner of the key was down; its replica answered (distributed design).
-SHARE_FLAG_REPLICA = 2
-#: Sample flag: a search made to find a peer for an obtain (not a search-phase operation).
-SHARE_FLAG_FOR_OBTAIN = 4
-#: Sample flag: a search that found nobody although only registered names are searched.
-SHARE_FLAG_NOT_FOUND = 8
+SHARE_OPS = _ops("share")
+SHARE_FLAG_CHECKSUM_MISMATCH = _flag("share", "checksum_mismatch")
+SHARE_FLAG_REPLICA = _flag("share", "replica")
+SHARE_FLAG_FOR_OBTAIN = _flag("share", "for_obtain")
+SHARE_FLAG_NOT_FOUND = _flag("share", "not_found")
 
-# ------------------------------------------------------------------ stream (stream/*.rs)
+# ------------------------------------------------------------------ stream
 
-#: Sample `op` code of a block request (the only operation).
-STREAM_OP_BLOCK = 0
-STREAM_OPS = {STREAM_OP_BLOCK: "block"}
+STREAM_OPS = _ops("stream")
+STREAM_OP_BLOCK = next(code for code, name in STREAM_OPS.items() if name == "block")
 #: Most block services one point may have (server.services is a list of them).
-STREAM_MAX_SERVICES = 64
-#: Sample flag: the block was already done (the losing copy of a hedged request).
-STREAM_FLAG_REDUNDANT = 1
-#: Sample flag: a retransmission after a timeout.
-STREAM_FLAG_RETRANSMISSION = 2
-#: Sample flag: a copy sent to a second service (hedging).
-STREAM_FLAG_HEDGED = 4
-#: A block is 16 x 16 RGB pixels, 3 bytes each.
-STREAM_BLOCK_SIDE_PX = 16
-STREAM_BLOCK_BYTES = STREAM_BLOCK_SIDE_PX * STREAM_BLOCK_SIDE_PX * 3
+STREAM_MAX_SERVICES = _max("stream", "client.services")
+STREAM_FLAG_REDUNDANT = _flag("stream", "redundant")
+STREAM_FLAG_RETRANSMISSION = _flag("stream", "retransmission")
+STREAM_FLAG_HEDGED = _flag("stream", "hedged")
+#: A block is a square of RGB pixels, 3 bytes each.
+STREAM_BLOCK_BYTES = _size("stream", "block_bytes")
+STREAM_BLOCK_SIDE_PX = int(round((STREAM_BLOCK_BYTES // 3) ** 0.5))
 
-# ------------------------------------------------------------------ slices (slices/*.rs)
+# ------------------------------------------------------------------ slices
 
-#: Sample `op` code of an item (the only operation); the sample's `flags` hold the item's
-#: publications (min(attempts, 65535)), `service` the PN that served it, `arg` its slice
-#: and `detail_ns` the epoch of the slice in the reply.
-SLICES_OP_ITEM = 0
-SLICES_OPS = {SLICES_OP_ITEM: "item"}
-#: ClientTopic header: magic u16, version u8, kind u8, slice u32, sender u32, id u64,
-#: attempt u16, width u16, height u16, pad u16, timestamp_ns u64; then the RGB bytes.
-SLICES_ITEM_HEADER_BYTES = 36
-#: ServerTopic header: magic, version, kind, sender u32, pn u32, id u64, slice u32, pad u32,
-#: epoch u64, timestamp_ns u64, queue_ns u64, service_ns u64, gray_checksum u64; then "OK".
-SLICES_REPLY_HEADER_BYTES = 68
-#: A PN's log of processed items: pn u32, slice u32, sender u32, kind u32 (0 processed,
-#: 1 held in its queue when it stopped), id u64, epoch u64, done_ns u64 (little-endian).
-SLICES_PN_LOG_RECORD_BYTES = 40
-#: Largest server.slices and driver.image_bytes the nodes accept, and a control message's
-#: largest size (a handoff's owed ids).
-SLICES_MAX_SLICES = 65_536
-SLICES_MAX_IMAGE_BYTES = 4 << 20
-SLICES_MAX_CONTROL_BYTES = 4 << 20
-#: PNs a point may plan: each is a process with its own Zenoh session.
+SLICES_OPS = _ops("slices")
+SLICES_OP_ITEM = next(code for code, name in SLICES_OPS.items() if name == "item")
+SLICES_ITEM_HEADER_BYTES = _size("slices", "item_header_bytes")
+SLICES_REPLY_HEADER_BYTES = _size("slices", "reply_header_bytes")
+SLICES_PN_LOG_RECORD_BYTES = _size("slices", "pn_log_record_bytes")
+SLICES_MAX_SLICES = _max("slices", "server.slices")
+SLICES_MAX_IMAGE_BYTES = _size("slices", "max_image_bytes")
+SLICES_MAX_CONTROL_BYTES = _size("slices", "max_control_bytes")
+#: PNs a point may plan: each is a process with its own Zenoh session. (The spec's bound on
+#: its topology: no node reads it.)
 SLICES_MAX_PNS = 64
 
-# ------------------------------------------------------------------ http (http/*.rs)
+# ------------------------------------------------------------------ http
 
-#: An http sample's `op` is its entry in `[[driver.requests]]` (no fixed names), its
-#: `flags` the HTTP status code, its `service` 1 when the response carried the Server-Timing
-#: entries of the server time, its `queue_ns` the time it waited for its connection to be
-#: made (TCP connect and TLS handshake; 0: the connection was open), and its `arg` why it
-#: failed (0: it did not):
-HTTP_ARGS = {
-    1: "malformed",
-    2: "header_too_large",
-    3: "body_too_large",
-    4: "bad_chunk",
-    5: "closed_before_reply",
-    6: "closed_mid_reply",
-    7: "extra_bytes",
-    8: "timeout",
-    9: "connect",
-    10: "send",
-    11: "upgrade",
-    12: "connect_timeout",
-    13: "tls",
-    14: "max_outstanding",
-    15: "stopped",
-}
-#: Entries of the request table (each a sample op), requests of one requests file, and a
-#: request body's largest size.
-HTTP_MAX_ENTRIES = 256
-HTTP_MAX_FILE_LINES = 1_000_000
-HTTP_MAX_REQUEST_BODY_BYTES = 16 << 20
+#: Why an http request failed (its sample's `arg`, read as `fail_reason`; 0: it did not).
+HTTP_ARGS = {code: name for name, code in SYSTEMS["http"]["args"].items()}
+HTTP_MAX_ENTRIES = _size("http", "max_entries")
+HTTP_MAX_FILE_LINES = _size("http", "max_file_lines")
+HTTP_MAX_REQUEST_BODY_BYTES = _size("http", "max_request_body_bytes")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from knee import contract
+
 
 class _Required:
     def __repr__(self) -> str:
@@ -34,6 +36,12 @@ class Param:
     min: float | None = None  # inclusive
     max: float | None = None  # inclusive
     min_exclusive: bool = False  # min is exclusive (e.g. a rate must be > 0)
+    #: The node config key this spec key is passed to ("section.name" of knee-node
+    #: describe, system-relative; None: no node reads it, the spec's own key).
+    node: str | None = None
+    #: The fields the spec sets apart from the node's (`from_node` overrides), e.g. a
+    #: planning default the node has none of; tests/test_contract.py lists each one.
+    own: tuple[str, ...] = ()
 
     def expected(self) -> str:
         """Human description of what a value must be, for error messages."""
@@ -55,6 +63,39 @@ class Param:
 
 
 Schema = dict[str, Param]
+
+_TYPES = {"int", "float", "str", "bool", "list"}
+
+
+def from_node(
+    system: str | None,
+    node: str,
+    help: str,
+    **own: Any,  # noqa: A002 (Param's field)
+) -> Param:
+    """A spec key passed to node config key `node` of `system` (None: the load generator):
+    its type, default, bounds and choices are the node's, from knee-node describe
+    (knee.contract). A key whose node default is derived from others (`derived`) takes 0 in
+    the spec, for "apply the rule". `own` overrides a field (default, min, max); each such
+    override is listed in tests/test_contract.py."""
+    k = contract.key(system, node)
+    if k["type"] not in _TYPES:
+        raise ValueError(f"{node}: a {k['type']} is not a spec value")
+    fields: dict[str, Any] = {
+        "type": k["type"],
+        "default": REQUIRED if k["required"] else k["default"],
+        "min": k["min"],
+        "max": k["max"],
+        "min_exclusive": bool(k.get("min_exclusive", False)),
+        "choices": tuple(k["choices"]) if k.get("choices") else None,
+    }
+    if k.get("derived"):  # 0: the rule's value (knee.systems computes it)
+        fields |= {"default": 0, "min": 0}
+    if k["type"] == "list":  # a list's max is its length, checked by the system's rule
+        fields["max"] = None
+    fields |= own
+    return Param(help=help, node=node, own=tuple(sorted(own)), **fields)
+
 
 Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
 Rule = Callable[[Sections], None]
@@ -88,89 +129,57 @@ EXPERIMENT: Schema = {
 #: connections, and more than this on one run is a configuration mistake, not a cluster.
 MAX_GENERATORS = 64
 
-#: The longest wait a spec may ask of one request (timeout, think time, lateness): an hour.
-#: knee-node turns these into durations, which need a finite bound, and a longer wait is a
-#: unit mistake rather than an experiment.
-MAX_WAIT_MS = 3_600_000
+#: The longest wait a spec may ask of one request (timeout, think time, lateness): the
+#: load generator's bound (knee-node describe).
+MAX_WAIT_MS = contract.key(None, "load.timeout_ms")["max"]
 
 LOAD: Schema = {
-    "schedule": Param(
-        "str", "poisson", "arrival schedule", choices=("poisson", "constant", "steps", "closed")
+    "schedule": from_node(
+        None,
+        "load.schedule.kind",
+        "arrival schedule",
+        default="poisson",  # the node has no default schedule
     ),
-    "rate_per_s": Param(
-        "float",
-        OPTIONAL,
-        "target rate (poisson, constant)",
-        min=0,
-        min_exclusive=True,
-        max=10_000_000,
+    "rate_per_s": from_node(None, "load.schedule.rate_per_s", "target rate (poisson, constant)"),
+    "steps": from_node(None, "load.schedule.steps", "[[rate_per_s, duration_s], ...] (steps)"),
+    "clients": from_node(
+        None,
+        "load.schedule.clients",
+        "closed loop: number of clients",
+        default=1,  # required by a closed schedule only
     ),
-    "steps": Param("list", OPTIONAL, "[[rate_per_s, duration_s], ...] (steps)"),
-    "clients": Param("int", 1, "closed loop: number of clients", min=1, max=4096),
-    "think_ms": Param(
-        "float",
-        0.0,
-        "closed loop: think time between reply and next request",
-        min=0,
-        max=MAX_WAIT_MS,
+    "think_ms": from_node(
+        None, "load.schedule.think_ms", "closed loop: think time between reply and next request"
     ),
-    "think": Param(
-        "str", "fixed", "closed loop: think-time distribution", choices=("fixed", "exponential")
+    "think": from_node(None, "load.schedule.think", "closed loop: think-time distribution"),
+    "connections": from_node(
+        None, "load.connections", "open loop: TCP connections the requests are spread over"
     ),
-    "connections": Param(
-        "int", 1, "open loop: TCP connections the requests are spread over", min=1, max=1024
+    "duration_s": from_node(None, "load.duration_s", "stop after this long (warm-up included)"),
+    "requests": from_node(
+        None, "load.requests", "stop after this many requests (warm-up included)"
     ),
-    "duration_s": Param(
-        "float",
-        OPTIONAL,
-        "stop after this long (warm-up included)",
-        min=0,
-        min_exclusive=True,
-        max=86_400,
+    "timeout_ms": from_node(None, "load.timeout_ms", "per-request timeout, counted from the send"),
+    "late_ms": from_node(
+        None, "load.late_ms", "a send this far behind its intended time counts as late"
     ),
-    "requests": Param(
-        "int",
-        OPTIONAL,
-        "stop after this many requests (warm-up included)",
-        min=1,
-        max=1_000_000_000,
-    ),
-    "timeout_ms": Param(
-        "float",
-        5000.0,
-        "per-request timeout, counted from the send",
-        min=0,
-        min_exclusive=True,
-        max=MAX_WAIT_MS,
-    ),
-    "late_ms": Param(
-        "float",
-        1.0,
-        "a send this far behind its intended time counts as late",
-        min=0,
-        min_exclusive=True,
-        max=MAX_WAIT_MS,
-    ),
-    "max_outstanding": Param(
-        "int",
-        100_000,
+    "max_outstanding": from_node(
+        None,
+        "load.max_outstanding",
         "open loop: requests in flight beyond this are dropped, not sent",
-        min=1,
-        max=10_000_000,
     ),
-    "warmup_s": Param(
-        "float",
-        1.0,
+    "warmup_s": from_node(
+        None,
+        "load.warmup_s",
         "seconds at the start of each point excluded from statistics",
-        min=0,
-        max=86_400,  # as duration_s
+        default=1.0,  # a spec measures after a warm-up; a bare node has none
     ),
     "warmup_requests": Param(
         "int",
         0,
         "the first requests of each point excluded as well",
         min=0,
-        max=1_000_000_000,  # as requests
+        max=contract.key(None, "load.requests")["max"],
     ),
     "generators": Param(
         "int",

@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from knee import contract
+
 SAMPLE_DTYPE = np.dtype(
     [
         ("request_id", "<u8"),
@@ -52,7 +54,8 @@ SAMPLE_DTYPE = np.dtype(
 )
 assert SAMPLE_DTYPE.itemsize == 96, "must match knee-node's recorder.rs"
 
-STATUS_NAMES = ("ok", "timeout", "drop", "error", "late")
+#: Sample statuses in code order, as knee-node describes them.
+STATUS_NAMES = contract.STATUSES
 
 SAMPLES = "samples.parquet"
 #: Every Parquet file knee writes has a CRC per page, and every read checks them: a damaged

@@ -6,7 +6,7 @@
 //! knee-node load  <system> [--name NAME]  --config JSON|@FILE
 //! knee-node gemm-rate [N] [REPS]      GFLOP/s of the matrix product, for bench/
 //! knee-node describe                  the contract with knee, as JSON (systems: ops, flags,
-//!                                     limits, defaults; statuses; the sample record size)
+//!                                     columns, config keys; load keys; statuses; events)
 //! knee-node clock                     CLOCK_MONOTONIC ns for each line on stdin (clock offset
 //!                                     of an ssh host)
 //! ```
@@ -57,7 +57,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),
         Some("describe") => {
-            println!("{}", knee_node::contract::describe());
+            println!("{}", knee_node::describe::describe());
             Ok(())
         }
         Some("clock") => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
@@ -88,14 +88,19 @@ fn options(rest: &[String]) -> Result<(Option<String>, serde_json::Value), Strin
     Ok((name, config))
 }
 
+/// Each role refuses a config outside its contract (`knee-node describe`) before it runs;
+/// a bound the role checks itself keeps its own message.
 fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
+    knee_node::describe::check("serve", system, config)?;
     let opts: ServeOptions =
         serde_json::from_value(config.clone()).map_err(|e| format!("serve config: {e}"))?;
     systems::serve(system, &opts)
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
-    systems::client(system, config)?.run_in_harness()
+    let role = systems::client(system, config)?;
+    knee_node::describe::check("load", system, config)?;
+    role.run_in_harness()
 }
 
 fn gemm_rate(n: Option<&String>, reps: Option<&String>) -> Result<(), String> {

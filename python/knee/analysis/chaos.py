@@ -35,6 +35,7 @@ from knee.contract import (
     SHARE_FLAG_FOR_OBTAIN,
     SHARE_FLAG_REPLICA,
     SHARE_OPS,
+    STATUSES,
     STREAM_FLAG_HEDGED,
     STREAM_FLAG_REDUNDANT,
     STREAM_FLAG_RETRANSMISSION,
@@ -48,8 +49,6 @@ Verdict = dict[str, Any]
 #: The op codes of share's obtain and search (docs/share.md).
 SHARE_OBTAIN = next(op for op, name in SHARE_OPS.items() if name == "obtain")
 SHARE_SEARCH = next(op for op, name in SHARE_OPS.items() if name == "search")
-#: A sample's statuses (docs/samples.md), each counted.
-STATUSES = ("ok", "timeout", "drop", "error", "late")
 
 
 def verdict(name: str, passed: bool, counts: dict[str, int], detail: str = "") -> Verdict:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from knee import env, results, run_params, systems
+from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
@@ -607,21 +607,7 @@ def _sample(state: RunState, point: int) -> None:
             # CPU % relative to what the node may use: 100 = its whole quota.
             row["cpu_quota_cores"] = limits["cpu_cores"]
             row["cpu_percent_of_quota"] = row["cpu_percent"] / limits["cpu_cores"]
-        for key in (
-            "requests",
-            "completed",
-            "errors",
-            "timeouts",
-            "drops",
-            "bytes_rx",
-            "bytes_tx",
-            "queue_len",
-            "connections",
-            "rate_per_s",
-            "p99_ns",
-            "late_sends",
-            "late_replies",
-        ):
+        for key in contract.TIMESERIES_FIELDS:
             if key in counters:
                 row[key] = counters[key]
         state.timeseries.append(row)

@@ -13,7 +13,7 @@ import os
 import uuid
 from typing import Any
 
-from knee.params import Param, Point, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
 #: How an experiment's events name the nodes.
@@ -120,40 +120,39 @@ SYSTEM = System(
     summary="replicated login/logout/chat service over SQLite or PostgreSQL (report 001)",
     server={
         "replicas": Param("int", 3, "replicas; replica-0 is the first primary", min=1, max=16),
-        "heartbeat_ms": Param("int", 100, "fault detector heartbeat period", min=5, max=60_000),
-        "failure_timeout_ms": Param(
-            "int", 500, "a replica silent this long is suspected dead", min=10, max=600_000
+        "heartbeat_ms": from_node("chat", "server.heartbeat_ms", "fault detector heartbeat period"),
+        "failure_timeout_ms": from_node(
+            "chat", "server.failure_timeout_ms", "a replica silent this long is suspected dead"
         ),
-        "threads": Param(
-            "int", 0, "0 = serve on each connection's thread; N = a pool", min=0, max=256
+        "threads": from_node(
+            "chat", "server.threads", "0 = serve on each connection's thread; N = a pool"
         ),
         "database": Param("str", "sqlite", "where the state lives", choices=("sqlite", "postgres")),
-        "postgres_url": Param(
-            "str", None, "PostgreSQL URL (database = 'postgres'); '$NAME': from variable NAME"
+        "postgres_url": from_node(
+            "chat",
+            "server.postgres_url",
+            "PostgreSQL URL (database = 'postgres'); '$NAME': from variable NAME",
         ),
-        "dedup_window": Param(
-            "int",
-            1024,
+        "dedup_window": from_node(
+            "chat",
+            "server.dedup_window",
             "dedup keys kept per client (its newest request ids; older ids are refused)",
-            min=1,
-            max=1_000_000,
         ),
     },
     driver={
-        "mix": Param(
-            "str",
-            "login_logout",
+        "mix": from_node(
+            "chat",
+            "driver.mix",
             "login_logout (the report's measurement) or session (login, join, post, fetch, logout)",
-            choices=("login_logout", "session"),
         ),
-        "reply_bytes": Param(
-            "int", 4, "each reply is padded to this many bytes", min=4, max=1 << 20
+        "reply_bytes": from_node(
+            "chat", "driver.reply_bytes", "each reply is padded to this many bytes"
         ),
-        "rooms": Param("int", 1, "client i chats in room i % rooms", min=1, max=1_000_000),
-        "message_bytes": Param("int", 64, "posted message size", min=0, max=4096),
-        "retries": Param("int", 50, "attempts after the first, on failure", min=0, max=1000),
-        "backoff_ms": Param(
-            "float", 10.0, "first retry backoff (doubles, at most 200 ms)", min=0.1
+        "rooms": from_node("chat", "driver.rooms", "client i chats in room i % rooms"),
+        "message_bytes": from_node("chat", "driver.message_bytes", "posted message size"),
+        "retries": from_node("chat", "client.retries", "attempts after the first, on failure"),
+        "backoff_ms": from_node(
+            "chat", "client.backoff_ms", "first retry backoff (doubles, at most max_backoff_ms)"
         ),
     },
     rules=(_chat_rule,),

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from knee.params import Param
+from knee.params import from_node
 from knee.systems.base import System
 
 SYSTEM = System(
     name="echo",
     summary="calibration: replies with reply_bytes bytes at once",
     server={
-        "threads": Param(
-            "int", 0, "0 = reply on the connection's own thread; N = a pool", min=0, max=256
+        "threads": from_node(
+            "echo", "server.threads", "0 = reply on the connection's own thread; N = a pool"
         ),
     },
     driver={
-        # With their 12- and 44-byte headers, the frames fit the default 16 MiB frame limit.
-        "request_bytes": Param("int", 16, "request body size", min=4, max=(16 << 20) - 12),
-        "reply_bytes": Param("int", 16, "reply body size", min=0, max=(16 << 20) - 44),
+        # With their headers, the frames fit the default frame limit (knee-node's bound).
+        "request_bytes": from_node("echo", "driver.request_bytes", "request body size"),
+        "reply_bytes": from_node("echo", "driver.reply_bytes", "reply body size"),
     },
 )

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
-from knee.params import Param, Point, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System, load_config
 
 #: Keys of one [[driver.requests]] entry, and the TOML type each takes.
@@ -155,29 +155,40 @@ SYSTEM = System(
         "nginx": Param(
             "bool", False, "start an nginx of the point's own (scripts/nginx installs it)"
         ),
-        "nginx_workers": Param("int", 1, "nginx worker processes", min=1, max=64),
-        "nginx_cpu": Param("int", None, "pin nginx's workers to this CPU", min=0, max=4095),
+        "nginx_workers": from_node("http", "server.nginx.workers", "nginx worker processes"),
+        "nginx_cpu": from_node("http", "server.nginx.cpu", "pin nginx's workers to this CPU"),
     },
     driver={
-        "requests": Param(
-            "list",
-            [{"method": "GET", "path": "/"}],
+        "requests": from_node(
+            "http",
+            "driver.requests",
             "[[driver.requests]]: method, path, headers, body or body_file, weight; or file",
+            default=[{"method": "GET", "path": "/"}],  # the node requires a table
         ),
-        "server_timing": Param("list", ["app"], "Server-Timing entries summed into server time"),
-        "server_timing_detail": Param("str", None, "the Server-Timing entry kept as detail"),
-        "max_header_bytes": Param(
-            "int", 64 << 10, "a response's status line and headers, at most", min=1, max=1 << 20
+        "server_timing": from_node(
+            "http", "driver.server_timing", "Server-Timing entries summed into server time"
         ),
-        "max_body_bytes": Param("int", 64 << 20, "a response body, at most", min=0, max=1 << 40),
-        "tls_insecure": Param(
-            "bool", False, "https: accept any certificate (a local service's self-signed one)"
+        "server_timing_detail": from_node(
+            "http", "driver.server_timing_detail", "the Server-Timing entry kept as detail"
         ),
-        "tls_ca_file": Param(
-            "str", None, "https: PEM certificates of CAs trusted besides the system's roots"
+        "max_header_bytes": from_node(
+            "http", "driver.max_header_bytes", "a response's status line and headers, at most"
         ),
-        "tls_resume": Param(
-            "bool", True, "https: resume TLS sessions on new connections (false: full handshakes)"
+        "max_body_bytes": from_node("http", "driver.max_body_bytes", "a response body, at most"),
+        "tls_insecure": from_node(
+            "http",
+            "driver.tls_insecure",
+            "https: accept any certificate (a local service's self-signed one)",
+        ),
+        "tls_ca_file": from_node(
+            "http",
+            "driver.tls_ca_file",
+            "https: PEM certificates of CAs trusted besides the system's roots",
+        ),
+        "tls_resume": from_node(
+            "http",
+            "driver.tls_resume",
+            "https: resume TLS sessions on new connections (false: full handshakes)",
         ),
     },
     rules=(_http_rule,),

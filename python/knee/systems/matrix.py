@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from knee.params import Param, RuleError, Sections
+from knee.params import RuleError, Sections, from_node
 from knee.stats.cache import CACHE_HIT_FLAG
 from knee.systems.base import System
 
@@ -27,34 +27,27 @@ SYSTEM = System(
     pool_key="threads",
     summary="computes M^P for an n x n f64 matrix (report 004)",
     server={
-        "algorithm": Param(
-            "str",
-            "naive",
-            "naive: P-1 multiplications; squaring: O(log P)",
-            choices=("naive", "squaring"),
+        "algorithm": from_node(
+            "matrix", "server.algorithm", "naive: P-1 multiplications; squaring: O(log P)"
         ),
-        "threads": Param(
-            "int", 1, "1 = one request at a time in arrival order; N = a pool", min=1, max=256
+        "threads": from_node(
+            "matrix", "server.threads", "1 = one request at a time in arrival order; N = a pool"
         ),
-        "cache": Param(
-            "int",
-            0,
-            "FIFO result cache entries keyed by (matrix, P); 0 = off",
-            min=0,
-            max=1_000_000,
+        "cache": from_node(
+            "matrix", "server.cache", "FIFO result cache entries keyed by (matrix, P); 0 = off"
         ),
-        "max_queue": Param(
-            "int", 100_000, "requests waiting beyond this are refused", min=1, max=10_000_000
+        "max_queue": from_node(
+            "matrix", "server.max_queue", "requests waiting beyond this are refused"
         ),
     },
     driver={
-        "n": Param("int", 50, "matrix size n x n", min=1, max=1024),
-        "same_matrix": Param("bool", True, "send one matrix always, or a new one per request"),
-        "p": Param(
-            "int", None, "fixed exponent P (give p or p_min and p_max)", min=1, max=1_000_000
+        "n": from_node("matrix", "driver.n", "matrix size n x n"),
+        "same_matrix": from_node(
+            "matrix", "driver.same_matrix", "send one matrix always, or a new one per request"
         ),
-        "p_min": Param("int", None, "P drawn uniformly from [p_min, p_max]", min=1, max=1_000_000),
-        "p_max": Param("int", None, "P drawn uniformly from [p_min, p_max]", min=1, max=1_000_000),
+        "p": from_node("matrix", "driver.p", "fixed exponent P (give p or p_min and p_max)"),
+        "p_min": from_node("matrix", "driver.p_min", "P drawn uniformly from [p_min, p_max]"),
+        "p_max": from_node("matrix", "driver.p_max", "P drawn uniformly from [p_min, p_max]"),
     },
     rules=(_matrix_rule,),
     cache_hit_flag=CACHE_HIT_FLAG,

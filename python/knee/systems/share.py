@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from knee.params import Param, Point, RuleError, Sections
+from knee import contract
+from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
 #: The client's phases (docs/share.md), in their default order.
-PHASES = ("register", "search", "obtain", "unregister")
-#: knee-node's bound on one index's entries (share/index.rs MAX_ENTRIES, docs/share.md).
-MAX_INDEX_ENTRIES = 4_000_000
+PHASES = tuple(contract.key("share", "client.phases")["default"])
 
 
 def _share_rule(s: Sections) -> None:
@@ -94,41 +93,46 @@ SYSTEM = System(
             "central: one index server; distributed: hash-partitioned over the peers",
             choices=("central", "distributed"),
         ),
-        "index": Param(
-            "str",
-            "concurrent",
+        "index": from_node(
+            "share",
+            "server.index",
             "central index: sqlite-global-lock (the report's baseline) or concurrent",
+            # A peer's "none" is the topology's choice, not the spec's.
             choices=("sqlite-global-lock", "concurrent"),
+            default="concurrent",
         ),
         "peers": Param("int", 2, "peers (each with one client)", min=1, max=64),
-        "files": Param("int", 50, "files each peer shares", min=1, max=100_000),
-        "file_bytes": Param("int", 1024, "size of each file", min=1, max=64 << 30),
-        "max_index_entries": Param(
-            "int",
-            MAX_INDEX_ENTRIES,
+        # A peer shares files; the central index's node has none (the node's 0).
+        "files": from_node("share", "server.files", "files each peer shares", default=50, min=1),
+        "file_bytes": from_node(
+            "share", "server.file_bytes", "size of each file", default=1024, min=1
+        ),
+        "max_index_entries": from_node(
+            "share",
+            "server.max_entries",
             "entries each index (central, or a peer's partition) holds; a register beyond "
             "is refused",
-            min=1,
-            max=MAX_INDEX_ENTRIES,
         ),
-        "corrupt_every": Param(
-            "int",
-            0,
+        "corrupt_every": from_node(
+            "share",
+            "server.corrupt_every",
             "fault injection: every Nth obtain a peer serves has one byte flipped, which "
             "the client's checksum must refuse (0: none)",
-            min=0,
         ),
     },
     driver={
-        "ops": Param(
-            "int", 100, "operations per phase (register, search, obtain)", min=1, max=10_000_000
+        "ops": from_node(
+            "share",
+            "client.ops",
+            "operations per phase (register, search, obtain)",
+            default=100,  # the node requires it
         ),
         "download": Param(
             "bool", False, "write downloads into the scratch folder (else verify and discard)"
         ),
-        "phases": Param(
-            "list",
-            list(PHASES),
+        "phases": from_node(
+            "share",
+            "client.phases",
             "the phases each client runs, in order (share-chaos leaves out unregister: its "
             "barrier waits for markers that a killed owner and replica may both have lost)",
         ),

@@ -13,23 +13,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from knee.contract import SLICES_MAX_IMAGE_BYTES as MAX_IMAGE_BYTES
+from knee import contract
 from knee.contract import SLICES_MAX_PNS as MAX_PNS
-from knee.contract import SLICES_MAX_SLICES as MAX_SLICES
-from knee.params import Param, Point, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System, load_config
 
-#: 52 x 52 RGB pixels: the report's images were about 7-9 KB (1.4 MB/s at ~170 items/s).
-DEFAULT_IMAGE_BYTES = 52 * 52 * 3
-
-
-#: Items in flight the slices client takes at most (knee-node's slices client.rs).
-MAX_OUTSTANDING = 1_000_000
-#: The longest ack interval the client takes (client.rs MAX_ACK_MS; test_contract holds
-#: the schema's max to it).
-MAX_ACK_MS = 10_000
-#: server.heartbeat_ms = 0: the PNs beat this many times per server.failure_timeout_ms.
-BEATS_PER_TIMEOUT = 5
+#: The client's default image: 52 x 52 RGB pixels (the report's were about 7-9 KB).
+DEFAULT_IMAGE_BYTES = contract.key("slices", "driver.image_bytes")["default"]
+#: Items in flight the slices client takes at most (its own bound on load.max_outstanding).
+MAX_OUTSTANDING = contract.key("slices", "load.max_outstanding")["max"]
+#: The longest ack interval the client takes.
+MAX_ACK_MS = contract.key("slices", "driver.ack_ms")["max"]
+#: The rules of the derived defaults (knee-node describe says them: `derived`): a spec's
+#: heartbeat_ms = 0 beats this many times per failure_timeout_ms, and its ack_ms = 0 is
+#: this fraction of failure_timeout_ms - heartbeat_ms.
+BEATS_PER_TIMEOUT = contract.SYSTEMS["slices"]["constants"]["beats_per_timeout"]
+ACKS_PER_ROOM = contract.SYSTEMS["slices"]["constants"]["acks_per_room"]
 
 
 def items_per_s(mb_per_s: float, image_bytes: int) -> float:
@@ -106,7 +105,7 @@ def ack_ms(heartbeat_ms: int, failure_timeout_ms: int, asked_ms: int = 0) -> int
     time (at the defaults, 100 ms)."""
     if asked_ms:
         return asked_ms
-    return min(MAX_ACK_MS, max(1, (failure_timeout_ms - heartbeat_ms) // 4))
+    return min(MAX_ACK_MS, max(1, (failure_timeout_ms - heartbeat_ms) // ACKS_PER_ROOM))
 
 
 def static_slices(pn: int, pns: int, slices: int) -> list[int]:
@@ -204,7 +203,12 @@ SYSTEM = System(
     ),
     summary="pub/sub image processing whose LB moves slices to joining PNs (report 003)",
     server={
-        "slices": Param("int", 10, "slices S (an item's slice is id mod S)", min=1, max=MAX_SLICES),
+        "slices": from_node(
+            "slices",
+            "server.slices",
+            "slices S (an item's slice is id mod S)",
+            default=10,  # every node requires it
+        ),
         "pns": Param("int", 5, "processing nodes planned (pn-0 .. pn-{N-1})", min=1, max=MAX_PNS),
         "pns_at_start": Param(
             "int",
@@ -213,45 +217,37 @@ SYSTEM = System(
             min=1,
             max=MAX_PNS,
         ),
-        "threads": Param(
-            "int", 0, "worker threads per PN (0: the cores available to it)", min=0, max=256
+        "threads": from_node(
+            "slices", "server.threads", "worker threads per PN (0: the cores available to it)"
         ),
-        "work_repeat": Param(
-            "int",
-            1,
+        "work_repeat": from_node(
+            "slices",
+            "server.work_repeat",
             "grayscale computed this many times per item: the capacity knob where no CPU "
             "limit can be set",
-            min=1,
-            max=1_000_000,
         ),
-        "queue_max": Param(
-            "int",
-            10_000,
+        "queue_max": from_node(
+            "slices",
+            "server.queue_max",
             "items queued per PN beyond this are dropped (counted; the client re-publishes)",
-            min=1,
-            max=1_000_000,
         ),
-        "heartbeat_ms": Param(
-            "int",
-            0,
+        "heartbeat_ms": from_node(
+            "slices",
+            "server.heartbeat_ms",
             "PN -> LB heartbeat (its load) period; 0: a fifth of failure_timeout_ms",
-            min=0,
-            max=60_000,
         ),
-        "give_delay_ms": Param(
-            "int",
-            0,
+        "give_delay_ms": from_node(
+            "slices",
+            "server.give_delay_ms",
             "fault injection: a giver waits this long between stopping a slice and sending "
             "its handoff, so a kill can land mid-handoff (0: none)",
-            min=0,
-            max=60_000,
         ),
-        "failure_timeout_ms": Param(
-            "int", 500, "a PN silent this long is declared crashed", min=1, max=600_000
+        "failure_timeout_ms": from_node(
+            "slices", "server.failure_timeout_ms", "a PN silent this long is declared crashed"
         ),
-        "balance": Param(
-            "bool",
-            True,
+        "balance": from_node(
+            "slices",
+            "server.balance",
             "true: the LB and its slice moves; false: the baseline, a static assignment "
             "(slice s on PN s mod N) and no monitoring traffic",
         ),
@@ -260,36 +256,29 @@ SYSTEM = System(
         ),
     },
     driver={
-        "image_bytes": Param(
-            "int",
-            DEFAULT_IMAGE_BYTES,
+        "image_bytes": from_node(
+            "slices",
+            "driver.image_bytes",
             "RGB bytes per image (a multiple of 3; the report's were about 7-9 KB)",
-            min=3,
-            max=MAX_IMAGE_BYTES,
         ),
-        "retries": Param(
-            "int",
-            10,
+        "retries": from_node(
+            "slices",
+            "driver.retries",
             "re-publications of an item not acknowledged within load.timeout_ms (same id)",
-            min=0,
-            max=100,  # knee-node's slices client takes at most this (MAX_RETRIES)
         ),
-        "ack_ms": Param(
-            "int",
-            0,
+        "ack_ms": from_node(
+            "slices",
+            "driver.ack_ms",
             "the client tells the PNs the ids it was answered for within this long (on its "
             "next items, or on P/acks/<sender> if none goes out in time; a crash takeover "
             "skips them); 0: a quarter of server.failure_timeout_ms - the heartbeat period",
-            min=0,
-            max=MAX_ACK_MS,
         ),
-        "sender": Param("int", 1, "the client's sender id", min=0, max=(1 << 32) - 1),
-        "junk_every": Param(
-            "int",
-            0,
+        "sender": from_node("slices", "driver.sender", "the client's sender id"),
+        "junk_every": from_node(
+            "slices",
+            "driver.junk_every",
             "fault injection: after every Nth item a malformed message on an item or control "
             "topic, which the PNs and the LB must count and drop (0: none)",
-            min=0,
         ),
     },
     rules=(_slices_rule,),

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from knee import contract
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
 from knee.contract import STREAM_MAX_SERVICES as MAX_SERVICES
-from knee.params import Param, Point, RuleError, Sections
+from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
-MAX_SIDE_PX = 4096
-#: The longest block timeout knee-node's stream client takes (systems/stream/config.rs): the
-#: run's end waits up to twice it for the last replies.
-MAX_TIMEOUT_MS = 60_000.0
+_LIMITS = contract.SYSTEMS["stream"]["constants"]
+#: A stream's largest frame side, a delay's and a lognormal spread's largest values (the
+#: block service's own bounds).
+MAX_SIDE_PX = _LIMITS["max_side_px"]
+MAX_DELAY_MS = _LIMITS["max_delay_ms"]
+MAX_SPREAD = _LIMITS["max_spread"]
+#: The longest block timeout knee-node's stream client takes: the run's end waits up to
+#: twice it for the last replies.
+MAX_TIMEOUT_MS = contract.key("stream", "client.timeout_ms")["max"]
 
 #: The report's streams differ in frame size; stream 7 is the smallest (192 blocks, which
 #: matches the report's ~1,900 samples for 10 frames).
@@ -46,11 +52,13 @@ DEFAULT_SERVICES = [
 SERVICE_KEYS: dict[str, Param] = {
     "name": Param("str", "", "a label for tables and figures"),
     "delay": Param("str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")),
-    "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=60_000),
-    "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=60_000),
-    "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=60_000),
-    "median_ms": Param("float", 0.0, "lognormal: median delay", min=0, max=60_000),
-    "spread": Param("float", 0.0, "lognormal: sigma of the log of the delay", min=0, max=3),
+    "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=MAX_DELAY_MS),
+    "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=MAX_DELAY_MS),
+    "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=MAX_DELAY_MS),
+    "median_ms": Param("float", 0.0, "lognormal: median delay", min=0, max=MAX_DELAY_MS),
+    "spread": Param(
+        "float", 0.0, "lognormal: sigma of the log of the delay", min=0, max=MAX_SPREAD
+    ),
     "loss": Param(
         "str",
         "bernoulli",
@@ -250,7 +258,12 @@ SYSTEM = System(
             "lognormal median_ms spread), loss (none | bernoulli loss_p | gilbert-elliott "
             "p_good_bad p_bad_good loss_good loss_bad)",
         ),
-        "streams": Param("list", DEFAULT_STREAMS, "[width_px, height_px] of each stream"),
+        "streams": from_node(
+            "stream",
+            "server.streams",
+            "[width_px, height_px] of each stream",
+            default=DEFAULT_STREAMS,  # the report's catalog; a bare service has one stream
+        ),
         "loss_p": Param(
             "float",
             None,
@@ -258,8 +271,10 @@ SYSTEM = System(
             min=0,
             max=1,
         ),
-        "max_pending": Param(
-            "int", 100_000, "replies waiting for their delay beyond this are dropped", min=1
+        "max_pending": from_node(
+            "stream",
+            "server.max_pending",
+            "replies waiting for their delay beyond this are dropped",
         ),
     },
     driver={
@@ -272,21 +287,21 @@ SYSTEM = System(
         "service": Param("int", 0, "serial: which service (index in server.services)", min=0),
         "stream": Param("int", 7, "which stream (index in server.streams)", min=0, max=255),
         "frames": Param("int", 10, "frames to fetch, in order", min=1, max=10_000_000),
-        "outstanding": Param("int", 1, "requests in flight per service", min=1, max=1024),
-        "retransmit": Param(
-            "int",
-            0,
+        "outstanding": from_node("stream", "client.outstanding", "requests in flight per service"),
+        "retransmit": from_node(
+            "stream",
+            "client.retransmit",
             "retransmissions per block after a timeout (0: none, as in the report)",
-            min=0,
-            max=100,
         ),
-        "adaptive_timeout": Param(
-            "bool", False, "per-service RFC 6298 timeout (starting at, and at most, timeout_ms)"
+        "adaptive_timeout": from_node(
+            "stream",
+            "client.adaptive_timeout",
+            "per-service RFC 6298 timeout (starting at, and at most, timeout_ms)",
         ),
-        "min_rto_ms": Param(
-            "float", 1.0, "adaptive timeout: lowest RTO", min=0, min_exclusive=True
+        "min_rto_ms": from_node("stream", "client.min_rto_ms", "adaptive timeout: lowest RTO"),
+        "hedge": from_node(
+            "stream", "client.hedge", "parallel: send each block to two services, first wins"
         ),
-        "hedge": Param("bool", False, "parallel: send each block to two services, first wins"),
     },
     rules=(_stream_rule,),
     topology=_topology,

@@ -1,6 +1,6 @@
 //! The load generator's configuration, as the runner writes it (JSON).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::harness::{Bounds, Plan};
 use super::schedule::Schedule;
@@ -24,7 +24,7 @@ pub enum ScheduleConfig {
     },
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
 pub enum Think {
     #[default]
@@ -159,16 +159,60 @@ impl From<LoadConfigError> for String {
 const MAX_CONNECTIONS: usize = 1024;
 /// Closed-loop clients (a thread each), for every closed-loop role (chat too).
 pub(crate) const MAX_CLIENTS: usize = 4096;
+/// The longest wait one request may ask (timeout, think time, lateness): an hour. Waits
+/// become durations, which need a finite bound, and a longer one is a unit mistake.
+pub(crate) const MAX_WAIT_MS: f64 = 3_600_000.0;
+/// A day: the longest point (and warm-up) a config may ask for.
+pub(crate) const MAX_DURATION_S: f64 = 86_400.0;
+const MAX_RATE_PER_S: f64 = 10_000_000.0;
+const MAX_REQUESTS: u64 = 1_000_000_000;
+/// Requests in flight, each an entry of the in-flight table.
+const MAX_OUTSTANDING: usize = 10_000_000;
 
-/// The load generator's part of `knee-node describe`: its limits and defaults by spec key.
+/// The load generator's part of `knee-node describe`: every key of its config.
 pub fn contract() -> crate::contract::SystemContract {
+    use crate::contract::Key;
+    let wait = || Key::float(0, MAX_WAIT_MS);
     crate::contract::SystemContract::new()
-        .max("load.connections", MAX_CONNECTIONS as f64)
-        .max("load.clients", MAX_CLIENTS as f64)
-        .with_default("load.connections", default_connections())
-        .with_default("load.timeout_ms", default_timeout_ms())
-        .with_default("load.late_ms", default_late_ms())
-        .with_default("load.max_outstanding", default_max_outstanding())
+        .reads::<LoadSpec>("load")
+        // Required by the loads over TCP (they say so when it is missing), absent for the
+        // others (slices reaches its servers through Zenoh).
+        .key("load.target", Key::str())
+        .key("load.schedule", Key::object().required())
+        .key(
+            "load.connections",
+            Key::int(1, MAX_CONNECTIONS).default(default_connections()),
+        )
+        .key("load.duration_s", Key::float(0, MAX_DURATION_S).above())
+        .key("load.requests", Key::int(1, MAX_REQUESTS))
+        .key("load.timeout_ms", wait().above().default(default_timeout_ms()))
+        .key("load.late_ms", wait().above().default(default_late_ms()))
+        .key(
+            "load.max_outstanding",
+            Key::int(1, MAX_OUTSTANDING).default(default_max_outstanding()),
+        )
+        .key("load.seed", Key::int(0, u64::MAX).default(0))
+        .key("load.warmup_s", Key::float(0, MAX_DURATION_S).default(0.0))
+        .key("load.samples_path", Key::str().required())
+        .key("load.histogram_path", Key::str().required())
+        .key(
+            "load.max_frame_bytes",
+            Key::int_from(1).default(crate::config_defaults::max_frame_bytes()),
+        )
+        .key("load.driver", Key::object())
+        // The schedule's table (`kind` picks its variant).
+        .key(
+            "load.schedule.kind",
+            Key::one_of(&["poisson", "constant", "steps", "closed"]).required(),
+        )
+        .key("load.schedule.rate_per_s", Key::float(0, MAX_RATE_PER_S).above())
+        .key("load.schedule.steps", Key::list(None))
+        .key("load.schedule.clients", Key::int(1, MAX_CLIENTS))
+        .key("load.schedule.think_ms", wait().default(0.0))
+        .key(
+            "load.schedule.think",
+            Key::one_of(&["fixed", "exponential"]).default(Think::default()),
+        )
 }
 
 impl LoadConfig {

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 
 use super::{framed, framed_client, parse, ServerParts, System};
-use crate::contract::SystemContract;
+use crate::contract::{Key, SystemContract};
 use crate::load::driver::{Driver, DriverFactory};
 use crate::serve::{Handler, Outcome};
 use crate::wire::{DEFAULT_MAX_FRAME_BYTES, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
@@ -27,10 +27,18 @@ pub const SYSTEM: System = System {
     contract: || {
         SystemContract::new()
             .op("echo", OP_ECHO)
-            .max("driver.request_bytes", MAX_DRIVER_REQUEST_BYTES as f64)
-            .max("driver.reply_bytes", MAX_DRIVER_REPLY_BYTES as f64)
-            .with_default("driver.request_bytes", default_bytes())
-            .with_default("driver.reply_bytes", default_bytes())
+            .column("op", "op", "always echo")
+            .reads::<EchoServerConfig>("server")
+            .key("server.threads", Key::int(0, MAX_THREADS).default(0))
+            .reads::<EchoDriverConfig>("driver")
+            .key(
+                "driver.request_bytes",
+                Key::int(4, MAX_DRIVER_REQUEST_BYTES).default(default_bytes()),
+            )
+            .key(
+                "driver.reply_bytes",
+                Key::int(0, MAX_DRIVER_REPLY_BYTES).default(default_bytes()),
+            )
     },
 };
 /// Largest reply the server will build for one request.
@@ -40,6 +48,8 @@ const MAX_REPLY_BYTES: usize = 16 << 20;
 /// was refused as an oversized frame and the whole load was drops).
 const MAX_DRIVER_REQUEST_BYTES: usize = DEFAULT_MAX_FRAME_BYTES - REQUEST_HEADER_BYTES;
 const MAX_DRIVER_REPLY_BYTES: usize = DEFAULT_MAX_FRAME_BYTES - REPLY_HEADER_BYTES;
+/// A pool's workers (a thread each): more is a configuration mistake on any machine.
+const MAX_THREADS: usize = 256;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -17,13 +17,16 @@ pub mod server;
 pub mod store;
 
 use super::{framed, parse, System};
-use crate::contract::SystemContract;
+use crate::contract::{Key, SystemContract};
+use crate::load::config::{MAX_CLIENTS, MAX_DURATION_S, MAX_WAIT_MS};
 
 pub const SYSTEM: System = System {
     name: "chat",
     serve: |opts| framed(opts, server::build(parse(&opts.server, "server")?)?),
     client: client::role,
     contract: || {
+        use client::config as cc;
+        let ms = |min: f64| Key::float(min, MAX_WAIT_MS);
         SystemContract::new()
             .op("login", OP_LOGIN)
             .op("logout", OP_LOGOUT)
@@ -33,13 +36,97 @@ pub const SYSTEM: System = System {
             .op("audit", OP_AUDIT)
             .flag("not_primary", FLAG_NOT_PRIMARY)
             .flag("duplicate", FLAG_DUPLICATE)
-            .max("driver.reply_bytes", codec::MAX_REPLY_BYTES)
-            .max("driver.message_bytes", codec::MAX_TEXT_BYTES as f64)
-            .max("driver.retries", client::config::MAX_RETRIES)
-            .with_default("driver.retries", client::config::default_retries())
-            .with_default("driver.reply_bytes", client::config::default_reply_bytes())
-            .with_default("driver.rooms", client::config::default_rooms())
-            .with_default("driver.message_bytes", client::config::default_message_bytes())
+            .constant(
+                "write_ops",
+                [OP_LOGIN, OP_LOGOUT, OP_JOIN, OP_POST, OP_FETCH, OP_AUDIT]
+                    .into_iter()
+                    .filter(|&op| is_write(op))
+                    .collect::<Vec<u16>>(),
+            )
+            .column("arg", "attempts", "attempts the request took (1: no retry)")
+            .column("detail_ns", "detail_ns", "the database transaction's time")
+            .column("flags", "flags", "reply flags (not_primary, duplicate)")
+            .column("service", "service", "the replica that answered")
+            .reads::<server::ChatServerConfig>("server")
+            .key("server.replica", Key::int(0, server::MAX_REPLICAS - 1).default(0))
+            .key(
+                "server.heartbeat_ms",
+                Key::int(server::MIN_HEARTBEAT_MS, server::MAX_HEARTBEAT_MS)
+                    .default(server::default_heartbeat_ms()),
+            )
+            .key(
+                "server.failure_timeout_ms",
+                Key::int(server::MIN_FAILURE_TIMEOUT_MS, server::MAX_FAILURE_TIMEOUT_MS)
+                    .default(server::default_failure_timeout_ms()),
+            )
+            .key("server.threads", Key::int(0, server::MAX_THREADS).default(0))
+            .key(
+                "server.max_queue",
+                Key::int(1, server::MAX_QUEUE).default(server::default_max_queue()),
+            )
+            .key("server.sqlite_path", Key::str())
+            .key("server.postgres_url", Key::str())
+            .key(
+                "server.postgres_schema",
+                Key::str().default(server::default_schema()),
+            )
+            .key(
+                "server.dedup_window",
+                Key::int(1, server::MAX_DEDUP_WINDOW)
+                    .default(server::DEDUP_WINDOW)
+                    .checked(),
+            )
+            .reads::<cc::ChatLoadConfig>("client")
+            .key(
+                "client.replicas",
+                Key::list(Some(server::MAX_REPLICAS)).required(),
+            )
+            .key("client.clients", Key::int(1, MAX_CLIENTS).required())
+            .key("client.think_ms", ms(0.0).default(0.0))
+            .key("client.requests_per_client", Key::int_from(1))
+            .key("client.duration_s", Key::float(0, MAX_DURATION_S).above())
+            .key(
+                "client.timeout_ms",
+                ms(0.0).above().default(cc::default_timeout_ms()),
+            )
+            .key(
+                "client.retries",
+                Key::int(0, cc::MAX_RETRIES).default(cc::default_retries()),
+            )
+            .key("client.backoff_ms", ms(0.1).default(cc::default_backoff_ms()))
+            .key(
+                "client.max_backoff_ms",
+                ms(0.0).above().default(cc::default_max_backoff_ms()),
+            )
+            .key("client.late_ms", ms(0.0).above().default(cc::default_late_ms()))
+            .key("client.warmup_s", Key::float(0, MAX_DURATION_S).default(0.0))
+            .key("client.seed", Key::int(0, u64::MAX).default(0))
+            .key("client.samples_path", Key::str().required())
+            .key("client.histogram_path", Key::str().required())
+            .key("client.audit_path", Key::str())
+            .key(
+                "client.max_frame_bytes",
+                Key::int_from(1).default(crate::config_defaults::max_frame_bytes()),
+            )
+            .key("client.driver", Key::object())
+            .reads::<cc::ChatDriver>("driver")
+            .key(
+                "driver.mix",
+                Key::one_of(&["login_logout", "session"]).default(cc::Mix::LoginLogout),
+            )
+            .key(
+                "driver.reply_bytes",
+                Key::int(4, codec::MAX_REPLY_BYTES).default(cc::default_reply_bytes()),
+            )
+            .key(
+                "driver.rooms",
+                Key::int(1, cc::MAX_ROOMS).default(cc::default_rooms()),
+            )
+            .key(
+                "driver.message_bytes",
+                Key::int(0, codec::MAX_TEXT_BYTES).default(cc::default_message_bytes()),
+            )
+            .key("driver.client_prefix", Key::str().default(cc::default_prefix()))
     },
 };
 

@@ -16,16 +16,16 @@ use crate::serve::{Handler, Outcome};
 use crate::systems::ServerParts;
 use crate::wire::{RequestHeader, WireStatus};
 
-fn default_heartbeat_ms() -> u64 {
+pub(crate) fn default_heartbeat_ms() -> u64 {
     100
 }
-fn default_failure_timeout_ms() -> u64 {
+pub(crate) fn default_failure_timeout_ms() -> u64 {
     500
 }
-fn default_max_queue() -> usize {
+pub(crate) fn default_max_queue() -> usize {
     10_000
 }
-fn default_schema() -> String {
+pub(crate) fn default_schema() -> String {
     "knee_chat".into()
 }
 fn default_dedup_window() -> u64 {
@@ -39,6 +39,17 @@ fn default_dedup_window() -> u64 {
 pub const DEDUP_WINDOW: u64 = 1024;
 /// The largest window accepted: it bounds the table at this many rows per client.
 pub const MAX_DEDUP_WINDOW: u64 = 1_000_000;
+/// Replicas of one service (each a process, with a heartbeat to every other).
+pub const MAX_REPLICAS: usize = 64;
+/// Heartbeat and failure-timeout bounds: a beat faster than 5 ms is busy-waiting, a
+/// timeout beyond 10 minutes never detects a failure within a point.
+pub const MIN_HEARTBEAT_MS: u64 = 5;
+pub const MAX_HEARTBEAT_MS: u64 = 60_000;
+pub const MIN_FAILURE_TIMEOUT_MS: u64 = 10;
+pub const MAX_FAILURE_TIMEOUT_MS: u64 = 600_000;
+/// A pool's workers (a thread and a database connection each), and its queue.
+pub const MAX_THREADS: usize = 256;
+pub const MAX_QUEUE: usize = 10_000_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

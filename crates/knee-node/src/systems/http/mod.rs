@@ -29,19 +29,67 @@ pub const SYSTEM: super::System = super::System {
     serve: nginx::serve,
     client: client::role,
     contract: || {
+        use crate::contract::Key;
         let mut c = crate::contract::SystemContract::new()
             .size("max_entries", config::MAX_ENTRIES)
             .size("max_file_lines", config::MAX_FILE_LINES)
             .size("max_request_body_bytes", config::MAX_REQUEST_BODY_BYTES)
-            .max("driver.max_header_bytes", config::MAX_HEADER_BYTES as f64)
-            .max("driver.max_body_bytes", config::MAX_BODY_BYTES as f64)
-            .max("server.nginx_workers", nginx::MAX_WORKERS)
-            .with_default("driver.max_header_bytes", config::default_max_header_bytes())
-            .with_default("driver.max_body_bytes", config::default_max_body_bytes())
-            .with_default("driver.server_timing", config::default_server_timing())
-            .with_default("driver.tls_insecure", false)
-            .with_default("driver.tls_resume", config::default_tls_resume())
-            .with_default("server.nginx_workers", 1);
+            .column("op", "op", "the request's entry in [[driver.requests]]")
+            .column("flags", "http_status", "the HTTP status code (0: no response)")
+            .column(
+                "arg",
+                "fail_reason",
+                "why the request failed (0: it did not; args)",
+            )
+            .column(
+                "service",
+                "service",
+                "1: the response carried the Server-Timing entries",
+            )
+            .column(
+                "queue_ns",
+                "queue_ns",
+                "the wait for its connection to be made (connect_ns)",
+            )
+            .column("detail_ns", "detail_ns", "the Server-Timing detail entry")
+            .reads::<nginx::ServerConfig>("server")
+            .key("server.nginx", Key::object().required())
+            .reads::<nginx::NginxConfig>("server.nginx")
+            .key("server.nginx.dir", Key::str().required())
+            .key(
+                "server.nginx.workers",
+                Key::int(1, nginx::MAX_WORKERS)
+                    .default(nginx::default_workers())
+                    .checked(),
+            )
+            .key("server.nginx.cpu", Key::int(0, nginx::MAX_CPU))
+            .key("server.nginx.binary", Key::str().default(nginx::default_binary()))
+            .key(
+                "server.nginx.keepalive",
+                Key::bool().default(nginx::default_keepalive()),
+            )
+            .key("server.nginx.tls", Key::object())
+            .reads::<config::DriverConfig>("driver")
+            .key("driver.requests", Key::list(Some(config::MAX_ENTRIES)).required())
+            .key(
+                "driver.server_timing",
+                Key::list(None).default(config::default_server_timing()),
+            )
+            .key("driver.server_timing_detail", Key::str())
+            .key(
+                "driver.max_header_bytes",
+                Key::int(1, config::MAX_HEADER_BYTES).default(config::default_max_header_bytes()),
+            )
+            .key(
+                "driver.max_body_bytes",
+                Key::int(0, config::MAX_BODY_BYTES).default(config::default_max_body_bytes()),
+            )
+            .key("driver.tls_insecure", Key::bool().default(false))
+            .key("driver.tls_ca_file", Key::str())
+            .key(
+                "driver.tls_resume",
+                Key::bool().default(config::default_tls_resume()),
+            );
         for (name, reason) in response::Reason::ALL {
             c = c.arg(name, reason as u32);
         }

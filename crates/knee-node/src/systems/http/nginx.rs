@@ -28,6 +28,9 @@ use crate::serve::{Lifecycle, ServeOptions, Stop};
 
 /// Most worker processes (a config mistake beyond: this is one point's server).
 pub const MAX_WORKERS: u32 = 64;
+/// Highest CPU index the workers may be pinned to (Linux's CPU masks go this far on any
+/// machine knee runs on; a larger one is a mistake).
+pub const MAX_CPU: u32 = 4095;
 /// How long nginx may take to accept its first connection.
 const START_TIMEOUT_NS: u64 = 10_000_000_000;
 /// After SIGQUIT (finish what is in flight), how long before SIGKILL.
@@ -37,13 +40,13 @@ const PORT_TRIES: usize = 3;
 /// Bytes of the error log quoted when nginx fails.
 const LOG_TAIL_BYTES: u64 = 2048;
 
-fn default_workers() -> u32 {
+pub(super) fn default_workers() -> u32 {
     1
 }
-fn default_binary() -> String {
+pub(super) fn default_binary() -> String {
     "nginx".into()
 }
-fn default_keepalive() -> bool {
+pub(super) fn default_keepalive() -> bool {
     true
 }
 
@@ -78,7 +81,7 @@ pub struct NginxConfig {
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
-struct ServerConfig {
+pub(super) struct ServerConfig {
     nginx: NginxConfig,
 }
 

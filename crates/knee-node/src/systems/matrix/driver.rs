@@ -28,7 +28,7 @@ pub struct MatrixDriverConfig {
 pub(crate) fn default_n() -> usize {
     50
 }
-fn default_same() -> bool {
+pub(crate) fn default_same() -> bool {
     true
 }
 

@@ -9,7 +9,7 @@ pub mod power;
 pub mod server;
 
 use super::{framed, framed_client, parse, System};
-use crate::contract::SystemContract;
+use crate::contract::{Key, SystemContract};
 
 pub const SYSTEM: System = System {
     name: "matrix",
@@ -25,13 +25,29 @@ pub const SYSTEM: System = System {
         SystemContract::new()
             .op("power", OP_POWER)
             .flag("cache_hit", FLAG_CACHE_HIT)
-            .max("driver.n", MAX_N as f64)
-            .max("driver.p", MAX_P)
-            .max("driver.p_min", MAX_P)
-            .max("driver.p_max", MAX_P)
-            .with_default("driver.n", driver::default_n())
-            .with_default("server.threads", server::default_threads())
-            .with_default("server.max_queue", server::default_max_queue())
+            .column("op", "op", "always power")
+            .column("arg", "arg", "the exponent P")
+            .column("flags", "flags", "bit 0: served from the result cache")
+            .reads::<server::MatrixServerConfig>("server")
+            .key(
+                "server.algorithm",
+                Key::one_of(&["naive", "squaring"]).default(server::default_algorithm()),
+            )
+            .key(
+                "server.threads",
+                Key::int(1, server::MAX_THREADS).default(server::default_threads()),
+            )
+            .key("server.cache", Key::int(0, server::MAX_CACHE).default(0))
+            .key(
+                "server.max_queue",
+                Key::int(1, server::MAX_QUEUE).default(server::default_max_queue()),
+            )
+            .reads::<driver::MatrixDriverConfig>("driver")
+            .key("driver.n", Key::int(1, MAX_N).default(driver::default_n()))
+            .key("driver.same_matrix", Key::bool().default(driver::default_same()))
+            .key("driver.p", Key::int(1, MAX_P))
+            .key("driver.p_min", Key::int(1, MAX_P))
+            .key("driver.p_max", Key::int(1, MAX_P))
     },
 };
 

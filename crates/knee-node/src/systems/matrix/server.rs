@@ -23,7 +23,7 @@ pub struct MatrixServerConfig {
     pub max_queue: usize,
 }
 
-fn default_algorithm() -> String {
+pub(crate) fn default_algorithm() -> String {
     "naive".into()
 }
 pub(crate) fn default_threads() -> usize {
@@ -32,6 +32,11 @@ pub(crate) fn default_threads() -> usize {
 pub(crate) fn default_max_queue() -> usize {
     100_000
 }
+/// Bounds that keep a mistyped config from exhausting the machine: a thread per worker,
+/// an entry (a result matrix) per cache slot, a queued request's memory per queue slot.
+pub(crate) const MAX_THREADS: usize = 256;
+pub(crate) const MAX_CACHE: usize = 1_000_000;
+pub(crate) const MAX_QUEUE: usize = 10_000_000;
 
 pub fn build(cfg: MatrixServerConfig) -> Result<ServerParts, String> {
     let algorithm = match cfg.algorithm.as_str() {

@@ -32,7 +32,7 @@ use crate::wire::BodyReader;
 use crate::wire::{ReplyHeader, WireStatus};
 use crate::{clock, signals, stdio};
 
-#[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
+#[derive(Deserialize, serde::Serialize, Clone, Copy, PartialEq, Debug)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Register,
@@ -41,10 +41,10 @@ pub enum Phase {
     Unregister,
 }
 
-fn default_phases() -> Vec<Phase> {
+pub(crate) fn default_phases() -> Vec<Phase> {
     vec![Phase::Register, Phase::Search, Phase::Obtain, Phase::Unregister]
 }
-fn default_timeout_ms() -> f64 {
+pub(crate) fn default_timeout_ms() -> f64 {
     5000.0
 }
 
@@ -81,7 +81,9 @@ pub struct ClientConfig {
     pub histogram_path: String,
 }
 
-const MAX_PEERS: usize = 250;
+pub(crate) const MAX_PEERS: usize = 250;
+/// Operations per phase (each a sample).
+pub(crate) const MAX_OPS: u64 = 10_000_000;
 const POLL: Duration = Duration::from_millis(20);
 /// Error lines logged per run; the rest are counted in the `done` line.
 const MAX_LOGGED_ERRORS: u64 = 20;

@@ -16,7 +16,7 @@ pub mod codec;
 mod conn;
 mod fault;
 mod files;
-mod index;
+pub(crate) mod index;
 mod names;
 mod route;
 pub mod server;
@@ -27,6 +27,8 @@ pub const SYSTEM: super::System = super::System {
     serve: |opts| super::framed(opts, server::build(super::parse(&opts.server, "server")?)?),
     client: client::role,
     contract: || {
+        use crate::contract::Key;
+        use crate::load::config::{MAX_DURATION_S, MAX_WAIT_MS};
         // `list` is not here: the client asks its own peer once, unrecorded, before the start.
         crate::contract::SystemContract::new()
             .op("register", OP_REGISTER)
@@ -37,8 +39,67 @@ pub const SYSTEM: super::System = super::System {
             .flag("replica", FLAG_REPLICA)
             .flag("for_obtain", FLAG_FOR_OBTAIN)
             .flag("not_found", FLAG_NOT_FOUND)
-            .max("server.files", server::MAX_FILES as f64)
-            .max("server.file_bytes", server::MAX_FILE_BYTES as f64)
+            .column("arg", "arg", "obtain: the file's size in KiB")
+            .column(
+                "flags",
+                "flags",
+                "checksum_mismatch, replica, for_obtain, not_found",
+            )
+            .column(
+                "service",
+                "service",
+                "the index partition (255: the central index)",
+            )
+            .reads::<server::ShareServerConfig>("server")
+            .key("server.role", Key::one_of(&["peer", "index"]).required())
+            .key(
+                "server.index",
+                Key::one_of(&["sqlite-global-lock", "concurrent", "none"]).required(),
+            )
+            .key("server.db_path", Key::str())
+            .key("server.share_dir", Key::str())
+            .key("server.peer_index", Key::int(0, client::MAX_PEERS - 1).default(0))
+            .key(
+                "server.files",
+                Key::int(0, server::MAX_FILES).default(0).checked(),
+            )
+            .key(
+                "server.file_bytes",
+                Key::int(0, server::MAX_FILE_BYTES).default(0).checked(),
+            )
+            .key("server.seed", Key::int(0, u64::MAX).default(0))
+            .key(
+                "server.max_entries",
+                Key::int(1, index::MAX_ENTRIES)
+                    .default(index::MAX_ENTRIES)
+                    .checked(),
+            )
+            .key("server.corrupt_every", Key::int_from(0).default(0))
+            .reads::<client::ClientConfig>("client")
+            .key("client.peer_index", Key::int(0, client::MAX_PEERS - 1).required())
+            .key("client.peers", Key::list(Some(client::MAX_PEERS)).required())
+            .key("client.index", Key::str())
+            .key("client.ops", Key::int(1, client::MAX_OPS).required())
+            .key(
+                "client.phases",
+                Key::list(Some(4)).default(client::default_phases()),
+            )
+            .key("client.search_peers", Key::list(Some(client::MAX_PEERS)))
+            .key("client.seed", Key::int(0, u64::MAX).default(0))
+            .key(
+                "client.timeout_ms",
+                Key::float(0, MAX_WAIT_MS)
+                    .above()
+                    .default(client::default_timeout_ms()),
+            )
+            .key(
+                "client.duration_s",
+                Key::float(0, MAX_DURATION_S).above().required(),
+            )
+            .key("client.warmup_s", Key::float(0, MAX_DURATION_S).default(0.0))
+            .key("client.download_dir", Key::str())
+            .key("client.samples_path", Key::str().required())
+            .key("client.histogram_path", Key::str().required())
     },
 };
 

@@ -29,8 +29,8 @@ use crate::rng::Rng;
 /// Distinct images a client publishes (chosen by id): generated once from the seed, so
 /// the send path copies rather than draws, and each reply's checksum can be checked.
 const IMAGES: usize = 64;
-const MAX_OUTSTANDING: usize = 1_000_000;
-const MAX_RETRIES: u32 = 100;
+pub(super) const MAX_OUTSTANDING: usize = 1_000_000;
+pub(super) const MAX_RETRIES: u32 = 100;
 /// Longest wait for a reply before the loop looks at its schedule and timeouts again.
 const MAX_WAIT: Duration = Duration::from_millis(2);
 

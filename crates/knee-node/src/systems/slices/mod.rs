@@ -28,32 +28,143 @@ pub const SYSTEM: super::System = super::System {
     name: "slices",
     serve,
     client: client::role,
-    contract: || {
-        crate::contract::SystemContract::new()
-            .op("item", client::OP_ITEM)
-            .size("item_header_bytes", codec::ITEM_HEADER_BYTES)
-            .size("reply_header_bytes", codec::REPLY_HEADER_BYTES)
-            .size("pn_log_record_bytes", pnlog::RECORD_BYTES)
-            .size("max_image_bytes", codec::MAX_IMAGE_BYTES)
-            .size("max_control_bytes", codec::MAX_CONTROL_BYTES)
-            .max("server.slices", codec::MAX_SLICES as f64)
-            .max("driver.image_bytes", codec::MAX_IMAGE_BYTES as f64)
-            .max("server.queue_max", pn::MAX_QUEUE as f64)
-            .max("server.threads", pn::MAX_THREADS as f64)
-            .max("server.give_delay_ms", pn::MAX_GIVE_DELAY_MS as f64)
-            .max("driver.ack_ms", client::MAX_ACK_MS as f64)
-            .with_default("server.heartbeat_ms", 0)
-            .with_default("server.give_delay_ms", 0)
-            .with_default("server.failure_timeout_ms", 500)
-            .with_default("server.threads", 0)
-            .with_default("server.work_repeat", 1)
-            .with_default("server.queue_max", 10_000)
-            .with_default("driver.image_bytes", 52 * 52 * 3)
-            .with_default("driver.retries", 10)
-            .with_default("driver.sender", 1)
-            .with_default("load.timeout_ms", 5000.0)
-    },
+    contract,
 };
+
+/// A PN beats this many times per `failure_timeout_ms` when the spec leaves its heartbeat
+/// to the rule (`heartbeat_ms = 0` in a spec), so that four beats in a row may be lost or
+/// late before the LB calls it crashed.
+pub const BEATS_PER_TIMEOUT: u64 = 5;
+/// The client's ack interval, when the spec leaves it to the rule, is this fraction of the
+/// room between a PN's last heartbeat and its takeover (`failure_timeout_ms -
+/// heartbeat_ms`): its acks reach a taker first, with room to ride on the items.
+pub const ACKS_PER_ROOM: u64 = 4;
+/// The longest failure timeout (10 minutes: beyond, no crash is detected within a point),
+/// and so the longest heartbeat (it must be shorter).
+const MAX_FAILURE_TIMEOUT_MS: u64 = 600_000;
+/// Times the grayscale is computed per item: the capacity knob, bounded so an item's
+/// service time stays within seconds.
+const MAX_WORK_REPEAT: u32 = 1_000_000;
+
+/// slices' part of `knee-node describe`. The defaults are the ones serde fills in for a
+/// config with only the required keys: written once, in the structs' attributes.
+fn contract() -> crate::contract::SystemContract {
+    use crate::contract::Key;
+    use serde_json::json;
+    let lb: Option<lb::LbConfig> = serde_json::from_value(json!({"slices": 1, "prefix": ""})).ok();
+    let pn: Option<pn::PnConfig> =
+        serde_json::from_value(json!({"pn": 0, "slices": 1, "log_path": "", "prefix": ""})).ok();
+    let driver: Option<client::DriverConfig> =
+        serde_json::from_value(json!({"prefix": "", "slices": 1})).ok();
+    let (lb, pn, driver) = match (lb, pn, driver) {
+        (Some(lb), Some(pn), Some(driver)) => (lb, pn, driver),
+        // A required key added to a struct: the test every_config_field_is_described fails.
+        _ => return crate::contract::SystemContract::new(),
+    };
+    let slices = || Key::int(1, codec::MAX_SLICES).required();
+    let load = crate::load::config::contract();
+    crate::contract::SystemContract::new()
+        .op("item", client::OP_ITEM)
+        .size("item_header_bytes", codec::ITEM_HEADER_BYTES)
+        .size("reply_header_bytes", codec::REPLY_HEADER_BYTES)
+        .size("pn_log_record_bytes", pnlog::RECORD_BYTES)
+        .size("max_image_bytes", codec::MAX_IMAGE_BYTES)
+        .size("max_control_bytes", codec::MAX_CONTROL_BYTES)
+        .constant("beats_per_timeout", BEATS_PER_TIMEOUT)
+        .constant("acks_per_room", ACKS_PER_ROOM)
+        .column("arg", "slice", "the item's slice (id mod slices)")
+        .column(
+            "flags",
+            "attempts",
+            "publications of the item (min(attempts, 65535))",
+        )
+        .column("detail_ns", "epoch", "the epoch of the item's slice in the reply")
+        .column("service", "service", "the PN that answered (at most 255)")
+        .reads::<Role>("server")
+        .key("server.role", Key::one_of(&["router", "lb", "pn"]).required())
+        .reads::<RouterConfig>("server")
+        .key("server.connect", Key::list(None).default(Vec::<String>::new()))
+        .reads::<lb::LbConfig>("server")
+        .key("server.slices", slices().checked())
+        .key(
+            "server.heartbeat_ms",
+            Key::int(1, MAX_FAILURE_TIMEOUT_MS - 1)
+                .default(lb.heartbeat_ms)
+                .derived("0 in a spec: failure_timeout_ms / beats_per_timeout, at least 1"),
+        )
+        .key(
+            "server.failure_timeout_ms",
+            Key::int(2, MAX_FAILURE_TIMEOUT_MS).default(lb.failure_timeout_ms),
+        )
+        .key("server.balance", Key::bool().default(lb.balance))
+        .key("server.prefix", Key::str().required())
+        .reads::<pn::PnConfig>("server")
+        .key("server.pn", Key::int(0, u32::MAX).required())
+        .key(
+            "server.threads",
+            Key::int(0, pn::MAX_THREADS).default(pn.threads).checked(),
+        )
+        .key(
+            "server.work_repeat",
+            Key::int(1, MAX_WORK_REPEAT).default(pn.work_repeat),
+        )
+        .key(
+            "server.queue_max",
+            Key::int(1, pn::MAX_QUEUE).default(pn.queue_max).checked(),
+        )
+        .key("server.log_path", Key::str().required())
+        .key(
+            "server.static_slices",
+            Key::list(Some(codec::MAX_SLICES as usize)),
+        )
+        .key("server.ring_bytes", Key::int_from(0).default(pn.ring_bytes))
+        .key("server.ring_age_ms", Key::int_from(0).default(pn.ring_age_ms))
+        .key(
+            "server.hello_after_ms",
+            Key::int_from(0).default(pn.hello_after_ms),
+        )
+        .key(
+            "server.give_delay_ms",
+            Key::int(0, pn::MAX_GIVE_DELAY_MS)
+                .default(pn.give_delay_ms)
+                .checked(),
+        )
+        .key("server.gray_dump_path", Key::str())
+        .reads::<client::DriverConfig>("driver")
+        .key("driver.prefix", Key::str().required())
+        .key("driver.connect", Key::list(None).default(driver.connect))
+        .key("driver.listen", Key::str().default(driver.listen))
+        .key("driver.slices", slices())
+        .key(
+            "driver.image_bytes",
+            Key::int(3, codec::MAX_IMAGE_BYTES).default(driver.image_bytes),
+        )
+        .key(
+            "driver.retries",
+            Key::int(0, client::MAX_RETRIES).default(driver.retries),
+        )
+        .key("driver.sender", Key::int(0, u32::MAX).default(driver.sender))
+        .key(
+            "driver.ack_ms",
+            Key::int(1, client::MAX_ACK_MS).default(driver.ack_ms).derived(
+                "0 in a spec: (failure_timeout_ms - heartbeat_ms) / acks_per_room, \
+                     within 1..=max",
+            ),
+        )
+        .key("driver.junk_every", Key::int_from(0).default(driver.junk_every))
+        // The client's own bound on the load generator's in-flight table.
+        .key(
+            "load.max_outstanding",
+            Key::int(1, client::MAX_OUTSTANDING).default(load.keys["load.max_outstanding"].default.clone()),
+        )
+}
+
+/// The tag of a server config: which role it runs.
+#[derive(Deserialize)]
+#[allow(dead_code)] // read for the contract's field names only
+struct Role {
+    role: String,
+}
 
 #[derive(Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]

@@ -4,15 +4,15 @@ use serde::Deserialize;
 
 pub(crate) const MAX_SERVICES: usize = 64;
 pub(crate) const MAX_OUTSTANDING: usize = 1024;
-const MAX_BLOCKS_PER_FRAME: u32 = (4096 / 16) * (4096 / 16);
-const MAX_RETRANSMISSIONS: u32 = 100;
+pub(crate) const MAX_BLOCKS_PER_FRAME: u32 = (4096 / 16) * (4096 / 16);
+pub(crate) const MAX_RETRANSMISSIONS: u32 = 100;
 /// Longest block timeout: the run's end waits up to twice this for the last replies.
-const MAX_TIMEOUT_MS: f64 = 60_000.0;
+pub(crate) const MAX_TIMEOUT_MS: f64 = 60_000.0;
 
 fn one() -> usize {
     1
 }
-fn default_min_rto_ms() -> f64 {
+pub(crate) fn default_min_rto_ms() -> f64 {
     1.0
 }
 

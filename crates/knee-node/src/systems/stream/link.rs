@@ -7,6 +7,8 @@ use crate::rng::Rng;
 
 /// Longest emulated delay: a reply never waits longer than this in the timer queue.
 pub const MAX_DELAY_MS: f64 = 60_000.0;
+/// Largest lognormal sigma: at 3, the p99 is already ~1,000 x the median.
+pub const MAX_SPREAD: f64 = 3.0;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
@@ -81,8 +83,8 @@ impl Delay {
             }
             Delay::Lognormal { median_ms, spread } => {
                 delay_ms("delay.median_ms", median_ms)?;
-                if !(0.0..=3.0).contains(&spread) {
-                    return Err(format!("delay.spread must be in [0, 3], got {spread}"));
+                if !(0.0..=MAX_SPREAD).contains(&spread) {
+                    return Err(format!("delay.spread must be in [0, {MAX_SPREAD}], got {spread}"));
                 }
                 Ok(())
             }

@@ -20,8 +20,8 @@ use crate::serve::{Lifecycle, ServeOptions, Stop};
 use crate::{clock, stdio};
 
 /// Largest frame side, in pixels; the catalog is checked against it.
-const MAX_SIDE_PX: u32 = 4096;
-const MAX_STREAMS: usize = 256;
+pub(crate) const MAX_SIDE_PX: u32 = 4096;
+pub(crate) const MAX_STREAMS: usize = 256;
 /// Datagrams read per pass before due replies are sent again, so a flood cannot starve them.
 const MAX_READS_PER_PASS: usize = 256;
 /// Larger than any valid request: a longer datagram arrives truncated to this and is malformed.
@@ -29,7 +29,10 @@ const RECV_BUFFER_BYTES: usize = 2048;
 /// Malformed datagrams logged with their reason; later ones are only counted.
 const MAX_LOGGED_MALFORMED: u64 = 10;
 
-fn default_streams() -> Vec<(u32, u32)> {
+/// Replies waiting in the timer queue (each holds its reply datagram).
+pub(crate) const MAX_PENDING: usize = 10_000_000;
+
+pub(crate) fn default_streams() -> Vec<(u32, u32)> {
     vec![(256, 192)]
 }
 fn default_delay() -> Delay {
@@ -38,7 +41,7 @@ fn default_delay() -> Delay {
 fn default_loss() -> Loss {
     Loss::None
 }
-fn default_max_pending() -> usize {
+pub(crate) fn default_max_pending() -> usize {
     100_000
 }
 
@@ -76,8 +79,8 @@ impl ServiceConfig {
                 ));
             }
         }
-        if !(1..=10_000_000).contains(&self.max_pending) {
-            return Err("max_pending must be 1..=10000000".into());
+        if !(1..=MAX_PENDING).contains(&self.max_pending) {
+            return Err(format!("max_pending must be 1..={MAX_PENDING}"));
         }
         self.delay.check()?;
         self.loss.check()

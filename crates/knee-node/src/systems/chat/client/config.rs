@@ -2,20 +2,20 @@
 
 use serde::Deserialize;
 
-fn default_timeout_ms() -> f64 {
+pub(crate) fn default_timeout_ms() -> f64 {
     1000.0
 }
 pub(crate) fn default_retries() -> u32 {
     50
 }
-fn default_backoff_ms() -> f64 {
+pub(crate) fn default_backoff_ms() -> f64 {
     10.0
 }
-fn default_max_backoff_ms() -> f64 {
+pub(crate) fn default_max_backoff_ms() -> f64 {
     200.0
 }
 /// As `load.late_ms`'s default (`load/config.rs`).
-fn default_late_ms() -> f64 {
+pub(crate) fn default_late_ms() -> f64 {
     1.0
 }
 pub(crate) fn default_reply_bytes() -> u32 {
@@ -27,11 +27,11 @@ pub(crate) fn default_rooms() -> u32 {
 pub(crate) fn default_message_bytes() -> usize {
     64
 }
-fn default_prefix() -> String {
+pub(crate) fn default_prefix() -> String {
     "load".into()
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Mix {
     /// The report's measurement: login, logout, login, ...
@@ -105,8 +105,10 @@ pub struct ChatLoadConfig {
 
 use crate::load::config::MAX_CLIENTS;
 
-const MAX_REPLICAS: usize = 64;
+use crate::systems::chat::server::MAX_REPLICAS;
 pub(crate) const MAX_RETRIES: u32 = 1000;
+/// Rooms of one load (each a row, and a membership per client).
+pub(crate) const MAX_ROOMS: u32 = 1_000_000;
 
 impl ChatLoadConfig {
     pub fn check(&self) -> Result<(), String> {
@@ -140,7 +142,7 @@ impl ChatLoadConfig {
         let d = self.driver();
         if d.reply_bytes > super::super::codec::MAX_REPLY_BYTES
             || d.message_bytes > super::super::codec::MAX_TEXT_BYTES
-            || d.rooms == 0
+            || !(1..=MAX_ROOMS).contains(&d.rooms)
         {
             return Err("driver: reply_bytes <= 1 MiB, message_bytes <= 4096, rooms >= 1".into());
         }
