@@ -130,6 +130,10 @@ fn contract() -> crate::contract::SystemContract {
                 .checked(),
         )
         .key("server.gray_dump_path", Key::str())
+        .key(
+            "server.wrong_reply_every",
+            Key::int(0, u64::MAX).default(pn.wrong_reply_every),
+        )
         .reads::<client::DriverConfig>("driver")
         .key("driver.prefix", Key::str().required())
         .key("driver.connect", Key::list(None).default(driver.connect))
