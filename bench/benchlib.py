@@ -183,3 +183,34 @@ def report(sections: list[Section], how: str) -> None:
     print_table([r for sec in sections for r in sec.rows])
     print(f"\n({how})")
     print(json.dumps(summary(sections)))
+
+
+def echo_closed_loop(
+    binary: Path, folder: Path, clients: int, requests: int, timeout_s: float
+) -> Path:
+    """A knee-node echo server and a closed loop of `clients` sending `requests` back to
+    back: the sample file of the run (a bench's baseline, or records to compute on)."""
+    serve = [str(binary), "serve", "echo", "--name", "echo", "--config", '{"listen":"127.0.0.1:0"}']
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    samples = folder / "echo.samples.bin"
+    try:
+        ready = json.loads(server.stdout.readline() or "{}") if server.stdout else {}
+        if ready.get("event") != "ready":
+            raise BenchError("echo server printed no ready line")
+        config = {
+            "target": ready["addr"],
+            "schedule": {"kind": "closed", "clients": clients, "think_ms": 0, "think": "fixed"},
+            "requests": requests,
+            "timeout_ms": 30000,
+            "seed": 1,
+            "samples_path": str(samples),
+            "histogram_path": str(folder / "echo.histogram.csv"),
+        }
+        load = [str(binary), "load", "echo", "--name", "load", "--config", json.dumps(config)]
+        done = [e for e in json_lines(run_child(load, timeout_s).stdout) if "event" in e]
+        if not done or done[-1]["event"] != "done":
+            raise BenchError("the echo load generator did not report done")
+    finally:
+        server.terminate()  # our own child, by its handle
+        server.wait(timeout=10)
+    return samples

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import BenchError, find_knee_node
+from benchlib import BenchError, echo_closed_loop, find_knee_node
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from knee.results import read_sample_records  # noqa: E402
@@ -172,30 +172,7 @@ def searches_per_s(binary: Path, folder: Path, addrs: list[str]) -> float:
 def echo_round_trips_per_s(binary: Path, folder: Path) -> float:
     """The search's baseline: SEARCHES knee-node echo round trips, one client back to back,
     per second over their span (as the searches are counted)."""
-    cmd = [str(binary), "serve", "echo", "--name", "echo", "--config", '{"listen":"127.0.0.1:0"}']
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert server.stdout is not None
-        ready = json.loads(server.stdout.readline() or "{}")
-        if ready.get("event") != "ready":
-            raise BenchError("echo server did not start")
-        cfg = {
-            "target": ready["addr"],
-            "schedule": {"kind": "closed", "clients": 1, "think_ms": 0, "think": "fixed"},
-            "requests": SEARCHES,
-            "timeout_ms": 30000,
-            "seed": 1,
-            "samples_path": str(folder / "echo.bin"),
-            "histogram_path": str(folder / "echo.csv"),
-        }
-        load = [str(binary), "load", "echo", "--name", "load", "--config", json.dumps(cfg)]
-        proc = subprocess.run(load, capture_output=True, timeout=CHILD_TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            raise BenchError(f"echo load failed: {proc.stderr.decode()[-500:]}")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)
-    r = read_sample_records(folder / "echo.bin")
+    r = read_sample_records(echo_closed_loop(binary, folder, 1, SEARCHES, CHILD_TIMEOUT_S))
     if len(r) != SEARCHES or (r["status"] != 0).any():
         raise BenchError("echo round trips failed")
     return len(r) / ((r["received_ns"].max() - r["sent_ns"].min()) / 1e9)

@@ -17,14 +17,13 @@ depends on the machine; the ratio to a baseline run alongside does less).
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import BENCH_DIR, BenchError, find_knee_node, json_lines, median, run_child
+from benchlib import BENCH_DIR, BenchError, echo_closed_loop, find_knee_node, median
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 
@@ -37,40 +36,13 @@ POINT_SAMPLES = 1_000_000
 REPEATS = 3
 #: Information only: the goal for a million samples when point_stats was written.
 GOAL_S = 1.0
-READY_TIMEOUT_S = 10.0
 LOAD_TIMEOUT_S = 300.0
 
 
 def record(requests: int, workdir: Path) -> np.ndarray:
     """Sample records of a closed-loop echo run of `requests` requests."""
-    knee_node = str(find_knee_node())
-    server = subprocess.Popen(
-        [knee_node, "serve", "echo", "--name", "srv", "--config", '{"listen":"127.0.0.1:0"}'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        ready = json.loads(server.stdout.readline() or "{}") if server.stdout else {}
-        if ready.get("event") != "ready":
-            raise BenchError("echo server printed no ready line")
-        config = {
-            "target": ready["addr"],
-            "schedule": {"kind": "closed", "clients": 2, "think_ms": 0, "think": "fixed"},
-            "requests": requests,
-            "timeout_ms": 5000,
-            "seed": 1,
-            "samples_path": str(workdir / "load.samples.bin"),
-            "histogram_path": str(workdir / "load.histogram.csv"),
-        }
-        cmd = [knee_node, "load", "echo", "--name", "load", "--config", json.dumps(config)]
-        done = [e for e in json_lines(run_child(cmd, LOAD_TIMEOUT_S).stdout) if "event" in e]
-        if not done or done[-1]["event"] != "done":
-            raise BenchError("load generator did not report done")
-    finally:
-        server.terminate()  # our own child, by its handle
-        server.wait(timeout=10)
-    return results.read_sample_records(workdir / "load.samples.bin")
+    samples = echo_closed_loop(find_knee_node(), workdir, 2, requests, LOAD_TIMEOUT_S)
+    return results.read_sample_records(samples)
 
 
 def million(records: np.ndarray) -> pd.DataFrame:
