@@ -29,9 +29,12 @@ def saturation(samples: pd.DataFrame, point: int) -> Saturation:
     ok = (mine["status"].astype(str) == "ok").to_numpy()
     inside = ok & (received >= start) & (received <= end)
     sent = mine["sent_ns"].to_numpy()
+    # Only a system whose samples keep `flags` (matrix's cache hit) can have hits: http's
+    # record field is its `http_status`.
+    flags = mine["flags"].to_numpy() if "flags" in mine else np.zeros(len(mine), np.int64)
     return Saturation(
         throughput_per_s=int(np.count_nonzero(inside)) / ((end - start) / 1e9),
         waiting=int(np.count_nonzero((sent >= 0) & (sent <= end) & (received > end))),
         before=int(np.count_nonzero((received >= 0) & (received < start))),
-        hit_ratio=float(np.mean((mine["flags"].to_numpy()[inside] & 1) != 0)),
+        hit_ratio=float(np.mean((flags[inside] & 1) != 0)),
     )

@@ -222,7 +222,7 @@ def test_a_frozen_primary_resumed_after_a_takeover_applies_nothing_twice(
     views = [_views(run_dir, f"replica-{i}") for i in range(3)]
     assert views[0] == [0], views  # replica-0's own view never changed
     run = knee.open_run(run_dir)
-    samples = run.point_samples(0, ["received_ns", "status", "service", "arg"])
+    samples = run.point_samples(0, ["received_ns", "status", "service", "attempts"])
     ok = samples[samples["status"] == "ok"]
     received_s = ok["received_ns"] / 1e9
     during = ok[(received_s > freeze_s) & (received_s < resume_s)]
@@ -245,7 +245,7 @@ def test_a_frozen_primary_resumed_after_a_takeover_applies_nothing_twice(
             # inserts the same request's dedup key and waits for the frozen transaction that
             # inserted it first; at the resume that one commits, and the retry finds the
             # request applied. replica-1 took over but answered nothing before the resume.
-            retried = ok[ok["arg"] > 1]  # chat's `arg`: the attempts (docs/samples.md)
+            retried = ok[ok["attempts"] > 1]
             assert len(retried) == 3 and (retried["received_ns"] / 1e9 > resume_s).all()
         else:
             assert (during["service"] == 1).any()

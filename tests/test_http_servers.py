@@ -148,5 +148,5 @@ def test_knee_http_against_python_http_server(tmp_path: Path, knee_node: str) ->
     # Poisson at 200/s for 3 s: about 600 (a shortfall below 400 is beyond chance).
     assert len(samples) > 400, len(samples)
     statuses = samples["status"].astype(str).value_counts().to_dict()
-    codes = samples["flags"].value_counts().to_dict()
+    codes = samples["http_status"].value_counts().to_dict()
     assert set(statuses) == {"ok"} and set(codes) == {200}, (statuses, codes)

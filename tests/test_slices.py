@@ -121,6 +121,7 @@ def test_a_wrong_grayscale_fails_the_checker(
         node="client",
         run_start_ns=0,
         warmup_end_ns=0,
+        system="slices",
     )
     wrong_ids = set(range(0, requests, 4))
     assert set(samples.loc[samples["status"] == "error", "request_id"]) == wrong_ids

@@ -39,7 +39,7 @@ def _samples(
                 ["ok" if i in replier else "timeout" for i in ids],
                 categories=["ok", "timeout", "drop", "error", "late"],
             ),
-            "flags": [attempts.get(i, 1 if i in replier else RETRIES + 1) for i in ids],
+            "attempts": [attempts.get(i, 1 if i in replier else RETRIES + 1) for i in ids],
             "service": [replier.get(i, 0) for i in ids],
         }
     )

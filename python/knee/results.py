@@ -133,11 +133,15 @@ def samples_frame(
     node: str,
     run_start_ns: int,
     warmup_end_ns: int,
+    system: str | None = None,
 ) -> pd.DataFrame:
     """One node's records as a DataFrame: times in ns since the run's start (-1 when the
     event did not happen), latency from the intended send time, and the network/middleware
     share (round trip minus the server's residence). A request is warm-up if it was meant to
-    leave before `warmup_end_ns` (`point_frame` adds the point's first requests)."""
+    leave before `warmup_end_ns` (`point_frame` adds the point's first requests). The
+    fields `system` gives a meaning of its own (`arg`, `flags`, `detail_ns`) are named as
+    its contract declares them (`knee.contract.columns`: slices' `detail_ns` is `epoch`);
+    None keeps the record's names."""
     intended = records["intended_ns"].astype(np.int64)
     sent = records["sent_ns"].astype(np.int64)
     received = records["received_ns"].astype(np.int64)
@@ -152,7 +156,7 @@ def samples_frame(
     def since_start(t: np.ndarray, present: np.ndarray) -> np.ndarray:
         return np.where(present, t - run_start_ns, -1)
 
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "point": np.full(n, point, dtype=np.int32),
             "series": pd.Categorical([series] * n) if n else pd.Categorical([]),
@@ -186,6 +190,9 @@ def samples_frame(
             "warmup": warmup,
         }
     )
+    names = contract.columns(system) if system else {}
+    frame.columns = [names.get(c, c) for c in frame.columns]  # renamed in place, no copy
+    return frame
 
 
 def read_histogram(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -205,6 +212,9 @@ class RawFile:
     run_start_ns: int
     warmup_end_ns: int
     warmup_requests: int = 0
+    #: The system that wrote it: names the frame's columns (`samples_frame`). "" in a
+    #: manifest written before issue 31: `read_manifest` takes it from spec.toml.
+    system: str = ""
 
     def frame(self, run_dir: Path) -> pd.DataFrame:
         return self.frame_of(read_sample_records(run_dir / self.samples))
@@ -218,6 +228,7 @@ class RawFile:
             node=self.node,
             run_start_ns=self.run_start_ns,
             warmup_end_ns=self.warmup_end_ns,
+            system=self.system or None,
         )
 
 
@@ -248,7 +259,22 @@ def read_manifest(run_dir: Path) -> list[RawFile]:
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [RawFile(**row) for row in rows]
+    raws = [RawFile(**row) for row in rows]
+    if any(not r.system for r in raws):  # an older manifest: the run's one system
+        system = _spec_system(run_dir)
+        for raw in raws:
+            raw.system = raw.system or system
+    return raws
+
+
+def _spec_system(run_dir: Path) -> str:
+    """The system spec.toml names ("" without one)."""
+    import tomllib
+
+    path = run_dir / "spec.toml"
+    spec = tomllib.loads(path.read_text()) if path.exists() else {}
+    system = spec.get("experiment", {}).get("system", "")
+    return system if system in contract.SYSTEMS else ""
 
 
 def write_manifest(run_dir: Path, raws: list[RawFile]) -> None:

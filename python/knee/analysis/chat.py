@@ -220,14 +220,14 @@ def failover_timeline(run: Run, point: int = 0) -> dict[str, Any]:
     """Figure: latency over time with the kill marked. ``samples`` has each request's intended
     send time (s since the run's start), latency (ms), status and the replica that answered;
     ``events`` the kill/stop/start times (s)."""
-    s = run.point_samples(point, ["intended_ns", "latency_ns", "status", "service", "arg"])
+    s = run.point_samples(point, ["intended_ns", "latency_ns", "status", "service", "attempts"])
     frame = pd.DataFrame(
         {
             "t_s": s["intended_ns"] / 1e9,
             "latency_ms": s["latency_ns"] / _MS,
             "status": s["status"].astype(str),
             "replica": s["service"],
-            "attempts": s["arg"],
+            "attempts": s["attempts"],
         }
     ).sort_values("t_s")
     e = run.events

@@ -20,8 +20,8 @@ from knee.stats.quantiles import order_statistic
 
 COLUMNS = [
     "status",
-    "flags",
-    "arg",
+    "http_status",
+    "fail_reason",
     "service",
     "server_ns",
     "detail_ns",
@@ -55,12 +55,12 @@ def point_http(run: Run, point: int) -> PointHttp:
     df = run.point_samples(point, COLUMNS)
     if "warmup" in df:
         df = df[~df["warmup"].to_numpy(dtype=bool)]
-    flags = df["flags"].to_numpy(dtype=np.int64)
-    arg = df["arg"].to_numpy(dtype=np.int64)
+    http_status = df["http_status"].to_numpy(dtype=np.int64)
+    fail_reason = df["fail_reason"].to_numpy(dtype=np.int64)
     split = df["service"].to_numpy(dtype=np.int64) == 1
-    answered = flags > 0
-    codes, code_counts = np.unique(flags[answered], return_counts=True)
-    reasons, reason_counts = np.unique(arg[arg > 0], return_counts=True)
+    answered = http_status > 0
+    codes, code_counts = np.unique(http_status[answered], return_counts=True)
+    reasons, reason_counts = np.unique(fail_reason[fail_reason > 0], return_counts=True)
     server = df["server_ns"].to_numpy(dtype=np.float64)[split]
     detail = df["detail_ns"].to_numpy(dtype=np.float64)[split]
     # A connect that failed is a drop with its reason (never sent): counted there, not here.

@@ -188,10 +188,10 @@ def check_exactly_once(
     client counted (`bad_checksums`, from its `done` line: late and repeated replies too)."""
     status = samples["status"].astype(str).to_numpy()
     sent = status != "drop"
-    items = samples.loc[sent, ["client", "request_id", "service", "flags"]]
+    items = samples.loc[sent, ["client", "request_id", "service", "attempts"]]
     ok = status[sent] == "ok"
     wrong = status[sent] == "error"
-    gave_up = items["flags"].to_numpy() >= retries + 1
+    gave_up = items["attempts"].to_numpy() >= retries + 1
     keys = items.rename(columns={"client": "sender", "request_id": "id"})
     published = pd.MultiIndex.from_frame(keys[["sender", "id"]])
     replier = pd.Series(
@@ -250,7 +250,7 @@ def check_exactly_once(
 
 def exactly_once(run: Run, point: int) -> ExactlyOnce:
     params = point_params(run).get(point)
-    samples = run.point_samples(point, ["client", "request_id", "status", "flags", "service"])
+    samples = run.point_samples(point, ["client", "request_id", "status", "attempts", "service"])
     retries = setting(params, "driver.retries")
     done = node_events(run, point, "client", "done")
     return check_exactly_once(

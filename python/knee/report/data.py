@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.compute as pc
 
+from knee import contract
 from knee.models import analyze
 from knee.models.fit import Settings
 from knee.results import Run, open_run
@@ -36,6 +37,15 @@ SAMPLE_COLUMNS = (
     "status",
     "flags",
     "arg",
+    # What flags and arg are called in the systems that name them (knee.contract.columns).
+    *sorted(
+        {
+            n
+            for s in contract.SYSTEMS
+            for f, n in contract.columns(s).items()
+            if f in ("flags", "arg")
+        }
+    ),
     "warmup",
 )
 

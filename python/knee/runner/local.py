@@ -278,6 +278,7 @@ def _measure_point(
                 # Approximate until the node reports its start; rewritten below.
                 warmup_end_ns=time.monotonic_ns() + warmup_ns,
                 warmup_requests=point.load["warmup_requests"],
+                system=system.name,
             )
             config["samples_path"] = host.node_path(state.run_dir / raw.samples)
             config["histogram_path"] = host.node_path(state.run_dir / raw.histogram)
@@ -335,6 +336,7 @@ def _measure_point(
         cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
         queue_name=system.queue_name,
         connections=point.load["connections"] if system.one_request_per_connection else None,
+        system=system.name,
     )
     warmup_end_s = min(r.warmup_end_ns - r.run_start_ns for r in raws.values()) / 1e9
     stats.update(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee import contract
 from knee.results import STATUS_NAMES
 from knee.stats import checks
 from knee.stats import connections as conns
@@ -45,6 +46,7 @@ def point_stats(
     cache_hit_flag: int | None = None,
     queue_name: str = "queue_ns",
     connections: int | None = None,
+    system: str | None = None,
 ) -> dict[str, Any]:
     """Statistics of one point's samples (warm-up rows included and marked). `schedule`
     (load.schedule) and the offered rate feed the sender and Poisson checks, `late_ms` the
@@ -54,7 +56,15 @@ def point_stats(
     is what the system's `queue_ns` column holds (http: `connect_ns`), the key of its
     distribution. `connections`: the generators' connections each carry one request at a time
     (http), so a late send with all of them busy waited for the target (knee.stats.stability);
-    None where a connection carries many (the reference systems' open loop)."""
+    None where a connection carries many (the reference systems' open loop). `system` names
+    the samples' columns as `knee.results.samples_frame` did (None: the record's names);
+    the summary's keys stay the record's (slices' `epoch` is its `detail_ns`)."""
+    names = contract.columns(system) if system else {}
+
+    def field(name: str) -> str:
+        """The column holding the record's field `name` in these samples."""
+        return names.get(name, name)
+
     all_codes = np.asarray(
         pd.Categorical(samples["status"], categories=list(STATUS_NAMES)).codes
     ).astype(np.int64)
@@ -74,7 +84,10 @@ def point_stats(
         bytes_in=whole("bytes_in"),
     )
     if connections is not None:
-        requests = waiting_for_connections(requests, samples, all_codes, timeout_ms, connections)
+        reason = samples[field("arg")].to_numpy()
+        requests = waiting_for_connections(
+            requests, samples, all_codes, timeout_ms, connections, reason
+        )
     post_rows = np.flatnonzero(~warmup)
     order = post_rows[np.argsort(requests.intended_ns[post_rows], kind="stable")]
 
@@ -105,7 +118,7 @@ def point_stats(
         **split_parts(server, network),
         queue_name: distribution(ok_column("queue_ns")),
         "service_ns": distribution(ok_column("service_ns")),
-        "detail_ns": distribution(ok_column("detail_ns")),
+        "detail_ns": distribution(ok_column(field("detail_ns"))),
     }
     entry = {
         "count": len(codes),
@@ -119,7 +132,10 @@ def point_stats(
     }
     cache = (
         cache_split(
-            ok_column("flags"), ok_column("service_ns"), intended[ok], hit_flag=cache_hit_flag
+            ok_column(field("flags")),
+            ok_column("service_ns"),
+            intended[ok],
+            hit_flag=cache_hit_flag,
         )
         if cache_hit_flag is not None
         else None
@@ -184,11 +200,12 @@ def waiting_for_connections(
     codes: np.ndarray,
     timeout_ms: float | None,
     connections: int,
+    reason: np.ndarray,
 ) -> Requests:
     """`requests` with what one request per connection (http) tells: which requests waited,
-    unsent, until the generator stopped (a drop with reason `stopped`: the samples' `arg`
-    is http's reason), and which were due while every connection of their generator was
-    busy, or were late mostly for the target to accept their connection
+    unsent, until the generator stopped (a drop with `reason` `stopped`: http's
+    `fail_reason`, the record's `arg`), and which were due while every connection of their
+    generator was busy, or were late mostly for the target to accept their connection
     (knee.stats.connections)."""
     ends_ns = conns.end_ns(
         requests.sent_ns,
@@ -200,5 +217,5 @@ def waiting_for_connections(
     held = conns.held(
         samples["node"].to_numpy(), requests.intended_ns, requests.sent_ns, ends_ns, connections
     ) | conns.connecting(requests.intended_ns, requests.sent_ns, samples["queue_ns"].to_numpy())
-    stopped = (codes == DROP_CODE) & (samples["arg"].to_numpy() == conns.STOPPED_ARG)
+    stopped = (codes == DROP_CODE) & (reason == conns.STOPPED_ARG)
     return replace(requests, stopped_unsent=stopped & (requests.sent_ns < 0), held=held)
