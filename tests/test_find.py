@@ -38,16 +38,43 @@ def _decide(values_ms: np.ndarray, text: str, failures: int = 0, unstable: bool 
 
 
 def test_slo_met_missed_and_undecided_on_known_quantiles() -> None:
-    # 10,000 samples uniform on [0, 100) ms: the true p99 is 99 ms, the sample's within a
-    # few tenths of a ms at 95%.
+    # 10,000 samples uniform on [0, 100) ms: the true p99 is 99 ms, the sample's bounds
+    # within a few tenths of a ms at one-sided 99%.
     values = np.random.default_rng(1).uniform(0, 100, 10_000)
     assert _decide(values, "p99<100ms") == "met"
     assert _decide(values, "p99<95ms") == "missed"
     assert _decide(values, "p99<99ms") == "undecided"  # the interval straddles the truth
     assert _decide(values, "p50<55ms") == "met"
     assert _decide(values, "mean<52ms") == "met" and _decide(values, "mean<48ms") == "missed"
-    # Too few samples for a p99 interval: undecided, whatever the value.
+    # Too few samples for a p99 upper bound: undecided, whatever the value.
     assert _decide(values[:50], "p99<1s") == "undecided"
+
+
+def test_the_fewest_samples_for_an_slo_are_loadgens() -> None:
+    """The SLO is met when the percentile's one-sided 99% upper bound is under the limit
+    (MLPerf LoadGen's early stopping, confidence 0.99). With B ~ Binomial(n, q), the top
+    order statistic x_(n) is an upper bound with confidence P(B <= n - 1) = 1 - q^n, so the
+    fewest samples with a bound are the smallest n with q^n <= 0.01, n >= ln 0.01 / ln q:
+      p99:   ln 0.01 / ln 0.99  = 458.21; 0.99^458  = 0.010021 > 0.01, 0.99^459  = 0.009921
+      p90:   ln 0.01 / ln 0.9   = 43.71;  0.9^43    = 0.010775 > 0.01, 0.9^44    = 0.009698
+      p99.9: ln 0.01 / ln 0.999 = 4602.87; 0.999^4602 = 0.0100087,     0.999^4603 = 0.0099987
+      p50:   ln 0.01 / ln 0.5   = 6.64;   0.5^6     = 0.015625,        0.5^7     = 0.0078125
+    LoadGen's h for t = 0 requests over the target is ceil(ln 0.01 / ln 0.99) = 459 too."""
+    expected = {"p99": 459, "p90": 44, "p99.9": 4603, "p50": 7}
+    for stat, n in expected.items():
+        assert slo_mod.min_samples(slo_mod.parse(f"{stat}<1s")) == n, stat
+    # At the boundary the decision flips: 459 requests of 1 ms meet p99<10ms, 458 cannot.
+    assert _decide(np.full(459, 1.0), "p99<10ms") == "met"
+    assert _decide(np.full(458, 1.0), "p99<10ms") == "undecided"
+    # One request over the limit (t = 1): the bound is x_(n-1), with confidence
+    # P(B <= n - 2) = 1 - P(B(n, 0.01) <= 1 over the limit) ... i.e. LoadGen's
+    # P(Binomial(n, 0.01) <= 1) = 0.99^n + n 0.01 0.99^(n-1) <= 0.01:
+    #   n = 661: 0.99^661 + 6.61 x 0.99^660 = 0.0100010 > 0.01
+    #   n = 662: 0.99^662 + 6.62 x 0.99^661 = 0.0099140 <= 0.01
+    for n, verdict in ((661, "undecided"), (662, "met")):
+        values = np.full(n, 1.0)
+        values[n // 2] = 100.0  # one slow request, over the limit
+        assert _decide(values, "p99<10ms") == verdict, n
 
 
 def test_failures_rank_above_successes_and_an_unstable_point_misses() -> None:
@@ -281,7 +308,7 @@ warmup_s = 0.5
 @pytest.mark.parametrize(("slo", "code"), [("p99<1s", 0), ("p50<1us", 5)])
 def test_an_slo_on_a_fixed_rate_run_is_a_threshold(tmp_path: Path, slo: str, code: int) -> None:
     """Loopback echo answers in tens of microseconds: p99 < 1 s is met, p50 < 1 us missed
-    (exit code 5), each decided at 95% confidence and recorded on the point."""
+    (exit code 5), each decided at one-sided 99% confidence and recorded on the point."""
     spec = write_spec(tmp_path, SLO_SPEC.format(slo=slo))
     proc = run_knee(
         "run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress", "--no-report"

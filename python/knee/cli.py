@@ -16,7 +16,8 @@ from knee.runner.display import Display
 EXIT_SPEC_ERROR = 2
 EXIT_NODE_FAILED = 3
 EXIT_REPORT_FAILED = 4
-#: A point missed the spec's (or --slo's) SLO with 95% confidence: for CI pipelines.
+#: A point missed the spec's (or --slo's) SLO with one-sided 99% confidence (knee.stats.slo):
+#: for CI pipelines.
 EXIT_SLO_MISSED = 5
 EXIT_INTERRUPTED = 130
 
@@ -143,7 +144,8 @@ def _http_parser(sub: Any) -> None:
     h.add_argument(
         "--slo",
         help="latency objective, e.g. 'p99<50ms': with a rate, a threshold (exit code 5 "
-        "when missed at 95%% confidence); with none, the search also finds the SLO capacity",
+        "when missed at one-sided 99%% confidence); with none, the search also finds the SLO "
+        "capacity",
     )
     h.add_argument("--timeout", default="5s", help="per request (default 5s)")
     h.add_argument("-X", "--method", default="GET")
@@ -234,7 +236,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _slo_verdict(points: list[dict[str, Any]]) -> int:
-    """The SLO as a threshold: EXIT_SLO_MISSED when a point missed it at 95% confidence,
+    """The SLO as a threshold: EXIT_SLO_MISSED when a point missed it at one-sided 99% confidence,
     a warning (and 0) for each point whose interval straddles it."""
     missed = 0
     for p in points:

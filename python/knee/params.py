@@ -121,7 +121,7 @@ EXPERIMENT: Schema = {
         "str",
         OPTIONAL,
         "a latency objective, e.g. 'p99<50ms': each point is judged met, missed or undecided "
-        "at 95% confidence, and `knee run` exits with its own code when one is missed",
+        "at one-sided 99% confidence, and `knee run` exits with its own code when one is missed",
     ),
 }
 

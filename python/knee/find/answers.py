@@ -7,8 +7,9 @@ from its probes; every report computes them the same way from a sweep's points.
   1%, and the answer was repeated with fresh probes). A sweep's bracket is as wide as its
   grid. Beside it, the *saturated throughput*: what the target completed while over
   capacity (pooled over those probes, with its Poisson 95% interval), a second estimate.
-- **SLO capacity**: the highest rate shown stable with the SLO met at 95% confidence
-  (knee.stats.slo), and the bracket to the lowest rate shown not to meet it.
+- **SLO capacity**: the highest rate shown stable with the SLO met at one-sided 99%
+  confidence (knee.stats.slo, MLPerf LoadGen's rule), and the bracket to the lowest rate
+  shown not to meet it.
 - **the knee**: where latency bends. Two estimates: Kleinrock's power (throughput / mean
   latency) measured at each stable point (knee.models.measured, with the rates whose
   power cannot be told apart as its interval), and the fitted model's maximum of power.

@@ -49,6 +49,41 @@ def order_statistic_ranks(
     return k_low + 1, upper
 
 
+def upper_bound_rank(n: int, q: float, confidence: float) -> int | None:
+    """The smallest 1-based rank u with P(x_(u) >= true q-quantile) >= `confidence` (one
+    side), or None when n is too small (u would pass n).
+
+    x_(u) lies below the quantile only when u or more of the n samples do, so with
+    B ~ Binomial(n, q) the bound holds with P(B <= u - 1) = F(u - 1): u is the smallest rank
+    with F(u - 1) >= confidence. The top rank, u = n, covers with 1 - q^n, so the bound
+    exists once q^n <= 1 - confidence. MLPerf LoadGen's early-stopping rule is this test:
+    the percentile passes when its upper bound at confidence 0.99 is under the target."""
+    if n < 1 or not 0 < q < 1:
+        return None
+    u = int(sps.binom.ppf(confidence, n, q)) + 1
+    # ppf works in floating point: step to the exact smallest rank the CDF allows.
+    while u > 1 and sps.binom.cdf(u - 2, n, q) >= confidence:
+        u -= 1
+    while u <= n and sps.binom.cdf(u - 1, n, q) < confidence:
+        u += 1
+    return u if u <= n else None
+
+
+def lower_bound_rank(n: int, q: float, confidence: float) -> int | None:
+    """The largest 1-based rank l with P(x_(l) <= true q-quantile) >= `confidence` (one
+    side), or None when n is too small: l is the largest rank with F(l - 1) <= 1 -
+    `confidence` (B ~ Binomial(n, q)); it exists once (1 - q)^n <= 1 - confidence."""
+    if n < 1 or not 0 < q < 1:
+        return None
+    alpha = 1 - confidence
+    k = int(sps.binom.ppf(alpha, n, q))
+    while k >= 0 and sps.binom.cdf(k, n, q) > alpha:
+        k -= 1
+    while k + 1 < n and sps.binom.cdf(k + 1, n, q) <= alpha:
+        k += 1
+    return k + 1 if k >= 0 else None
+
+
 def quantile_ci(sorted_values: np.ndarray, q: float) -> list[float] | None:
     """[x_(l), x_(u)] from `order_statistic_ranks` over ascending values, or None."""
     ranks = order_statistic_ranks(len(sorted_values), q)
@@ -62,10 +97,10 @@ def t_975(df: int) -> float:
     return float(sps.t.ppf(0.975, df))
 
 
-def mean_ci(values_in_time_order: np.ndarray) -> list[float] | None:
-    """95% interval for the mean by batch means: the samples, in the order they were sent,
-    are cut into `MEAN_BATCHES` consecutive batches (fewer when n < 30: one sample each), and
-    the interval is mean +- t(k-1) * sd(batch means) / sqrt(k).
+def mean_ci(values_in_time_order: np.ndarray, confidence: float = CONFIDENCE) -> list[float] | None:
+    """95% interval (or `confidence`, two-sided) for the mean by batch means: the samples,
+    in the order they were sent, are cut into `MEAN_BATCHES` consecutive batches (fewer
+    when n < 30: one sample each), and the interval is mean +- t(k-1) * sd(batch means) / sqrt(k).
 
     Batches, not single samples, because latencies under load are autocorrelated (a queue
     carries over from one request to the next); batch means stay valid for a stationary
@@ -80,7 +115,8 @@ def mean_ci(values_in_time_order: np.ndarray) -> list[float] | None:
     batch_means = batch_means_of(np.asarray(values_in_time_order, dtype=np.float64))
     k = len(batch_means)
     mean = float(np.mean(values_in_time_order))
-    half = t_975(k - 1) * float(batch_means.std(ddof=1)) / math.sqrt(k)
+    t = t_975(k - 1) if confidence == CONFIDENCE else float(sps.t.ppf(0.5 + confidence / 2, k - 1))
+    half = t * float(batch_means.std(ddof=1)) / math.sqrt(k)
     return [mean - half, mean + half]
 
 
