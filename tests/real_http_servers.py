@@ -126,6 +126,21 @@ def _gunicorn_sleep(port: int, _workdir: Path, _knee_node: str) -> Launch:
     return Launch([*argv, "sleep_app:app"], env={"KNEE_SLEEP_MS": f"{SLEEP_MS:g}"})
 
 
+#: As gunicorn-lock, sleeping SLOW_MS under the lock: at most 20/s, low enough that a probe
+#: of 200 samples lasts seconds (tests/test_find.py's budget cut).
+SLOW_MS = 50.0
+
+
+def _gunicorn_slow(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """One gunicorn worker of 8 threads whose requests sleep SLOW_MS under one lock:
+    capacity 1 / sleep (threads, so that an idle connection does not hold the worker)."""
+    argv = [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "8"]
+    argv += ["--worker-class", "gthread", "--bind", f"127.0.0.1:{port}"]
+    argv += ["--graceful-timeout", "2", "--chdir", str(APPS), "--backlog", "2048"]
+    env = {"KNEE_SLEEP_MS": f"{SLOW_MS:g}", "KNEE_SLEEP_LOCK": "1"}
+    return Launch([*argv, "sleep_app:app"], env=env)
+
+
 def _gunicorn_lock(port: int, _workdir: Path, _knee_node: str) -> Launch:
     """One gunicorn worker of 8 threads whose requests sleep under one lock, without
     Server-Timing: capacity 1 / sleep, set by a lock no sampled resource shows."""
@@ -252,6 +267,7 @@ assert tuple(LAUNCHERS) == NAMES
 #: Servers started by name outside the conformance matrix.
 LAUNCHERS["gunicorn-sleep"] = _gunicorn_sleep
 LAUNCHERS["gunicorn-lock"] = _gunicorn_lock
+LAUNCHERS["gunicorn-slow"] = _gunicorn_slow
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

@@ -211,6 +211,41 @@ def test_the_budget_stops_the_search_and_keeps_its_bracket() -> None:
     assert outcome.capacity.lo is not None  # the bracket reached is kept
 
 
+def test_states_decided_partial_undecided_follow_the_search() -> None:
+    """An answer is decided only when its search ended as planned; a closed bracket the
+    budget cut before the repeats finished is partial, with the repeats done; an open one
+    is undecided."""
+    from knee.find.answers import _answer
+    from knee.find.run import _repeats, mark_state
+    from knee.find.search import OutOfBudget
+
+    def cut_after(n: int) -> tuple[Search, list[int]]:
+        target, calls = _Target(capacity=500.0), [0]
+
+        def measure(rate: float, length_s: float, phase: str) -> Probe:
+            calls[0] += 1
+            if calls[0] > n:
+                raise OutOfBudget("test budget")
+            return target(rate, length_s, phase)
+
+        return Search(_settings(), measure), calls
+
+    full, _ = cut_after(1000)
+    done = full.run()
+    first_repeat = next(i for i, p in enumerate(done.probes) if p.phase == "repeat")
+    for n, state, reps in ((1000, "decided", REPEATS), (first_repeat + 1, "partial", 1)):
+        search, _ = cut_after(n)
+        outcome = search.run()
+        answer = _answer(outcome.capacity.lo, outcome.capacity.hi, "capacity", None)
+        mark_state(answer, outcome, _repeats(outcome.probes, outcome.capacity.lo), "capacity")
+        assert (answer["state"], answer["repeats_done"]) == (state, reps), answer
+        assert answer["decided"] is (state == "decided")
+    opened = cut_after(2)[0].run()  # the low probe and one step, both stable: no upper end
+    answer = _answer(opened.capacity.lo, opened.capacity.hi, "capacity", None)
+    mark_state(answer, opened, [], "capacity")
+    assert answer["state"] == "undecided" and opened.capacity.hi is None
+
+
 # ------------------------------------------------------------------ real searches
 
 
@@ -250,6 +285,44 @@ def test_knee_http_with_no_rate_finds_a_known_capacity(tmp_path: Path, knee_node
     assert named["resource"] == "pool:target", group["bottleneck"]
     assert named["label"] == f"the target gunicorn's {SLEEP_WORKERS} workers"
     assert group["bottleneck"]["sentence"].startswith(f"set by {named['label']}")
+
+
+def test_an_answer_the_budget_cut_before_its_repeats_is_partial(
+    tmp_path: Path, knee_node: str
+) -> None:
+    """One gunicorn worker whose requests sleep 50 ms under one lock (at most 20/s):
+    --min-rate 12 is sustainable and --max-rate 23.8 is not, so the bracket [12, 23.8]
+    closes after two probes (8.3 s and 8.4 s: 100 and 200 samples) and is within the 99%
+    tolerance. A repeat at 12/s lasts
+    16.7 s (200 samples) plus the 3 s of overhead the budget counts per probe: after two
+    probes and their overhead (at least 22.7 s), at most one fits in 50 s, never three.
+    The capacity is then partial, not decided: in the printed answers, find.json,
+    summary.json and the report."""
+    with real_server("gunicorn-slow", tmp_path / "srv", knee_node) as server:
+        proc = run_knee(
+            "http",
+            server.url + "/",
+            "--probe", "2s", "--tolerance", "99%", "--budget", "50s",
+            "--min-rate", "12", "--max-rate", "23.8", "--out", str(tmp_path / "runs"),
+            "--no-progress",
+            timeout_s=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    found = json.loads((run_dir / "find.json").read_text())
+    group = found["answers"]["groups"][0]
+    assert group["search"]["stopped"] == "budget", group["search"]
+    capacity = group["capacity"]
+    lo, hi = capacity["interval_per_s"]
+    assert lo is not None and hi is not None and 12.0 <= lo < hi <= 23.8, found["probes"]
+    assert capacity["state"] == "partial" and capacity["decided"] is False, capacity
+    assert capacity["repeats_done"] < capacity["repeats_needed"] == REPEATS, capacity
+    assert f"after {capacity['repeats_done']} of {REPEATS} repeats" in capacity["partial"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["find"]["groups"][0]["capacity"]["state"] == "partial"
+    assert f"(partial: {capacity['repeats_done']} of {REPEATS} repeats)" in proc.stdout
+    report = (run_dir / "report.html").read_text()
+    assert "partial: the search stopped within the budget after" in report
 
 
 GENERATOR_SPEC = """

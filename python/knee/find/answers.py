@@ -93,10 +93,14 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
         detail = f"at least {lo:.4g}/s: no higher rate was shown over it"
     else:
         detail = f"{lo:.4g}/s, between {lo:.4g} and {hi:.4g}/s (+{hi / lo - 1:.1%})"
+    closed = lo is not None and hi is not None
     return {
         "rate_per_s": lo,
         "interval_per_s": [lo, hi],
-        "decided": lo is not None and hi is not None,
+        # A sweep's closed bracket is decided; a search's answer may be made "partial" by
+        # the search (knee.find.run: stopped before its repeats finished).
+        "state": "decided" if closed else "undecided",
+        "decided": closed,
         "limited_by": limit,
         "detail": detail,
     }

@@ -80,6 +80,17 @@ def _interval(answer: dict[str, Any] | None) -> str:
     return f"{shown}  [{lo:.4g}, {hi:.4g}]"
 
 
+def state(answer: dict[str, Any] | None) -> str:
+    """'' for a decided answer; else its state and, when partial, the repeats done."""
+    st = (answer or {}).get("state")
+    if not answer or st in (None, "decided"):
+        return ""
+    if st == "partial":
+        done, need = answer.get("repeats_done"), answer.get("repeats_needed")
+        return f"(partial: {done} of {need} repeats) "
+    return f"({st}) "
+
+
 def set_by(bottleneck: dict[str, Any]) -> str:
     """The bottleneck's sentence (knee.resources.bottleneck.sentence) after "set by", as
     markup that shows it as it is."""
@@ -95,7 +106,10 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
         title = group.get("label") or "answers"
         console.print(f"[bold]{title}[/]", highlight=False)
         cap = group["capacity"]
-        console.print(f"  capacity      {_interval(cap)}  {cap.get('detail', '')}", highlight=False)
+        console.print(
+            f"  capacity      {_interval(cap)}  {state(cap)}{cap.get('detail', '')}",
+            highlight=False,
+        )
         sat = group.get("saturated_throughput")
         if sat:
             lo, hi = sat["ci_per_s"]
@@ -108,7 +122,7 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
             console.print(f"  set by        {set_by(group['bottleneck'])}", highlight=False)
         if group.get("slo_capacity"):
             slo = group["slo_capacity"]
-            console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}", highlight=False)
+            console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}  {state(slo)}", highlight=False)
         knee = group.get("knee")
         if knee:
             lo, hi = knee.get("interval_per_s") or [None, None]

@@ -21,7 +21,8 @@ from typing import Any
 from knee import results
 from knee.find.answers import RATE_KEY, group_answers
 from knee.find.probe import decide, overload_watch
-from knee.find.search import OutOfBudget, Probe, Search, Settings
+from knee.find.search import REPEATS, OutOfBudget, Probe, Search, Settings
+from knee.find.search import good as search_good
 from knee.models import analyze
 from knee.params import Point
 from knee.runner.display import Display
@@ -228,6 +229,10 @@ class _Finder:
             "service_s": outcome.service_s,
             "first_model_per_s": outcome.first_model_per_s,
         }
+        mark_state(out["capacity"], outcome, repeats, "capacity")
+        if out.get("slo_capacity"):
+            slo_rate = out["slo_capacity"]["rate_per_s"]
+            mark_state(out["slo_capacity"], outcome, _repeats(outcome.probes, slo_rate), "slo")
         if outcome.stopped == "generator":
             out["capacity"]["limited_by"] = "generator"
             out["capacity"]["detail"] = (
@@ -254,6 +259,24 @@ class _Finder:
         results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
         self.session.extra["find"] = answers
         self.session.write_summary()
+
+
+def mark_state(answer: dict[str, Any], outcome: Any, repeats: list[Probe], name: str) -> None:
+    """An answer's state after its search (docs/find.md, "The answers"): `decided` when
+    the search ended as planned (the bracket within the tolerance, REPEATS fresh probes
+    agreeing); `partial` when its bracket is closed but the search stopped first (the budget,
+    repeats that kept disagreeing, the generator): the bracket reached, with the repeats
+    done; `undecided` when an end of the bracket is open."""
+    done = sum(1 for p in repeats if search_good(p, name))
+    answer["repeats_done"] = done
+    answer["repeats_needed"] = REPEATS
+    if answer["state"] != "decided" or outcome.stopped == "done":
+        return
+    answer["state"], answer["decided"] = "partial", False
+    answer["partial"] = (
+        f"the search stopped ({outcome.stopped}: {outcome.detail}) after {done} of {REPEATS} "
+        "repeats: the bracket reached"
+    )
 
 
 def _repeats(probes: list[Probe], rate: float | None) -> list[Probe]:

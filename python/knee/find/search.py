@@ -340,9 +340,7 @@ class Search:
                     continue
                 # It did not hold: it is the bad end now, and the good end the highest
                 # rate below it that was shown good (else a step down).
-                below = [
-                    p.rate_per_s for p in self.probes if p.rate_per_s < rate and _good(p, name)
-                ]
+                below = [p.rate_per_s for p in self.probes if p.rate_per_s < rate and good(p, name)]
                 bracket.lo = max(below) if below else None
                 if bracket.lo is None:
                     self._probe(rate / STEP, "step")
@@ -363,7 +361,7 @@ class MinRate(Exception):
     pass
 
 
-def _good(probe: Probe, answer: str) -> bool:
+def good(probe: Probe, answer: str) -> bool:
     """Whether a probe showed its rate good for an answer ("capacity" or "slo")."""
     d = probe.decision
     return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")

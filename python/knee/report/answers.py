@@ -78,7 +78,15 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     lo, hi = _ends(answer)
     if lo is None and hi is None:
         return "no point decided"
-    undecided = stopped is not None and not answer.get("decided")
+    if answer.get("state") == "partial" and lo is not None and hi is not None:
+        why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
+        done, need = answer.get("repeats_done"), answer.get("repeats_needed")
+        return (
+            f"partial: the search stopped {why} after {done} of {need} repeats; the bracket "
+            f"reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
+        )
+    # A search written before answers had a state: `decided` false on a closed bracket.
+    undecided = stopped is not None and not answer.get("decided") and "state" not in answer
     if undecided and lo is not None and hi is not None:
         why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
         return f"not decided {why}: the bracket reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
