@@ -219,3 +219,28 @@ def test_a_host_with_a_cpu_limit_is_one_resource_for_its_nodes(tmp_path: Path) -
     # Over the same seconds the host is busier than its server alone (the generator runs on
     # it too). The server's own U is over all its seconds, so it is not compared here.
     assert host["busy"] > both["server"].mean() / 100
+
+
+def test_agrees_above_below_and_unclear_at_the_tolerance_edges() -> None:
+    """The bound 1/D against a measured capacity [100, 200]/s widened by 10% on each side,
+    [90, 220]: its value inside agrees (the edges included); its whole interval outside is
+    above or below; a value outside whose interval reaches in is unclear."""
+    from knee.resources.bottleneck import TOLERANCE, agreement
+
+    def verdict(b: float, ci: list[float] | None = None) -> str | None:
+        return agreement({"bound_per_s": b, "bound_ci_per_s": ci}, 100.0, 200.0)[0]
+
+    w_lo, w_hi = 100.0 * (1 - TOLERANCE), 200.0 * (1 + TOLERANCE)
+    assert verdict(150.0, [10.0, 1000.0]) == "agrees"
+    assert verdict(w_hi) == "agrees" and verdict(w_lo) == "agrees"  # the edges
+    assert verdict(w_hi * 1.001) == "above" and verdict(w_lo * 0.999) == "below"
+    assert verdict(260.0, [250.0, 270.0]) == "above"
+    assert verdict(70.0, [60.0, 80.0]) == "below"
+    # A ratio of 1.30 (bench/README.md's case 1) with a wide interval is not "agrees".
+    assert verdict(1.3 * 200.0, [200.0, 300.0]) == "unclear"
+    assert verdict(80.0, [70.0, 95.0]) == "unclear"
+    # No upper end measured: a bound above the lower end cannot be judged above.
+    assert agreement({"bound_per_s": 500.0}, 100.0, None)[0] is None
+    assert agreement({"bound_per_s": 50.0}, 100.0, None)[0] == "below"
+    _, ratio = agreement({"bound_per_s": 260.0}, 100.0, 400.0)
+    assert ratio == pytest.approx(260.0 / 200.0)  # against the bracket's geometric middle

@@ -18,10 +18,12 @@ Three rules keep the name right:
   at the target included: they fill because the target is slow. At a point they rank after
   any other resource near its limit (U >= NEAR); along a curve their demand is their hold
   time at low load, which the target's queue does not inflate.
-- Where the bound and the measured capacity disagree by more than their intervals and
-  TOLERANCE, the bound is above what was measured: something the run cannot see sets the
-  limit (a lock, the kernel's accept queue, a remote dependency), and that is said instead
-  of naming the busiest resource seen.
+- The bound 1/D agrees with the measured capacity when its value lies within the measured
+  interval widened by TOLERANCE on each side. When its whole interval lies above that, the
+  bound is above what was measured: something the run cannot see sets the limit (a lock,
+  the kernel's accept queue, a remote dependency), and that is said instead of naming the
+  busiest resource seen. A value outside whose interval still reaches in is not called
+  either way ("unclear").
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from knee.find.probe import decide
 #: computing, not waiting (the rest: its threads descheduled on a busy machine, and the
 #: per-second CPU samples' own error).
 ON_CPU = 0.6
-#: The bound and the measured capacity agree within their intervals widened by this.
+#: The bound agrees with the measured capacity when it lies within the measured interval
+#: widened by this share on each side ([lo (1 - TOLERANCE), hi (1 + TOLERANCE)]).
 TOLERANCE = 0.10
 #: Below this U at the highest rate kept up with, a resource is not near its limit.
 NEAR = 0.7
@@ -154,9 +157,18 @@ def measured(
 def agreement(
     bound: dict[str, Any], lo: float | None, hi: float | None
 ) -> tuple[str | None, float | None]:
-    """ "agrees", "above" (the bound over what was measured: a limit the run cannot see),
-    "below" (the bound under it), or None when the measured side is open; and the ratio
-    bound / measured (measured: the bracket's midpoint, or its lower end when open)."""
+    """The bound 1/D against the measured capacity [lo, hi] widened by TOLERANCE on each
+    side, W = [lo (1 - TOLERANCE), hi (1 + TOLERANCE)] (docs/explain.md):
+
+    - "agrees": the bound's value lies in W;
+    - "above": its whole interval (`bound_ci_per_s`; the value alone without one) lies
+      over W: a limit the run cannot see;
+    - "below": its whole interval lies under W;
+    - "unclear": its value lies outside W but its interval reaches into W;
+    - None: the side of W it would be compared with is open (no upper end measured).
+
+    And the ratio bound / measured (measured: the bracket's geometric midpoint, or its
+    lower end when open)."""
     b = bound.get("bound_per_s")
     if not b:
         return None, None
@@ -164,12 +176,14 @@ def agreement(
     b_lo, b_hi = b_lo or b, b_hi or b
     ref = (lo * hi) ** 0.5 if lo and hi else lo
     ratio = b / ref if ref else None
-    if lo is not None and b_hi < lo * (1 - TOLERANCE):
-        return "below", ratio
-    if hi is None:
+    w_lo = None if lo is None else lo * (1 - TOLERANCE)
+    w_hi = None if hi is None else hi * (1 + TOLERANCE)
+    if w_lo is not None and b < w_lo:
+        return ("below" if b_hi < w_lo else "unclear"), ratio
+    if w_hi is None:
         return None, ratio
-    if b_lo > hi * (1 + TOLERANCE):
-        return "above", ratio
+    if b > w_hi:
+        return ("above" if b_lo > w_hi else "unclear"), ratio
     return "agrees", ratio
 
 
@@ -264,6 +278,13 @@ def sentence(ex: dict[str, Any]) -> str:
         line += f"; its bound 1/D = {_per_s(top['bound_per_s'])}"
         if ex["agreement"] == "agrees":
             line += " agrees with the measured capacity"
+        elif ex["agreement"] == "unclear":
+            line += (
+                f" is {ex['bound_ratio']:.2f} times the measured capacity, outside it by 10%, "
+                "but its own interval reaches it: the run cannot tell"
+                if ex.get("bound_ratio")
+                else " lies outside the measured capacity, but its own interval reaches it"
+            )
         elif ex["agreement"] == "below":
             line += (
                 " is below the measured capacity (the time it was measured busy per request "
