@@ -246,6 +246,27 @@ def test_states_decided_partial_undecided_follow_the_search() -> None:
     assert answer["state"] == "undecided" and opened.capacity.hi is None
 
 
+def test_a_model_fit_that_raises_is_recorded_not_dropped() -> None:
+    """A fit that raises (here a probe's statistics without its series) leaves the knee to
+    the data and says why: the error is returned for the answers' `model_error`, printed by
+    `knee find` and stated in the report's headline."""
+    import io
+
+    from rich.console import Console
+
+    from knee.find.cli import print_answers
+    from knee.find.run import primary_model
+    from knee.report.sections.headline import model_note
+
+    model, error = primary_model([{"point": 0, "target_rate_per_s": 10.0}], [], None)  # type: ignore[arg-type]
+    assert model is None and error == "KeyError: 'series'"
+    group = {"label": "main", "capacity": {"interval_per_s": [None, None]}, "model_error": error}
+    out = io.StringIO()
+    print_answers(Console(file=out, width=200), {"groups": [group]})
+    assert "the fit failed: KeyError: 'series'" in out.getvalue()
+    assert "could not be fitted (KeyError: 'series')" in model_note(group)
+
+
 # ------------------------------------------------------------------ real searches
 
 

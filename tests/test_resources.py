@@ -244,3 +244,33 @@ def test_agrees_above_below_and_unclear_at_the_tolerance_edges() -> None:
     assert agreement({"bound_per_s": 50.0}, 100.0, None)[0] == "below"
     _, ratio = agreement({"bound_per_s": 260.0}, 100.0, 400.0)
     assert ratio == pytest.approx(260.0 / 200.0)  # against the bracket's geometric middle
+
+
+def test_a_node_without_cpu_samples_is_unknown_not_idle(tmp_path: Path) -> None:
+    """The resource table of a real run's point, built again from its run directory with
+    the server's timeseries rows removed (as for a node that exited before the first
+    sample): the server is listed with "no CPU samples", U and the bound unknown, not 0;
+    the report says so."""
+    from knee.report.sections.what_sets import Column, busiest
+    from knee.resources.usage import Inputs, NodeInfo, point_resources
+
+    run_dir, points = _run(tmp_path, MATRIX_SPEC.format(rates="40"))
+    point = points[0]
+    ts = pd.read_parquet(run_dir / "timeseries.parquet")
+    rows = ts[ts["node"] != "server"].to_dict("records")
+    samples = pd.read_parquet(run_dir / "samples.parquet")
+    mine = samples[(samples["point"] == 0) & ~samples["warmup"]]
+    nodes = {
+        "server": NodeInfo("serve", "the server", None, pool=1),
+        "load": NodeInfo("load", "the load generator", None, generator=True),
+    }
+    inp = Inputs(0, float(mine["intended_ns"].min()) / 1e9, rows, point, nodes)
+    table = point_resources(inp)
+    server = table["server"]
+    assert server["detail"] == "no CPU samples" and server["cpu_samples"] == 0
+    assert server["u"] is None and server["bound_per_s"] is None and server["busy"] is None
+    assert table["load"]["cpu_samples"] > 0 and table["load"]["u"] is not None
+    assert table["pool:server"]["on_cpu"] is None  # its CPU share is unknown too
+    assert "server" not in [name for name, _ in ranked(table)]
+    line = busiest(Column({**point, "resources": table}, 40.0, "40/s"))
+    assert line is not None and "no CPU samples: the server" in line

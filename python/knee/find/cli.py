@@ -134,6 +134,11 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
             )
         else:
             console.print("  knee          - (too few stable probes)", highlight=False)
+        if group.get("model_error"):
+            console.print(
+                f"  [yellow]model[/]         the fit failed: {escape(group['model_error'])}",
+                highlight=False,
+            )
         if group.get("interference"):
             console.print(f"  [yellow]busy[/]          {group['interference']['detail']}")
         search = group.get("search") or {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -23,12 +24,19 @@ from knee.find.answers import RATE_KEY, group_answers
 from knee.find.probe import decide, overload_watch
 from knee.find.search import REPEATS, OutOfBudget, Probe, Search, Settings
 from knee.find.search import good as search_good
-from knee.models import analyze
+
+# The functions, by name: `from knee.models import analyze` is the package's function of
+# that name, not the module (knee.models re-exports it), and `analyze.analyze` then raised
+# AttributeError on every search, silently.
+from knee.models.analyze import analyze as fit_models
+from knee.models.analyze import model_knee
 from knee.params import Point
 from knee.runner.display import Display
 from knee.runner.local import Session
 from knee.spec import Spec
 from knee.stats import slo as slo_mod
+
+log = logging.getLogger(__name__)
 
 FIND = "find.json"
 #: Seconds a probe costs beyond its length (nodes started and stopped, statistics): the
@@ -204,7 +212,10 @@ class _Finder:
     def _answers(self, label: str, outcome: Any) -> dict[str, Any]:
         indices = {p.point for p in outcome.probes}
         points = [s for s in self.stats if s["point"] in indices]
-        model = _primary_model(points, self.points, self.spec)
+        model, model_error = primary_model(points, self.points, self.spec)
+        if model_error:
+            # Not silent: the knee falls back to the measured power, and says why.
+            log.warning("knee find: %s: the model fit failed: %s", label, model_error)
         out = group_answers(
             points,
             self.slo,
@@ -212,6 +223,9 @@ class _Finder:
             {"capacity": outcome.capacity.to_json(), "slo": outcome.slo.to_json()},
         )
         out["label"] = label
+        out["model_error"] = model_error
+        if model_error and out.get("knee"):
+            out["knee"]["why"] += f" (no model: the model fit failed: {model_error})"
         answer = out["capacity"]["rate_per_s"]
         repeats = _repeats(outcome.probes, answer)
         done = [p.stats.get("throughput_per_s") or 0.0 for p in repeats]
@@ -293,11 +307,12 @@ def _repeats(probes: list[Probe], rate: float | None) -> list[Probe]:
     return out
 
 
-def _primary_model(
+def primary_model(
     points: list[dict[str, Any]], planned: list[Point], spec: Spec
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, str | None]:
     """The primary fitted model of one group's probes and its knee
-    (knee.models.analyze.model_knee), or None."""
+    (knee.models.analyze.model_knee), or None; and the error of a fit that raised
+    ("KeyError: 'series'"), recorded in the answers (`model_error`) rather than dropped."""
     by_index = {p.index: p for p in planned}
 
     def setting(point: dict[str, Any], key: str) -> Any:
@@ -306,15 +321,15 @@ def _primary_model(
         return None if known is None else getattr(known, section, {}).get(name)
 
     try:
-        series = analyze.analyze(points, setting, None)
-    except Exception:  # a model that cannot be fitted leaves the knee to the data
-        return None
-    for entry in series:
-        for group in entry.get("groups", []):
-            found = analyze.model_knee(group, entry.get("models", []))
-            if found is not None:
-                return found
-    return None
+        series = fit_models(points, setting, None)
+        for entry in series:
+            for group in entry.get("groups", []):
+                found = model_knee(group, entry.get("models", []))
+                if found is not None:
+                    return found, None
+    except Exception as e:  # any fit error: the knee is left to the data, and it is said
+        return None, f"{type(e).__name__}: {e}"
+    return None, None
 
 
 def find(

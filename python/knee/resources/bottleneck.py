@@ -237,10 +237,15 @@ def generator(point: dict[str, Any]) -> dict[str, Any]:
     """The load generator's own share: its CPU (busiest generator node), its late sends and
     its connections."""
     res = point.get("resources") or {}
-    cpus = [r for r in res.values() if r.get("kind") == "cpu" and r.get("generator")]
+    # A generator node without CPU samples is unknown, not idle: left out of the maximum.
+    cpus = [
+        float(r["cpu_percent"])
+        for r in res.values()
+        if r.get("kind") == "cpu" and r.get("generator") and r.get("cpu_percent") is not None
+    ]
     conns = res.get("connections") or {}
     return {
-        "cpu_percent": max((r.get("cpu_percent") or 0.0) for r in cpus) if cpus else None,
+        "cpu_percent": max(cpus) if cpus else None,
         "late_send_share": point.get("late_send_share"),
         "connections_u": conns.get("u"),
         "all_connections_busy_share": conns.get("all_busy_share"),

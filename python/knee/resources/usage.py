@@ -21,6 +21,10 @@ reaches U = 1 first as the load rises. Where each busy time comes from:
 - connections: the generator's connections, each busy from its request's connect to its
   reply (http: one request at a time on each); also the share of time all were busy.
 
+A node the runner has no CPU sample of in the window (it exited before the first one, or
+its samples failed) is listed with `cpu_samples` 0, U and the bound unknown (None) and the
+detail "no CPU samples": not idle.
+
 The interval of U is the mean's t interval over the per-interval samples (cpu, link), or
 the mean's interval of the sample times (pool, part); X's own error is left out (it is the
 count over the whole window, a few % at most).
@@ -101,7 +105,7 @@ def _mean_ci(values: np.ndarray) -> tuple[float, list[float] | None]:
 def entry(
     kind: str,
     label: str,
-    busy: float,
+    busy: float | None,
     busy_ci: list[float] | None,
     capacity: float | None,
     unit: str,
@@ -112,7 +116,7 @@ def entry(
     units of its capacity: cores, workers, bytes/s) and the point's completions."""
     out: dict[str, Any] = {"kind": kind, "label": label, "busy": busy, "capacity": capacity}
     out["capacity_unit"] = unit
-    u = busy / capacity if capacity else None
+    u = busy / capacity if capacity and busy is not None else None
     u_ci = [b / capacity for b in busy_ci] if capacity and busy_ci else None
     out["u"], out["u_ci"] = u, u_ci
     out["d_ns"] = u / x_per_s * 1e9 if u is not None and x_per_s > 0 else None
@@ -155,6 +159,9 @@ def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
             role = str(rs[0].get("role") or "")
             default = NodeInfo(role, name, rs[0].get("cpu_quota_cores"), generator=role == "load")
             out[name] = _cpu(rs, inp.nodes.get(name, default), x)
+    for name, node in inp.nodes.items():  # a node with no row in the window at all
+        if name not in out:
+            out[name] = _cpu([], node, x)
     out |= _hosts(mine, inp, x)
     for name, node in inp.nodes.items():
         if node.pool and name in out:
@@ -173,11 +180,17 @@ def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]
     cores = node.cpu_cores or machine_cores()
     if node.pool:  # a pool of k threads runs on at most k cores
         cores = min(cores, float(node.pool))
-    busy, busy_ci = _mean_ci(values / 100.0) if len(values) else (0.0, None)
     what = f"{node.label}'s CPU"
+    if not len(values):  # not idle: unknown (it ended before a sample, or none was read)
+        out = entry("cpu", what, None, None, cores, "cores", x, role=node.role)
+        out |= {"generator": node.generator, "cpu_percent": None, "cpu_samples": 0}
+        out["detail"] = "no CPU samples"
+        return out
+    busy, busy_ci = _mean_ci(values / 100.0)
     out = entry("cpu", what, busy, busy_ci, cores, "cores", x, role=node.role)
     out["generator"] = node.generator
     out["cpu_percent"] = busy * 100.0
+    out["cpu_samples"] = len(values)
     if node.cpu_cores:
         out["cpu_percent_of_quota"] = busy * 100.0 / node.cpu_cores
     if len(rows) >= 2 and "bytes_tx" in rows[0] and "bytes_tx" in rows[-1]:
@@ -246,7 +259,8 @@ def _pool(
     out = entry("pool", label, busy, busy_ci, size, "workers", x, role=node.role)
     # The share of the workers' busy time spent on CPU: near 1, the pool is busy computing
     # and the CPU is what runs out; near 0, the workers wait (sleep, I/O, a lock).
-    out["on_cpu"] = cpu["busy"] / busy if busy > 0 else None
+    cpu_busy = cpu.get("busy")
+    out["on_cpu"] = cpu_busy / busy if busy > 0 and cpu_busy is not None else None
     return out
 
 

@@ -42,6 +42,8 @@ def section(rr: ReportRun) -> Section:
             blocks.append(finding(answers.set_by(bn)))
         if answers.generator_limited(group):
             blocks.append(note(generator_note(group)))
+        if group.get("model_error"):
+            blocks.append(note(model_note(group)))
         if line := answers.search_line(group):
             blocks.append(f"<p>{esc(line)}</p>")
         blocks.append(answers_table(group, found.slo))
@@ -57,6 +59,14 @@ def section(rr: ReportRun) -> Section:
         "is a side the run did not reach.</p>"
     )
     return Section("headline", "The answer", blocks)
+
+
+def model_note(group: dict[str, Any]) -> str:
+    """A model fit that raised (knee.find.run.primary_model): said, not dropped."""
+    return (
+        f"The queueing model could not be fitted ({group['model_error']}): the knee is the "
+        "measured one, and no model's capacity or knee is shown for this group."
+    )
 
 
 def generator_note(group: dict[str, Any]) -> str:

@@ -475,7 +475,21 @@ def _setting(key: str, value: Any) -> str:
 
 
 def busiest(col: Column) -> Html | None:
-    """ "At 8 peers the busiest resource is the central index's CPU, 97% of its quota"."""
+    """ "At 8 peers the busiest resource is the central index's CPU, 97% of its quota";
+    nodes the runner has no CPU sample of are named after it (unknown, not idle)."""
+    line = _busiest(col)
+    unsampled = [
+        str(r.get("label") or name).removesuffix("'s CPU")
+        for name, r in (col.point.get("resources") or {}).items()
+        if r.get("kind") == "cpu" and r.get("cpu_samples") == 0
+    ]
+    if not unsampled:
+        return line
+    text = f"no CPU samples: {', '.join(unsampled)} (U unknown, not 0)."
+    return Html(f"{line} {esc(text)}" if line else esc(f"At {col.where}, {text}"))
+
+
+def _busiest(col: Column) -> Html | None:
     order = ranked(col.point.get("resources") or {})
     if not order:
         return None
