@@ -133,17 +133,31 @@ def test_a_link_is_a_resource_measured_by_its_counters(tmp_path: Path) -> None:
 
 
 def test_a_missing_kernel_feature_refuses_the_spec_with_exit_2(tmp_path: Path) -> None:
+    """A spec that needs what this machine lacks is refused in one line, exit 2, before
+    anything starts. Where netem is missing (delay_ms), that is the piece; where the kernel
+    has it, a missing piece is made for real instead: knee run with no `ip` or `tc` on its
+    PATH (an empty directory), so the test never skips."""
     if os.geteuid() != 0:
         unavailable("emulated hosts need root")
+    env = None
     try:
         netns.check_features(need_rate=False, need_loss=False, need_delay=True)
     except Unsupported as e:
         missing = str(e)
-    else:
-        pytest.skip("this kernel has netem: delay_ms can be set")
+    else:  # this kernel has netem
+        empty = tmp_path / "empty-path"
+        empty.mkdir()
+        env = {**os.environ, "PATH": str(empty)}
+        missing = "ip not found: install iproute2 (scripts/host-tools)"
     text = LAN_SPEC.replace("[hosts.cli]", "delay_ms = 5\n\n[hosts.cli]")
     out = tmp_path / "runs"
-    proc = run_knee("run", str(write_spec(tmp_path, text)), "--out", str(out))
+    proc = subprocess.run(
+        knee_cmd("run", str(write_spec(tmp_path, text)), "--out", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"knee: {tmp_path / 'spec.toml'}: {missing}"]
     assert not out.exists()  # refused before anything started

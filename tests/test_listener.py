@@ -169,7 +169,7 @@ def test_ipv6_loopback_and_ipv4_mapped_sockets_are_found() -> None:
     `::1` and `[::1]`, `::ffff:127.0.0.1` is 127.0.0.1's (a wildcard `::`, which would
     listen on the machine's real interface too, is tested inside an emulated host, below)."""
     if not socket.has_ipv6:
-        pytest.skip("no IPv6 here")
+        unavailable("no IPv6 here")
     for bind, targets in (
         ("::1", ("::1", "[::1]")),
         ("::ffff:127.0.0.1", ("127.0.0.1",)),
@@ -179,7 +179,7 @@ def test_ipv6_loopback_and_ipv4_mapped_sockets_are_found() -> None:
                 s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
                 s.bind((bind, 0))
             except OSError as e:
-                pytest.skip(f"cannot bind {bind}: {e}")
+                unavailable(f"cannot bind {bind}: {e}")
             s.listen()
             port = s.getsockname()[1]
             for target in targets:
