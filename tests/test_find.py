@@ -420,3 +420,49 @@ def test_a_bad_slo_is_refused_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "experiment.slo" in proc.stderr and "p99<50ms" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_wrong_url_stops_the_search_at_once_and_names_the_status(
+    tmp_path: Path, knee_node: str
+) -> None:
+    """gunicorn answering 403 to every request at /forbidden: `knee http URL` stops after
+    its low probe (no step down), names the status and the count, hints at the URL, exits
+    6, and still writes its report, which states it."""
+    with real_server("gunicorn-sync", tmp_path / "srv", knee_node) as server:
+        proc = run_knee(
+            "http", server.url + "/forbidden", "--probe", "2s", "--min-rate", "20",
+            "--out", str(tmp_path / "runs"), "--no-progress",
+            timeout_s=300,
+        )  # fmt: skip
+    assert proc.returncode == 6, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "every request at 20/s failed" in x)
+    assert "403 Forbidden (" in line and "check the URL, method and headers" in line, line
+    run_dir = only_run_dir(tmp_path / "runs")
+    found = json.loads((run_dir / "find.json").read_text())
+    assert [p["phase"] for p in found["probes"]] == ["low"]
+    assert found["status"] == "failed" and "403 Forbidden" in found["error"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["find"]["error"] == found["error"]
+    point = summary["points"][0]
+    assert set(point["http_statuses"]) == {"403"}
+    assert f"({point['http_statuses']['403']} of {point['count']})" in line
+    assert "The search stopped at once: every request" in (run_dir / "report.html").read_text()
+
+
+def test_a_fixed_rate_run_whose_every_request_failed_writes_its_report(
+    tmp_path: Path, knee_node: str
+) -> None:
+    """A fixed rate against the same 403: no latency, no throughput above 0, and the report
+    is written all the same (its log axes had failed it with matplotlib's ValueError)."""
+    with real_server("gunicorn-sync", tmp_path / "srv", knee_node) as server:
+        proc = run_knee(
+            "http", server.url + "/forbidden", "--rate", "20", "--duration", "3s",
+            "--out", str(tmp_path / "runs"), "--no-progress",
+            timeout_s=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert "the report failed" not in proc.stderr
+    assert (run_dir / "report.html").stat().st_size > 0
+    point = json.loads((run_dir / "summary.json").read_text())["points"][0]
+    assert point["statuses"]["ok"] == 0 and set(point["http_statuses"]) == {"403"}

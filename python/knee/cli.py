@@ -19,6 +19,8 @@ EXIT_REPORT_FAILED = 4
 #: A point missed the spec's (or --slo's) SLO with one-sided 99% confidence (knee.stats.slo):
 #: for CI pipelines.
 EXIT_SLO_MISSED = 5
+#: A search whose low probe had no request end OK (a wrong URL): stopped at once.
+EXIT_ALL_FAILED = 6
 EXIT_INTERRUPTED = 130
 
 
@@ -373,7 +375,7 @@ def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -
     import json
 
     from knee.find.cli import FindArgsError, options, print_answers
-    from knee.find.run import FindError, find
+    from knee.find.run import EveryRequestFailed, FindError, find
     from knee.hosts import HostError, Unsupported
     from knee.runner import NodeFailed, interrupt
     from knee.spec import SpecError, load_spec
@@ -391,6 +393,13 @@ def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -
     except (FindError, Unsupported) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except EveryRequestFailed as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        if display.run_dir is not None:
+            print(f"{prog}: what was measured is in {display.run_dir}", file=sys.stderr)
+            if not args.no_report:
+                _report(display.run_dir, None, console)
+        return EXIT_ALL_FAILED
     except (HostError, NodeFailed) as e:
         print(f"knee: {e}", file=sys.stderr)
         print(

@@ -35,6 +35,7 @@ from knee.runner.display import Display
 from knee.runner.local import Session
 from knee.spec import Spec
 from knee.stats import slo as slo_mod
+from knee.stats.replies import every_request_failed
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,11 @@ FLOOR_DIVISOR = 64.0
 
 class FindError(ValueError):
     """A spec or option the search cannot run with; one line."""
+
+
+class EveryRequestFailed(Exception):
+    """No request of the low probe ended OK (a wrong URL, a refused method, a target that is
+    down): the search stops at once, naming what the requests got, with a hint."""
 
 
 @dataclass
@@ -139,6 +145,7 @@ class _Finder:
         self.groups: list[dict[str, Any]] = []  # answers so far
         self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
         self.skipped: list[str] = []  # series with no open-loop rate to search
+        self.failed: str | None = None  # why the search stopped at once (EveryRequestFailed)
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -166,6 +173,13 @@ class _Finder:
                 low_latency.append(float(mean) / 1e9)
             self.path.append({"group": label, **probe.to_json()})
             self._write(partial=True)
+            if phase == "low" and (what := every_request_failed(stats)):
+                hint = (
+                    "check the URL, method and headers"
+                    if point.server.get("target")
+                    else "check the nodes' logs in the run directory"
+                )
+                raise EveryRequestFailed(f"every request at {rate:.4g}/s failed: {what}; {hint}")
             self._drain(point, stats, decision.capacity)
             return probe
 
@@ -264,12 +278,16 @@ class _Finder:
             "elapsed_s": self.elapsed_s(),
             "probe_s": self.o.probe_s,
             "skipped_series": self.skipped,
+            "error": self.failed,
             "groups": self.groups,
         }
 
     def _write(self, partial: bool) -> None:
         answers = self.answers()
-        doc = {"version": 1, "status": "running" if partial else "complete", "probes": self.path}
+        status = "failed" if self.failed else "running" if partial else "complete"
+        doc = {"version": 1, "status": status, "probes": self.path}
+        if self.failed:
+            doc["error"] = self.failed
         results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
         self.session.extra["find"] = answers
         self.session.write_summary()
@@ -352,6 +370,10 @@ def find(
         finder.skipped = skipped
         try:
             finder.search(groups)
+        except EveryRequestFailed as e:
+            finder.failed = str(e)
+            finder._write(partial=False)
+            raise
         except BaseException:
             finder._write(partial=True)  # what the search had; the run's status says why
             raise

@@ -3,6 +3,7 @@ interactive)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -79,16 +80,30 @@ def render(fig: Figure) -> MplFigure:
             fontsize=7,
             color=m.color,
         )
-    _axis(ax, fig.x, "x", categories, count["x"])
+    _axis(ax, _drawable(fig.x, traces, "x"), "x", categories, count["x"])
     if fig.x.scale == "logit":
         _logit_limits(ax, traces)
-    _axis(ax, fig.y, "y", [], count["y"])
+    _axis(ax, _drawable(fig.y, traces, "y"), "y", [], count["y"])
     ax.set_title(fig.title, fontsize=11)
     ax.grid(True, alpha=0.3)
     named = sum(t.legend and t.kind not in ("heatmap", "band") for t in traces)
     if 0 < named <= LEGEND_MAX:
         ax.legend(fontsize=7, loc="best")
     return mfig
+
+
+def _drawable(axis: Axis, traces: list[Trace], which: str) -> Axis:
+    """A log axis with no positive value to show (every request of the run failed: no
+    latency, no throughput) is drawn linear: matplotlib refuses to log-scale it, and an
+    empty figure must not fail the report."""
+    if axis.scale != "log":
+        return axis
+    for t in traces:
+        for values in (getattr(t, which), t.lo, t.hi) if which == "y" else (t.x,):
+            v = _values([x if isinstance(x, int | float) else None for x in values or []])
+            if np.any(np.isfinite(v) & (v > 0)):
+                return axis
+    return dataclasses.replace(axis, scale="linear")
 
 
 def _categories(traces: list[Trace]) -> list[Any]:

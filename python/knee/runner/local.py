@@ -45,6 +45,7 @@ from knee.spec import PRIMARY, Spec
 from knee.stats import point_stats, slo
 from knee.stats.interference import add_interference
 from knee.stats.progress import merged_progress
+from knee.stats.replies import http_status_counts
 from knee.stats.slo import point_slo
 from knee.systems import NodePlan
 from knee.toml_writer import dump_toml
@@ -348,6 +349,8 @@ def _measure_point(
     )
     if target is not None:
         stats["target"] = target
+    if (codes := http_status_counts(frame)) is not None:
+        stats["http_statuses"] = codes
     stats["resources"] = point_resources(
         _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
     )

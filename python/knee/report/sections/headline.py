@@ -49,7 +49,9 @@ def section(rr: ReportRun) -> Section:
         blocks.append(answers_table(group, found.slo))
         if points:
             blocks.append(latency_figure(f"headline-latency-{i}", group, points, rr.slo))
-    if not found.groups:
+    if searched and (found.find or {}).get("error"):
+        blocks.append(note(f"The search stopped at once: {found.find['error']}."))
+    elif not found.groups:
         blocks.append(note("The search has no answer yet: no group finished a probe."))
     blocks.extend(finding(line) for line in system_headline(rr) or [])
     what = "a search for capacity (knee find)" if searched else "a sweep of offered rates"
