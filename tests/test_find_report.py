@@ -67,7 +67,8 @@ def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def search_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("search")
-    args = ["find", str(_spec(tmp)), "--probe", "3s", "--budget", "60s", "--max-rate", "150"]
+    # 75 s: the low probe at 10/s holds 1.5 x 459 samples for its p99 (69 s; knee.stats.slo).
+    args = ["find", str(_spec(tmp)), "--probe", "3s", "--budget", "75s", "--max-rate", "150"]
     res = run_knee(*args, "--out", str(tmp / "runs"), "--no-progress", timeout_s=300)
     assert res.returncode in (0, 5), res.stderr[-3000:]
     (tmp / PRINTED).write_text(res.stdout)
@@ -116,6 +117,34 @@ def test_a_sweep_report_opens_with_its_answers(sweep_run: Path) -> None:
         assert f"[{fmt.num(lo)}, {fmt.num(hi)}]" in text  # the capacity's interval
     assert "p99<80ms" in text  # the SLO capacity is stated
     assert "headline-latency-0" in figure_ids(page)
+
+
+def test_a_sweeps_answers_are_in_its_summary_and_the_report_reads_them(
+    sweep_run: Path, tmp_path: Path
+) -> None:
+    """`knee run` writes a sweep's answers (per group: capacity, SLO capacity, knee, the
+    bottleneck) to summary.json `answers`, in a search's shape; `knee.open_run(path)
+    .answers` returns them; the report states what is written there, not a recomputation."""
+    import knee
+    from knee.find.answers import from_points
+
+    summary = json.loads((sweep_run / "summary.json").read_text())
+    written = summary["answers"]
+    assert written["slo"] == "p99<80ms" and len(written["groups"]) == 1
+    group = written["groups"][0]
+    assert {"capacity", "slo_capacity", "knee", "bottleneck", "points"} <= set(group)
+    recomputed = from_points(summary["points"], "p99<80ms")
+    assert written["groups"] == json.loads(json.dumps(recomputed))
+    assert knee.open_run(sweep_run).answers == written
+    # A copy whose summary says another capacity: the report states that one.
+    copy = tmp_path / sweep_run.name
+    shutil.copytree(sweep_run, copy)
+    group["capacity"] |= {"rate_per_s": 11.0, "interval_per_s": [11.0, 22.0]}
+    (copy / "summary.json").write_text(json.dumps(summary))
+    res = run_knee("report", str(copy))
+    assert res.returncode == 0, res.stderr[-3000:]
+    headline = _section_text((copy / "report.html").read_text(), "headline")
+    assert "Capacity 11/s [11, 22]" in headline, headline[:500]
 
 
 def test_a_search_report_states_the_answer_and_every_probe(

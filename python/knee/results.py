@@ -431,6 +431,18 @@ class Run:
         return list(self.summary.get("points", []))
 
     @property
+    def answers(self) -> dict[str, Any] | None:
+        """The run's answers per group of rates (capacity, SLO capacity, knee, what sets
+        them: docs/find.md, "The answers"): a search's summary.json `find`, a sweep's
+        `answers` (written at the end of `knee run`), or None (a run before either, or one
+        with no rate to answer for)."""
+        for key in ("find", "answers"):
+            found = self.summary.get(key)
+            if isinstance(found, dict):
+                return found
+        return None
+
+    @property
     def samples(self) -> pd.DataFrame:
         """Every sample of the run in one DataFrame, read whole on first use (a 10-minute
         point at 80,000 requests/s is tens of GB this way: prefer `iter_points`)."""

@@ -2,10 +2,11 @@
 knee, each with its interval (knee.find.answers computes them; here they are read and put
 in words).
 
-A search (`knee find`) has them in summary.json's `find`; a rate sweep gets them from its
-points (`knee.find.answers.from_points`), the same group dicts without the search's
-repeats and path. Each interval is a bracket [lo, hi]: lo the highest rate shown good, hi
-the lowest shown bad; None at an end means the runs did not reach it.
+A search (`knee find`) has them in summary.json's `find`; a rate sweep in its `answers`
+(computed by `knee run` with `knee.find.answers.from_points`: the same group dicts without
+the search's repeats and path; a run written before that gets them computed here). Each
+interval is a bracket [lo, hi]: lo the highest rate shown good, hi the lowest shown bad;
+None at an end means the runs did not reach it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def of(rr: ReportRun) -> RunAnswers | None:
     """The run's answers, or None when it is neither a search nor a sweep of rates."""
     if rr.find is not None:
         return RunAnswers("search", rr.find.get("slo"), list(rr.find.get("groups") or []), rr.find)
-    groups = from_points(rr.points, rr.slo)
+    written = rr.run.summary.get("answers")
+    if isinstance(written, dict):  # a sweep's, written by `knee run`
+        groups = list(written.get("groups") or [])
+        return RunAnswers("sweep", written.get("slo"), groups, None) if groups else None
+    groups = from_points(rr.points, rr.slo)  # a run written before `answers` was
     return RunAnswers("sweep", rr.slo, groups, None) if groups else None
 
 

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
+from knee.find.answers import from_points
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
@@ -113,6 +114,10 @@ def run_experiment(
         for point in spec.points:
             interrupt.check()
             session.run_point(point)
+        # The sweep's answers (capacity, SLO capacity, knee and what sets them, per group
+        # of rates), in the shape of a search's `find`: a notebook and the report read them.
+        slo = spec.experiment.get("slo")
+        session.extra["answers"] = {"slo": slo, "groups": from_points(session.state.points, slo)}
     return session.run_dir
 
 
