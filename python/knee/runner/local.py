@@ -603,6 +603,8 @@ def _sample(state: RunState, point: int) -> None:
         row.update(usage)
         if node.host.remote:  # the local process is the node's ssh client
             row["ssh_cpu_percent"] = row["cpu_percent"]
+            # The ssh client's waits are not the node's; its host reports none: unknown.
+            row["cpu_wait_percent"] = None
             row.update(_remote_usage(state, name, node.latest.get("usage")))
         limits = state.hosts.limits_of(name, node.host.name)
         if limits.get("cpu_cores"):
