@@ -122,6 +122,8 @@ def test_who_held_the_generator_back(figures: dict[str, Any], cause: str, limit:
     assert d.limit == limit, d
     if limit == "target":
         assert d.capacity == "unstable" and "shared cores" in d.reason, d
+    if cause == "other_processes":
+        assert "machine's 2 cores" in d.reason and "quieter machine" in d.reason, d
 
 
 MATRIX = """
@@ -183,6 +185,7 @@ def test_a_target_that_takes_both_cores_is_the_limit_set_by_the_shared_cores(
     assert ex["bottleneck"]["resource"] == MACHINE, ex["sentence"]
     assert "the server" in ex["bottleneck"]["label"], ex["sentence"]
     assert ex["sentence"].startswith("set by this machine's 2 cores, shared"), ex["sentence"]
+    assert "the generator used" in ex["sentence"] and "waited for one" in ex["sentence"]
 
 
 def test_a_generator_held_to_a_tiny_quota_is_the_limit(tmp_path: Path) -> None:

@@ -131,15 +131,25 @@ def decide(stats: dict[str, Any]) -> Decision:
     return Decision("stable", None, slo, stability.get("detail", "stable"))
 
 
+#: What to do about a generator held back, by who held it (`generator_cpu`'s cause).
+REMEDY = {
+    "other_processes": "run it on a quieter machine, or give the generator cores of its own "
+    "(a cpuset) that other processes do not use",
+    "own_cpu": "give it more CPU (a larger quota), or more load.generators",
+}
+
+
 def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -> Decision:
-    why = generator_cpu(stats)["detail"]
+    why = generator_cpu(stats)
+    detail = why["detail"]
+    remedy = REMEDY.get(str(why["cause"]), "give it more load.generators, or more connections")
     return Decision(
         "undecided",
         "generator",
         slo,
         "the generator is the limit here (its sends fell behind the schedule while it had "
-        f"connections free{': ' + why if why else ''}): {sender.get('detail', '')}; give it "
-        "more load.generators, or more connections",
+        f"connections free{': ' + detail if detail else ''}): {sender.get('detail', '')}; "
+        + remedy,
     )
 
 
@@ -199,7 +209,7 @@ def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
         return {"cause": "waited", "detail": waited}
     run = max(0.0, float(machine.get("busy") or 0.0) - cpu / 100.0)
     foreign = float(machine.get("foreign_cpu_percent") or 0.0) / 100.0
-    cores_text = f"{float(machine.get('capacity') or 0):g}"
+    cores_text = f"{float(machine.get('machine_cores') or machine.get('capacity') or 0):g}"
     if run >= foreign:
         return {
             "cause": "shared_cores",
