@@ -265,6 +265,9 @@ class LoadRun:
     samples_path: Path
     histogram_path: Path
     config: dict[str, Any] = field(default_factory=dict)
+    #: The process's life, from its spawn to its exit, as the test measured it (not the
+    #: node's own `elapsed_s`, which starts at its start line, after its first connects).
+    wall_s: float = 0.0
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.get("event") == kind]
@@ -325,6 +328,7 @@ def run_load(knee_node: str, processes: Processes, load_configs: LoadConfigs) ->
         **options: Any,
     ) -> LoadRun:
         config = load_configs.make(target, schedule, **options)
+        spawned = time.monotonic()
         proc = processes.spawn(
             [knee_node, "load", system, "--name", "gen", "--config", json.dumps(config)],
             stdout=subprocess.PIPE,
@@ -336,6 +340,7 @@ def run_load(knee_node: str, processes: Processes, load_configs: LoadConfigs) ->
             Processes.stop(proc)
             out, err = proc.communicate()
             pytest.fail(f"load did not end within {timeout_s:g} s; log:\n{err.decode()}")
+        wall_s = time.monotonic() - spawned  # communicate returns once it exited
         stderr = err.decode(errors="replace")
         if check:
             assert proc.returncode == 0, f"load exited with {proc.returncode}:\n{stderr}"
@@ -354,6 +359,7 @@ def run_load(knee_node: str, processes: Processes, load_configs: LoadConfigs) ->
             samples_path=samples_path,
             histogram_path=Path(config["histogram_path"]),
             config=config,
+            wall_s=wall_s,
         )
 
     return run

@@ -2,9 +2,11 @@
 
 What `knee-node load http` must do whatever the target does:
 
-- end by itself within `duration_s` plus the 1 s grace (the `done` line's `elapsed_s`, from
-  the start line); nothing new is sent after the duration, and what still waits for a
-  connection, connects or is in flight when the grace ends is a drop with reason `stopped`;
+- end by itself within `duration_s` plus the 1 s grace: the process's wall time, from its
+  spawn to its exit as the test measures it (not the node's own `elapsed_s`, which starts
+  at its start line, after the connects made before it); nothing new is sent after the
+  duration, and what still waits for a connection, connects or is in flight when the grace
+  ends is a drop with reason `stopped`;
 - record every scheduled request as exactly one sample, and give every sample that is not ok
   a non-zero reason in `arg`;
 - connect without blocking, each connect with its own timeout (min(request timeout, 5 s)),
@@ -17,14 +19,19 @@ break the bound, so only the stop can end them in time.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
+import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import LoadRun, RunLoad, constant_offsets
+from conftest import LoadConfigs, LoadRun, Processes, RunLoad, constant_offsets
 from hostile_http_servers import (
     AcceptsNeverAnswers,
     AcceptsOnly,
@@ -87,6 +94,9 @@ TIMEOUT_MS = 10_000
 RUN_TIMEOUT_S = 15.0
 #: The connect timeout the contract gives at TIMEOUT_MS: min(request timeout, 5 s).
 CONNECT_TIMEOUT_S = 5.0
+#: How long after its spawn the node is stopped: started (a second is ample on a busy
+#: machine), and well inside its connects' CONNECT_TIMEOUT_S.
+CONNECTING_S = 1.0
 
 REQUESTS = {"requests": [{"method": "GET", "path": "/"}]}
 
@@ -106,9 +116,9 @@ def check_bounded(run: LoadRun, expected: int, offsets: list[int] | None = None)
     reason when it was not ok."""
     r = run.records
     assert run.returncode == 0, run.stderr
-    elapsed = run.done["elapsed_s"]
-    assert elapsed <= DURATION_S + GRACE_S + MARGIN_S, (
-        f"ran {elapsed:.2f} s after its start; samples: {tally(r)}"
+    assert run.wall_s <= DURATION_S + GRACE_S + MARGIN_S, (
+        f"lived {run.wall_s:.2f} s from its spawn ({run.done['elapsed_s']:.2f} s after its "
+        f"start line); samples: {tally(r)}"
     )
     assert len(r) == expected, f"{len(r)} samples for {expected} requests: {tally(r)}"
     assert len(np.unique(r["request_id"])) == len(r), "a request recorded twice"
@@ -205,7 +215,22 @@ BOUNDED: dict[str, tuple[Callable[[], Any], set[str], Callable[[int], int]]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(BOUNDED))
+#: The connects made before the start wait up to CONNECT_TIMEOUT_S, and the node's clock
+#: (its `elapsed_s`) starts after them: against a target that never completes a connect,
+#: the process lives the connect timeout longer than its bound (issue 36, D: pool.rs).
+PRE_START_CONNECTS = pytest.mark.xfail(
+    strict=True,
+    reason="connects before the start wait up to 5 s outside the run's time bound "
+    "(crates/knee-node/src/systems/http/pool.rs, Pool::connect_all)",
+)
+#: The servers whose connects never complete.
+NEVER_CONNECTS = ("never_accepts", "full_backlog")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=PRE_START_CONNECTS) if n in NEVER_CONNECTS else n for n in BOUNDED],
+)
 def test_a_hostile_target_cannot_hold_the_run(
     run_load: RunLoad, serve: Callable[..., Any], name: str
 ) -> None:
@@ -222,6 +247,7 @@ def test_a_hostile_target_cannot_hold_the_run(
     assert seen["stopped"] >= fewest_stopped(len(r)), tally(r)
 
 
+@PRE_START_CONNECTS
 def test_a_stalled_connect_does_not_stall_the_other_connections(
     run_load: RunLoad, serve: Callable[..., Any]
 ) -> None:
@@ -254,6 +280,45 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
         f"{(late['sent_ns'].min() - run.start_ns) / 1e9:.2f} s after the start"
     )
     assert server.connections == accepted
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the connect loop before the start does not look at the stop flag: SIGTERM waits "
+    "for the connects' 5 s timeout (crates/knee-node/src/systems/http/pool.rs, "
+    "Pool::connect_all)",
+)
+def test_a_stop_during_the_first_connects_ends_the_node_within_its_grace(
+    knee_node: str, processes: Processes, load_configs: LoadConfigs, serve: Callable[..., Any]
+) -> None:
+    """A target whose backlog is full (every SYN dropped): the node's connects before its
+    start hang. A SIGTERM then (the runner stopping a probe, Ctrl-C) must end the process
+    within the stop's grace, as it does once the run has started, not after the connects'
+    5 s timeout. Measured from the signal to the exit, by this test."""
+    server = serve(FullBacklog)
+    config = load_configs.make(
+        server.url,
+        {"kind": "constant", "rate_per_s": RATE_PER_S},
+        connections=CONNECTIONS,
+        duration_s=DURATION_S,
+        timeout_ms=TIMEOUT_MS,
+        driver=REQUESTS,
+    )
+    proc = processes.spawn(
+        [knee_node, "load", "http", "--name", "gen", "--config", json.dumps(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(CONNECTING_S)  # started, and connecting (its connects wait 5 s)
+    assert proc.poll() is None, "the node ended before its connects could time out"
+    signalled = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {RUN_TIMEOUT_S:g} s after SIGTERM")
+    lived_s = time.monotonic() - signalled
+    assert lived_s <= GRACE_S + MARGIN_S, f"exited {lived_s:.2f} s after SIGTERM"
 
 
 def test_an_idle_close_is_noticed_before_the_next_request(

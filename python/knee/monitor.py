@@ -19,13 +19,19 @@ machine, a server and its workers, found by knee.resources.listener) counts in "
 the target is part of the experiment, not interference. It is not the runner's child, so a
 worker of it that exits between two samples loses its last slice (at most one interval of
 that worker's CPU), which then shows as foreign.
+
+Beside each node's CPU, the time its threads spent runnable but waiting for a CPU: the
+kernel's run_delay (the 2nd field of /proc/PID/task/TID/schedstat, ns; a throttled CPU
+quota counts too), summed over its threads as `cpu_wait_percent` (100 = one thread waited
+the whole interval). A thread that exits between two samples loses its last slice, as a
+tree's worker does; without schedstat (a kernel without CONFIG_SCHED_INFO) it is None.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +58,37 @@ HOST_NODE = "host"
 HOST_ROLE = "host"
 
 PROC_STAT = Path("/proc/stat")
+PROC = Path("/proc")
+
+
+def parse_schedstat(text: str) -> int:
+    """run_delay of a /proc/PID/schedstat line: `on_cpu_ns run_delay_ns timeslices`."""
+    return int(text.split()[1])
+
+
+def read_run_delay_ns(pid: int, proc: Path = PROC) -> dict[int, int] | None:
+    """Each thread's run_delay (ns waiting on a run queue since it started), by thread id;
+    None when the process is gone or the kernel keeps no schedstat."""
+    tasks = proc / str(pid) / "task"
+    out: dict[int, int] = {}
+    try:
+        tids = [int(t) for t in os.listdir(tasks) if t.isdigit()]
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            out[tid] = parse_schedstat((tasks / str(tid) / "schedstat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue  # exited since listed
+    return out or None
+
+
+def run_delay_since(seen: dict[int, int], now: dict[int, int] | None) -> float:
+    """ns the threads waited for a CPU since `seen` (per thread); a thread not seen before
+    counts from its start."""
+    if not now:
+        return 0.0
+    return float(sum(max(0, ns - seen.get(tid, 0)) for tid, ns in now.items()))
 
 
 def parse_proc_stat(text: str) -> dict[str, int]:
@@ -110,6 +147,9 @@ class _Tracked:
     name: str
     proc: psutil.Process
     seen_cpu_s: float = 0.0  # CPU seconds counted in samples so far
+    seen_wait_ns: dict[int, int] = field(default_factory=dict)  # per thread: run_delay seen
+    t: float = field(default_factory=time.monotonic)  # the last sample (or the start)
+    waits: bool = True  # schedstat readable
 
 
 @dataclass
@@ -123,6 +163,7 @@ class _Tree:
     root: psutil.Process
     seen_cpu_s: dict[psutil.Process, float]  # per process: CPU seconds counted so far
     t: float  # monotonic time of the last sample (or of the start)
+    seen_wait_ns: dict[psutil.Process, dict[int, int]] = field(default_factory=dict)
 
     @staticmethod
     def start(name: str, root: psutil.Process) -> _Tree:
@@ -136,7 +177,7 @@ class _Tree:
 
     def rebase(self) -> None:
         """Counts from now: CPU spent so far is not the next sample's."""
-        self.seen_cpu_s = {}
+        self.seen_cpu_s, self.seen_wait_ns = {}, {}
         self.t = time.monotonic()
         try:
             members = self.members()
@@ -146,16 +187,20 @@ class _Tree:
             try:
                 self.seen_cpu_s[proc] = _busy_s(proc.cpu_times())
             except psutil.Error:
-                pass  # gone: nothing more of it to count
+                continue  # gone: nothing more of it to count
+            self.seen_wait_ns[proc] = read_run_delay_ns(proc.pid) or {}
 
     def sample(self, now: float) -> tuple[dict[str, float], float]:
         """The tree's row (cpu_percent since the last sample, rss_bytes and processes now)
         and the CPU seconds it spent since then. A process that exited between two samples
         is gone from the tree: its last slice is lost (at most one interval). RSS is summed,
         so pages the workers share with their master (copy-on-write) count once per process.
+        `cpu_wait_percent`: its threads' run-queue delay, summed (module docstring).
         Raises psutil.Error once the root is gone."""
         seen: dict[psutil.Process, float] = {}
-        spent_s = rss = 0.0
+        seen_wait: dict[psutil.Process, dict[int, int]] = {}
+        spent_s = rss = wait_ns = 0.0
+        waits = True
         for proc in self.members():
             try:
                 with proc.oneshot():
@@ -168,10 +213,20 @@ class _Tree:
             # psutil.Process compares pid and start time: a reused pid is a new process.
             spent_s += max(0.0, cpu_s - self.seen_cpu_s.get(proc, 0.0))
             seen[proc] = cpu_s
+            delays = read_run_delay_ns(proc.pid)
+            waits = waits and delays is not None
+            wait_ns += run_delay_since(self.seen_wait_ns.get(proc, {}), delays)
+            seen_wait[proc] = delays or {}
         wall_s, self.t, self.seen_cpu_s = now - self.t, now, seen
+        self.seen_wait_ns = seen_wait
         cpu_percent = 100.0 * spent_s / wall_s if wall_s > 0 else 0.0
         row = {"cpu_percent": cpu_percent, "rss_bytes": rss, "processes": len(seen)}
+        row["cpu_wait_percent"] = _wait_percent(wait_ns, wall_s) if waits else None
         return row, spent_s
+
+
+def _wait_percent(wait_ns: float, wall_s: float) -> float:
+    return 100.0 * wait_ns / 1e9 / wall_s if wall_s > 0 else 0.0
 
 
 class Monitor:
@@ -241,6 +296,7 @@ class Monitor:
             nodes_s += cpu_s - node.seen_cpu_s
             node.seen_cpu_s = cpu_s
             out[node.name] = {"cpu_percent": cpu_percent, "rss_bytes": rss}
+            out[node.name]["cpu_wait_percent"] = self._node_wait(node, now)
         processes = len(out)
         for name, tree in list(self._trees.items()):
             try:
@@ -257,6 +313,18 @@ class Monitor:
             ticks = processes + 2
             self.host["tick_error_percent"] = 100.0 * self._tick_s * ticks / self.host["interval_s"]
         return out
+
+    @staticmethod
+    def _node_wait(node: _Tracked, now: float) -> float | None:
+        """The node's run-queue delay since its last sample, in core-percent."""
+        delays = read_run_delay_ns(node.proc.pid)
+        wall_s, node.t = now - node.t, now
+        if delays is None or not node.waits:
+            node.waits = False
+            return None
+        wait_ns = run_delay_since(node.seen_wait_ns, delays)
+        node.seen_wait_ns = delays
+        return _wait_percent(wait_ns, wall_s)
 
     def _runner_times(self) -> tuple[float, float]:
         """The runner's own CPU seconds (every thread) and its reaped children's."""

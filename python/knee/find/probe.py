@@ -9,7 +9,10 @@ A probe is an ordinary point at one open-loop rate. What the search needs from i
   lengthened);
 - **limit**: who is the limit when the probe is not stable: `target`, `errors` (requests
   fail), or `generator` (sends were late while connections were free: the generator's own
-  CPU or pacing; that is never the target's capacity);
+  CPU or pacing, or a CPU it waited for that other processes took; that is never the
+  target's capacity). Late sends whose generator waited for a core that the run's own
+  processes took (a target on the same cores: `cpu_wait` below) are the target's doing;
+- **cpu_wait**: what the kernel says of the generator's late sends (`generator_cpu`).
 - **slo**: met, missed or undecided (knee.stats.slo), when an SLO is set.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from knee.resources.usage import MACHINE
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
 
 #: Late sends do not bias latency (it is measured from the intended send time); they make
@@ -25,6 +29,13 @@ from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
 #: free, where the statistics tell them apart) was late, or when the rate sent fell below
 #: the target beyond its interval.
 GENERATOR_LATE_SHARE = 0.10
+#: The generator's own CPU is full at this share of its cores (its quota, else one core):
+#: its late sends are its own.
+GENERATOR_CPU_FULL = 0.8
+#: The generator waited for a CPU when its threads' run-queue delay (the kernel's
+#: run_delay, knee.monitor) reached this, in core-percent: 10 ms in each second, ten 1 ms
+#: waits, where a generator with a core to itself waits well under 1 ms.
+GENERATOR_WAIT_PERCENT = 1.0
 #: A probe whose failed share (errors, timeouts, drops) passes this is over the limit,
 #: whatever its latency: a service that sheds load keeps its latency low.
 ERROR_SHARE = 0.01
@@ -74,6 +85,11 @@ def decide(stats: dict[str, Any]) -> Decision:
     slo = (stats.get("slo") or {}).get("verdict")
     stability = stats.get("stability") or {}
     sender = _check(stats, "sender")
+    if _own_sender_fail(sender) and generator_cpu(stats)["cause"] == "own_cpu":
+        # Its CPU was full, or its own quota throttled it: it sent late, and it read the
+        # replies late too (their latency grows with its backlog, whatever the target did):
+        # nothing is shown of the target.
+        return _generator(stats, sender, slo)
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
     verdict = stability.get("verdict")
@@ -94,13 +110,16 @@ def decide(stats: dict[str, Any]) -> Decision:
             "for connections the target held",
         )
     if generator_limited(stats, sender):
+        return _generator(stats, sender, slo)
+    if _behind(stats) and generator_cpu(stats)["cause"] == "shared_cores":
+        sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
         return Decision(
-            "undecided",
-            "generator",
+            "unstable",
+            "target",
             slo,
-            "the generator is the limit here (its sends fell behind the schedule while it had "
-            f"connections free): {sender.get('detail', '')}; give it more load.generators, or "
-            "more connections",
+            f"the rate was not offered: {sent:.4g}/s sent of {target:.4g}/s; the target took "
+            f"the machine's cores from the generator ({generator_cpu(stats)['detail']}): "
+            "the target is at its capacity, set by the shared cores",
         )
     if verdict != "stable":
         return Decision("undecided", None, slo, stability.get("detail", "too few samples"))
@@ -112,21 +131,101 @@ def decide(stats: dict[str, Any]) -> Decision:
     return Decision("stable", None, slo, stability.get("detail", "stable"))
 
 
+#: What to do about a generator held back, by who held it (`generator_cpu`'s cause).
+REMEDY = {
+    "other_processes": "run it on a quieter machine, or give the generator cores of its own "
+    "(a cpuset) that other processes do not use",
+    "own_cpu": "give it more CPU (a larger quota), or more load.generators",
+}
+
+
+def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -> Decision:
+    why = generator_cpu(stats)
+    detail = why["detail"]
+    remedy = REMEDY.get(str(why["cause"]), "give it more load.generators, or more connections")
+    return Decision(
+        "undecided",
+        "generator",
+        slo,
+        "the generator is the limit here (its sends fell behind the schedule while it had "
+        f"connections free{': ' + detail if detail else ''}): {sender.get('detail', '')}; "
+        + remedy,
+    )
+
+
 def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
     """The sender check failed for the generator's own sake (not a target that held its
     connections), and by enough to matter: the rate sent below the target beyond its
-    interval, or GENERATOR_LATE_SHARE of the sends late on a quiet machine. On a machine
-    busy with other processes (the interference check warned) late sends are the
-    machine's, not the generator's limit: the answers say the machine was busy."""
-    if sender.get("verdict") != "fail" or sender.get("limit", "generator") != "generator":
+    interval, or GENERATOR_LATE_SHARE of the sends late; and the kernel does not put the
+    blame on the target: a generator that waited for cores the run's own processes took
+    (`generator_cpu`'s "shared_cores") was held back by the target it shares them with."""
+    if not _own_sender_fail(sender):
+        return False
+    if generator_cpu(stats)["cause"] == "shared_cores":
         return False
     if _behind(stats):
         return True
-    busy = _check(stats, "interference").get("verdict") in ("warn", "fail")
     sent = stats.get("sent") or 0
     late = stats.get("late_sends_free")  # None where sends are not told apart
     late = stats.get("late_sends") or 0 if late is None else late
-    return not busy and sent > 0 and late / sent > GENERATOR_LATE_SHARE
+    return sent > 0 and late / sent > GENERATOR_LATE_SHARE
+
+
+def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
+    """What the kernel says of the generator's sends, from what the runner sampled of its
+    own processes (summary.json's `resources`): `cause` is
+
+    - "own_cpu": its busiest node used GENERATOR_CPU_FULL of its cores (its quota, else one
+      core), or waited for a CPU under a limit of its own (a quota throttles it);
+    - "shared_cores": its threads waited for a CPU (run-queue delay at least
+      GENERATOR_WAIT_PERCENT) while the run's other processes (the target, on the same
+      cores) used more of the machine than processes outside the run did;
+    - "other_processes": it waited while processes outside the run used more;
+    - "waited": it waited, and who took the cores is unknown (the machine's cores are not
+      one resource of the run: a host with a CPU limit, a remote node);
+    - "pacing": it neither waited nor filled its CPU; None without its CPU samples.
+
+    `detail` says it in words."""
+    res = stats.get("resources") or {}
+    gens = [r for r in res.values() if r.get("kind") == "cpu" and r.get("generator")]
+    if not gens:
+        return {"cause": None, "detail": ""}
+    gen = max(gens, key=lambda r: float(r.get("cpu_percent") or 0.0))
+    cpu, wait = float(gen.get("cpu_percent") or 0.0), gen.get("cpu_wait_percent")
+    own = f"its CPU {cpu:.0f}% of a core"
+    limited = gen.get("cpu_percent_of_quota") is not None  # a quota or cpuset of its own
+    cores = float(gen.get("capacity") or 1.0) if limited else 1.0
+    if cpu >= 100.0 * GENERATOR_CPU_FULL * cores:
+        return {"cause": "own_cpu", "detail": f"{own}, of {cores:g} it may use"}
+    if wait is None:
+        return {"cause": "pacing", "detail": f"{own}; its wait for a CPU unknown"}
+    waited = f"{own}; it waited for a CPU {wait:.1f}% of the time (its run-queue delay)"
+    if wait < GENERATOR_WAIT_PERCENT:
+        return {"cause": "pacing", "detail": waited + ": its own pacing"}
+    if limited:  # a throttled quota is time on the run queue: its own limit
+        return {"cause": "own_cpu", "detail": f"{waited}, held to {cores:g} cores"}
+    machine = res.get(MACHINE)
+    if machine is None:
+        return {"cause": "waited", "detail": waited}
+    run = max(0.0, float(machine.get("busy") or 0.0) - cpu / 100.0)
+    foreign = float(machine.get("foreign_cpu_percent") or 0.0) / 100.0
+    cores_text = f"{float(machine.get('machine_cores') or machine.get('capacity') or 0):g}"
+    if run >= foreign:
+        return {
+            "cause": "shared_cores",
+            "detail": f"{waited}, while the run's other processes used {run:.2f} of the "
+            f"machine's {cores_text} cores and processes outside the run {foreign:.2f}",
+        }
+    return {
+        "cause": "other_processes",
+        "detail": f"{waited}, while processes outside the run used {foreign:.2f} of the "
+        f"machine's {cores_text} cores and the run's other processes {run:.2f}",
+    }
+
+
+def _own_sender_fail(sender: dict[str, Any]) -> bool:
+    """The sender check failed, and not for a target that held the connections."""
+    return sender.get("verdict") == "fail" and sender.get("limit", "generator") == "generator"
 
 
 def _behind(stats: dict[str, Any]) -> bool:

@@ -138,15 +138,20 @@ class RunHosts:
     def limits_of(self, node: str, host_name: str) -> dict[str, Any]:
         """A node's effective limits: its own inside its host's, the tighter of each; the
         CPU it may use in cores (quota, cpuset size) as ``cpu_cores``."""
+        from knee.hosts.cgroups import limit_cores
+
         own, host = self.placement.limits(node), self.hosts[host_name].limits
         out: dict[str, Any] = {}
-        cores = [c for c in (own.cpu_cores, host.cpu_cores) if c is not None]
+        quotas = [c for c in (own.cpu_cores, host.cpu_cores) if c is not None]
         cpuset = own.cpuset or host.cpuset
         if cpuset is not None:
-            cores.append(float(len(parse_cpuset(cpuset))))
             out["cpuset"] = cpuset
-        if cores:
-            out["cpu_cores"] = min(cores)
+        cores = limit_cores(
+            min(quotas) if quotas else None,
+            len(parse_cpuset(cpuset)) if cpuset is not None else None,
+        )
+        if cores is not None:
+            out["cpu_cores"] = cores
         memory = [m for m in (own.memory_bytes, host.memory_bytes) if m is not None]
         if memory:
             out["memory_bytes"] = min(memory)
@@ -155,11 +160,11 @@ class RunHosts:
     def cores_of(self, host_name: str) -> float | None:
         """The CPU a host's nodes may use together, in cores (its quota or cpuset size);
         None without a limit."""
+        from knee.hosts.cgroups import limit_cores
+
         limits = self.hosts[host_name].limits
-        cores = [c for c in (limits.cpu_cores,) if c is not None]
-        if limits.cpuset is not None:
-            cores.append(float(len(parse_cpuset(limits.cpuset))))
-        return min(cores) if cores else None
+        cpus = len(parse_cpuset(limits.cpuset)) if limits.cpuset is not None else None
+        return limit_cores(limits.cpu_cores, cpus)
 
     def interface_rows(self) -> dict[str, dict[str, int]]:
         """bytes_rx and bytes_tx of each host that has an interface of its own."""

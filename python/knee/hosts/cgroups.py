@@ -64,6 +64,11 @@ class Hierarchy:
     mount: Path
     base: Path  # the runner's own cgroup in it: knee's cgroups go under it
     controllers: frozenset[str]
+    root: str = "/"  # the cgroup mounted at `mount` (a container's own, inside one)
+
+    def directory(self, path: str) -> Path:
+        """The directory of cgroup `path` (as /proc/PID/cgroup names it) in this mount."""
+        return _base(self.mount, self.root, path)
 
 
 def _unescape(path: str) -> str:
@@ -96,7 +101,7 @@ def parse_hierarchies(mountinfo: str, proc_cgroup: str) -> dict[str, Hierarchy]:
                 continue  # another hierarchy, or a second mount of one already found
             base = _base(mount, root, own.get(names, root))
             for name in mine:
-                out[name] = Hierarchy(1, mount, base, frozenset(mine))
+                out[name] = Hierarchy(1, mount, base, frozenset(mine), root)
     if v2 is not None:
         mount, root = v2
         try:
@@ -107,7 +112,7 @@ def parse_hierarchies(mountinfo: str, proc_cgroup: str) -> dict[str, Hierarchy]:
         names = ({"cpuacct"} | available) & set(CONTROLLERS) - out.keys()
         if names:
             hierarchy = Hierarchy(
-                2, mount, _base(mount, root, own.get(frozenset(), root)), frozenset(names)
+                2, mount, _base(mount, root, own.get(frozenset(), root)), frozenset(names), root
             )
             out.update(dict.fromkeys(names, hierarchy))
     return out
@@ -166,6 +171,60 @@ def available_cores(hierarchy: Hierarchy | None = None) -> set[int]:
         if text:
             return parse_cpuset(text)
     return set(os.sched_getaffinity(0))
+
+
+def quota_cores_at(path: Path, mount: Path, version: int) -> float | None:
+    """The CPU quota in force on the cgroup at `path` of a cpu hierarchy mounted at `mount`,
+    in cores: the smallest of its own and its ancestors' (v1 cpu.cfs_quota_us over
+    cpu.cfs_period_us, v2 cpu.max); None: unlimited."""
+    quotas = []
+    for d in [path, *path.parents]:
+        if version == 1:
+            quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        else:
+            quota, _, period = (_read(d / "cpu.max") or "max").partition(" ")
+        if quota and period and quota not in ("-1", "max"):
+            quotas.append(int(quota) / int(period))
+        if d == mount or not d.is_relative_to(mount):
+            break
+    return min(quotas) if quotas else None
+
+
+def limit_cores(quota_cores: float | None, cpus: int | None) -> float | None:
+    """The CPU a process may use, in cores: the tighter of its quota and its cores (a
+    cpuset or affinity of that many); None when neither is given."""
+    cores = [float(c) for c in (quota_cores, cpus) if c is not None]
+    return min(cores) if cores else None
+
+
+def process_cpu_limit(pid: int, proc: Path = Path("/proc")) -> dict[str, Any]:
+    """What limits the CPU of process `pid` (a service knee did not start), read as the
+    kernel applies it: its affinity (os.sched_getaffinity: a cpuset or taskset narrows it)
+    and the CPU quota of its cgroup, the tightest up its ancestors (`quota_cores_at`, as
+    for knee's own cgroups). `cpu_cores`: the tighter of the two, None when the process may
+    use every core of the machine without a quota."""
+    out: dict[str, Any] = {"cpus": None, "quota_cores": None, "cpu_cores": None}
+    try:
+        cpus = os.sched_getaffinity(pid)
+    except OSError:
+        cpus = None
+    if cpus is not None and len(cpus) < (os.cpu_count() or len(cpus)):
+        out["cpus"] = _cpuset_text(cpus)
+    h = hierarchies().get("cpu")
+    if h is not None:
+        try:
+            lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            _, names, path = line.split(":", 2)
+            wanted = "cpu" in names.split(",") if h.version == 1 else names == ""
+            if wanted:
+                out["quota_cores"] = quota_cores_at(h.directory(path), h.mount, h.version)
+                break
+    n = len(cpus) if out["cpus"] is not None and cpus is not None else None
+    out["cpu_cores"] = limit_cores(out["quota_cores"], n)
+    return out
 
 
 def check_limits(limits_list: Iterable[Limits]) -> None:
@@ -275,18 +334,7 @@ class Cgroup:
         path = self.paths.get("cpu")
         if path is None:
             return None
-        mount = self._mounts["cpu"]
-        quotas = []
-        for d in [path, *path.parents]:
-            if self.versions["cpu"] == 1:
-                quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-            else:
-                quota, _, period = (_read(d / "cpu.max") or "max").partition(" ")
-            if quota and period and quota not in ("-1", "max"):
-                quotas.append(int(quota) / int(period))
-            if d == mount:
-                break
-        return min(quotas) if quotas else None
+        return quota_cores_at(path, self._mounts["cpu"], self.versions["cpu"])
 
     def describe(self) -> dict[str, Any]:
         cpuset = self.paths.get("cpuset")

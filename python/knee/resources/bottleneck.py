@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from knee.find.probe import decide
+from knee.resources.usage import MACHINE
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is
 #: computing, not waiting (the rest: its threads descheduled on a busy machine, and the
@@ -70,12 +71,49 @@ def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, An
                 out[node] = {**out[node], **{k: r.get(k) for k in keys}}
                 out[node] |= {"cpu_u": cpu_u, "threads": r.get("capacity")}
                 del out[name]
+    _shared_cores(out)
     order = sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
     if any(r["kind"] not in PASSIVE and r["u"] >= NEAR for _, r in order):
         # Held through the whole response, waiting on the target included: they fill
         # because a resource of the target is near its limit, so they rank after it.
         order.sort(key=lambda kv: kv[1]["kind"] in PASSIVE)  # stable: U order kept
     return order
+
+
+def _shared_cores(out: dict[str, dict[str, Any]]) -> None:
+    """The machine's cores (knee.resources.usage's `machine`: the run's processes sharing
+    them) count only near their limit (U >= NEAR) and when a node could use every core
+    (no limit of its own, and a pool no smaller): that node is then limited by the cores
+    it shares with the rest of the run, the generator included, and it folds into the
+    machine, which keeps the larger U and D of the two, with its pool when the pool has
+    more threads than the cores (they wait for the cores). Otherwise the machine is left out:
+    the sum of resources ranked on their own, each with a limit of its own."""
+    machine = out.pop(MACHINE, None)
+    if machine is None or float(machine["u"]) < NEAR:
+        return
+    cores = float(machine.get("machine_cores") or machine.get("capacity") or 0.0)
+    shared = [
+        name
+        for name, r in out.items()
+        if name != MACHINE
+        and r.get("kind") == "cpu"
+        and not r.get("generator")
+        and r.get("role") not in ("host", MACHINE)
+        and float(r.get("capacity") or 0.0) >= cores
+    ]
+    if not shared:
+        return  # no node could use every core: each is held by its own limit
+    keys = ("u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s")
+    top = max([machine, *(out[n] for n in shared)], key=lambda r: float(r.get("u") or 0.0))
+    users = ", ".join(str(out[n]["label"]).removesuffix("'s CPU") for n in shared)
+    folded = {**machine, **{k: top.get(k) for k in keys}, "shared_by": shared}
+    folded["label"] = f"{machine['label']}: {users} and the generator"
+    for name in shared:
+        del out[name]
+        pool = out.get(f"pool:{name}")
+        if pool is not None and float(pool.get("capacity") or 0.0) > cores:
+            del out[f"pool:{name}"]  # more threads than cores: they wait for the cores
+    out[MACHINE] = folded
 
 
 def by_demand(
@@ -239,13 +277,15 @@ def generator(point: dict[str, Any]) -> dict[str, Any]:
     res = point.get("resources") or {}
     # A generator node without CPU samples is unknown, not idle: left out of the maximum.
     cpus = [
-        float(r["cpu_percent"])
+        r
         for r in res.values()
         if r.get("kind") == "cpu" and r.get("generator") and r.get("cpu_percent") is not None
     ]
     conns = res.get("connections") or {}
+    busiest = max(cpus, key=lambda r: float(r.get("cpu_percent") or 0.0)) if cpus else {}
     return {
-        "cpu_percent": max(cpus) if cpus else None,
+        "cpu_percent": float(busiest["cpu_percent"]) if cpus else None,
+        "cpu_wait_percent": busiest.get("cpu_wait_percent"),
         "late_send_share": point.get("late_send_share"),
         "connections_u": conns.get("u"),
         "all_connections_busy_share": conns.get("all_busy_share"),
@@ -297,7 +337,10 @@ def sentence(ex: dict[str, Any]) -> str:
             )
         parts.append(line)
     if gen.get("cpu_percent") is not None:
-        parts.append(f"the generator used {gen['cpu_percent']:.0f}% of a core")
+        used = f"the generator used {gen['cpu_percent']:.0f}% of a core"
+        if gen.get("cpu_wait_percent") is not None:
+            used += f" and waited for one {gen['cpu_wait_percent']:.0f}% of the time"
+        parts.append(used)
     if gen.get("connections_u") is not None and top["resource"] != "connections":
         parts.append(f"its connections were {_pct(gen['connections_u'])} busy")
     if nxt is not None and nxt.get("bound_per_s") and not ex["unseen"]:

@@ -20,6 +20,11 @@ reaches U = 1 first as the load rises. Where each busy time comes from:
 - part: a system's named part that reports its own time (chat's database, `detail_ns`).
 - connections: the generator's connections, each busy from its request's connect to its
   reply (http: one request at a time on each); also the share of time all were busy.
+- machine: this machine's cores, shared by the run's processes (its nodes, the target's
+  tree, the runner) when none has a CPU limit of its own: their CPU summed each interval
+  (the host rows of knee.monitor), capacity the machine's cores. A target that takes the
+  cores the generator needs shows here, beside the generator's run-queue delay
+  (`cpu_wait_percent` of each node's CPU: time its threads waited for a core).
 
 A node the runner has no CPU sample of in the window (it exited before the first one, or
 its samples failed) is listed with `cpu_samples` 0, U and the bound unknown (None) and the
@@ -52,6 +57,12 @@ ROW_S = 1.0
 OVERFULL = 1.05
 #: Fewer per-interval samples than this give no interval for U.
 MIN_INTERVALS = 3
+#: The key and role of the machine's shared cores among a point's resources.
+MACHINE = "machine"
+#: Foreign CPU (cores) the machine's label mentions: the interference check's threshold.
+FOREIGN_NOTED = 0.1
+#: The fewest cores counted as left to the run (a guard against dividing by nothing).
+MIN_CORES_LEFT = 0.01
 
 
 @dataclass
@@ -163,6 +174,8 @@ def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
         if name not in out:
             out[name] = _cpu([], node, x)
     out |= _hosts(mine, inp, x)
+    if (machine := _machine(inp, end_s, x)) is not None:
+        out[MACHINE] = machine
     for name, node in inp.nodes.items():
         if node.pool and name in out:
             if (pool := _pool(inp.stats, node, x, out[name])) is not None:
@@ -191,6 +204,12 @@ def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]
     out["generator"] = node.generator
     out["cpu_percent"] = busy * 100.0
     out["cpu_samples"] = len(values)
+    waits = [r.get("cpu_wait_percent") for r in rows]
+    # Its threads' time runnable without a core (None: unknown, e.g. a remote node).
+    known = np.array([w for w in waits if w is not None], dtype=np.float64)
+    out["cpu_wait_percent"] = (
+        float(known.mean()) if len(known) and len(known) == len(waits) else None
+    )
     if node.cpu_cores:
         out["cpu_percent_of_quota"] = busy * 100.0 / node.cpu_cores
     if len(rows) >= 2 and "bytes_tx" in rows[0] and "bytes_tx" in rows[-1]:
@@ -220,6 +239,44 @@ def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, dict[
         parts = ", ".join(inp.nodes[n].label for n in names if n in {r["node"] for r in mine})
         label = f"host {host}'s CPU ({parts})"
         out[f"host:{host}"] = entry("cpu", label, busy, busy_ci, cores, "cores", x, role="host")
+    return out
+
+
+def _machine(inp: Inputs, end_s: float, x: float) -> dict[str, Any] | None:
+    """This machine's cores as one resource of the run's processes (nodes, the target's
+    tree, the runner), when every node runs here without a CPU limit: they share the cores.
+    Busy is their CPU summed each interval (the host rows' nodes + runner), against the
+    machine's cores; `host_cpu_percent` and `foreign_cpu_percent` are everything's and the
+    other processes' (docs/statistics.md, Interference)."""
+    if not inp.nodes or inp.host_cores:
+        return None
+    if any(n.cpu_cores or n.host not in ("", "local") for n in inp.nodes.values()):
+        return None
+    rows = [
+        r
+        for r in inp.rows
+        if r["point"] == inp.point
+        and inp.after_s <= r["t_s"] <= end_s
+        and r.get("role") == HOST_ROLE
+        and r.get("nodes_cpu_percent") is not None
+    ]
+    if not rows:
+        return None
+    run = np.array([r["nodes_cpu_percent"] + (r.get("runner_cpu_percent") or 0.0) for r in rows])
+    foreign = np.array([r.get("foreign_cpu_percent") or 0.0 for r in rows])
+    busy, busy_ci = _mean_ci(run / 100.0)
+    cores = machine_cores()
+    # What other processes left of the cores is what the run could use (never below what
+    # it did use: host and process ticks are counted apart).
+    left = max(cores - float(foreign.mean()) / 100.0, busy, MIN_CORES_LEFT)
+    label = f"this machine's {cores:g} cores, shared by the run's processes"
+    out = entry("cpu", label, busy, busy_ci, left, "cores", x, role=MACHINE)
+    out["machine_cores"] = cores
+    out["left_by_others"] = left < cores - FOREIGN_NOTED  # capacity: the cores left
+    out["cpu_percent"] = busy * 100.0
+    for key, column in (("host_cpu_percent", "cpu_percent"), ("foreign_cpu_percent",) * 2):
+        values = [r[column] for r in rows if r.get(column) is not None]
+        out[key] = float(np.mean(values)) if values else None
     return out
 
 

@@ -32,6 +32,7 @@ from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
 from knee.find.answers import from_points
 from knee.hosts import RunHosts, cleanup
+from knee.hosts.cgroups import process_cpu_limit
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
@@ -611,6 +612,8 @@ def _sample(state: RunState, point: int) -> None:
         row.update(usage)
         if node.host.remote:  # the local process is the node's ssh client
             row["ssh_cpu_percent"] = row["cpu_percent"]
+            # The ssh client's waits are not the node's; its host reports none: unknown.
+            row["cpu_wait_percent"] = None
             row.update(_remote_usage(state, name, node.latest.get("usage")))
         limits = state.hosts.limits_of(name, node.host.name)
         if limits.get("cpu_cores"):
@@ -680,7 +683,7 @@ def _resource_inputs(
         nodes[TARGET_NODE] = resource_usage.NodeInfo(
             role=TARGET_ROLE,
             label=f"the target {target['name']}",
-            cpu_cores=None,
+            cpu_cores=target.get("cpu_cores"),  # its affinity or cgroup quota; None: all
             pool=workers,  # prefork workers; their busy time from Server-Timing
         )
     links = {
@@ -730,7 +733,12 @@ def _watch_target(
         state.event("target", point.index, TARGET_NODE, found)
         return {"found": False, "reason": found}
     state.monitor.add_tree(TARGET_NODE, found.root_pid)
+    # Its cores, as the kernel limits them: its affinity (taskset, a cpuset) and its
+    # cgroup's CPU quota (docker --cpus, systemd's CPUQuota), as for knee's own nodes.
+    limit = process_cpu_limit(found.root_pid)
     detail = f"{found.name}, pid {found.root_pid}, {len(found.pids)} processes"
+    if limit["cpu_cores"] is not None:
+        detail += f", {limit['cpu_cores']:g} cores"
     state.event("target", point.index, TARGET_NODE, detail)
     return {
         "found": True,
@@ -738,6 +746,7 @@ def _watch_target(
         "root_pid": found.root_pid,
         "pids": list(found.pids),
         "workers": found.workers,
+        **limit,
     }
 
 
