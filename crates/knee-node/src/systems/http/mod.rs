@@ -13,7 +13,7 @@
 //! - `client.rs`: the role on the load harness.
 
 mod client;
-mod config;
+pub mod config;
 mod conn;
 mod engine;
 mod nginx;
