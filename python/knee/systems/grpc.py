@@ -16,7 +16,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from knee.params import Param, Point, RuleError, Sections, from_node
+from knee.params import Param, Point, RuleError, Sections, from_node, spec_relative
 from knee.systems.base import NodePlan, System, load_config
 
 #: Each scheme's port when the target gives none; a bare HOST:PORT is h2c (plaintext).
@@ -52,7 +52,7 @@ def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
     check = os.path.isfile if kind == "file" else os.path.isdir
     out = []
     for p in value:
-        full = os.path.abspath(p)
+        full = spec_relative(p)
         if not check(full):
             raise RuleError(f"driver.{key}", f"no such {kind}: {p}")
         out.append(full)
@@ -93,7 +93,7 @@ def _grpc_rule(s: Sections) -> None:
     _paths(driver, "proto_files", "file")
     _paths(driver, "import_paths", "folder")
     if driver["protoset"] is not None:
-        full = os.path.abspath(driver["protoset"])
+        full = spec_relative(driver["protoset"])
         if not os.path.isfile(full):
             raise RuleError("driver.protoset", f"no such file: {driver['protoset']}")
         driver["protoset"] = full
@@ -110,7 +110,7 @@ def _grpc_rule(s: Sections) -> None:
         if driver[key] and not https:
             raise RuleError(f"driver.{key}", "is for an https:// server.target")
     if driver["tls_ca_file"] is not None:
-        ca_file = os.path.abspath(driver["tls_ca_file"])
+        ca_file = spec_relative(driver["tls_ca_file"])
         if not os.path.isfile(ca_file):
             raise RuleError("driver.tls_ca_file", f"no such file: {driver['tls_ca_file']}")
         driver["tls_ca_file"] = ca_file
