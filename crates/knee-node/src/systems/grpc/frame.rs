@@ -1,6 +1,7 @@
-//! The reply's body as gRPC length-prefixed messages, read as its bytes arrive: each
-//! message's 5-byte prefix (compressed flag, length big-endian) is checked and its bytes
-//! counted, never kept (the reply message is counted, not decoded).
+//! The reply's body as gRPC length-prefixed messages, checked from its first bytes and its
+//! length: the body is counted, never kept (the reply message is counted, not decoded), so
+//! the transport hands over its first `PREFIX_BYTES` and its byte count. A unary reply has
+//! one message: its prefix's length must account for the whole body.
 
 use super::message::PREFIX_BYTES;
 
@@ -8,137 +9,72 @@ use super::message::PREFIX_BYTES;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
     /// A compressed flag other than 0 and 1, a compressed message when the reply named no
-    /// `grpc-encoding`, or a body that ends inside a message.
+    /// `grpc-encoding`, or a body that ends inside its message (or inside the prefix).
     Malformed,
     /// A message longer than the bound.
     TooLarge,
 }
 
-/// Reads one reply's messages.
-#[derive(Clone, Copy, Debug)]
-pub struct Frames {
+/// The messages of a unary reply's body from its first bytes (`head`, up to
+/// `PREFIX_BYTES` of them) and its length: 0 (an empty body), 1 (one whole message), 2
+/// (one message and more bytes after it: at least two messages), or what is wrong.
+pub fn unary_messages(
+    head: &[u8],
+    body_bytes: u64,
     max_message_bytes: u64,
-    /// The reply named a `grpc-encoding`: a compressed message (flag 1) is allowed.
     compression: bool,
-    /// Bytes of the current prefix seen, and the prefix so far.
-    prefix_seen: usize,
-    prefix: [u8; PREFIX_BYTES],
-    /// Bytes of the current message still to come.
-    remaining: u64,
-    /// Whole messages read.
-    pub messages: u32,
-    /// Message bytes read (prefixes left out).
-    pub message_bytes: u64,
-}
-
-impl Frames {
-    pub fn new(max_message_bytes: u64, compression: bool) -> Frames {
-        Frames {
-            max_message_bytes,
-            compression,
-            prefix_seen: 0,
-            prefix: [0; PREFIX_BYTES],
-            remaining: 0,
-            messages: 0,
-            message_bytes: 0,
-        }
+) -> Result<u32, FrameError> {
+    if body_bytes == 0 {
+        return Ok(0);
     }
-
-    /// Reads the next bytes of the body.
-    pub fn feed(&mut self, mut data: &[u8]) -> Result<(), FrameError> {
-        while !data.is_empty() {
-            if self.remaining > 0 {
-                let n = (self.remaining.min(data.len() as u64)) as usize;
-                self.remaining -= n as u64;
-                self.message_bytes += n as u64;
-                data = &data[n..];
-                if self.remaining == 0 {
-                    self.messages += 1;
-                }
-                continue;
-            }
-            let n = (PREFIX_BYTES - self.prefix_seen).min(data.len());
-            self.prefix[self.prefix_seen..self.prefix_seen + n].copy_from_slice(&data[..n]);
-            self.prefix_seen += n;
-            data = &data[n..];
-            if self.prefix_seen < PREFIX_BYTES {
-                return Ok(());
-            }
-            self.prefix_seen = 0;
-            match self.prefix[0] {
-                0 => {}
-                1 if self.compression => {}
-                _ => return Err(FrameError::Malformed),
-            }
-            let len = u32::from_be_bytes([self.prefix[1], self.prefix[2], self.prefix[3], self.prefix[4]]);
-            if u64::from(len) > self.max_message_bytes {
-                return Err(FrameError::TooLarge);
-            }
-            if len == 0 {
-                self.messages += 1;
-            }
-            self.remaining = u64::from(len);
-        }
-        Ok(())
+    let Some(prefix) = head.get(..PREFIX_BYTES).filter(|_| body_bytes >= PREFIX_BYTES as u64) else {
+        return Err(FrameError::Malformed);
+    };
+    match prefix[0] {
+        0 => {}
+        1 if compression => {}
+        _ => return Err(FrameError::Malformed),
     }
-
-    /// The body ended: every message must be whole. Returns the count of messages.
-    pub fn end(&self) -> Result<u32, FrameError> {
-        if self.prefix_seen > 0 || self.remaining > 0 {
-            return Err(FrameError::Malformed);
-        }
-        Ok(self.messages)
+    let len = u64::from(u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]));
+    if len > max_message_bytes {
+        return Err(FrameError::TooLarge);
+    }
+    let whole = PREFIX_BYTES as u64 + len;
+    match body_bytes.cmp(&whole) {
+        std::cmp::Ordering::Equal => Ok(1),
+        std::cmp::Ordering::Greater => Ok(2),
+        std::cmp::Ordering::Less => Err(FrameError::Malformed),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::Rng;
-
-    fn read(parts: &[&[u8]], compression: bool) -> Result<(u32, u64), FrameError> {
-        let mut f = Frames::new(100, compression);
-        for p in parts {
-            f.feed(p)?;
-        }
-        f.end().map(|n| (n, f.message_bytes))
-    }
 
     #[test]
-    fn messages_are_counted_wherever_reads_end() {
-        let body = [0u8, 0, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0, 0];
-        assert_eq!(read(&[&body], false), Ok((2, 3)));
-        let singles: Vec<&[u8]> = body.chunks(1).collect();
-        assert_eq!(read(&singles, false), Ok((2, 3)));
-        assert_eq!(read(&[], false), Ok((0, 0)));
+    fn one_whole_message_none_or_more() {
+        assert_eq!(unary_messages(&[0, 0, 0, 0, 3], 8, 100, false), Ok(1));
+        assert_eq!(unary_messages(&[0, 0, 0, 0, 0], 5, 100, false), Ok(1));
+        assert_eq!(unary_messages(&[], 0, 100, false), Ok(0));
+        assert_eq!(unary_messages(&[0, 0, 0, 0, 3], 13, 100, false), Ok(2));
+        assert_eq!(unary_messages(&[1, 0, 0, 0, 3], 8, 100, true), Ok(1));
     }
 
     #[test]
     fn bad_framing_is_malformed_or_too_large() {
-        assert_eq!(read(&[&[0, 0, 0, 0, 3, b'a']], false), Err(FrameError::Malformed));
-        assert_eq!(read(&[&[0, 0, 0]], false), Err(FrameError::Malformed));
-        assert_eq!(read(&[&[2, 0, 0, 0, 0]], false), Err(FrameError::Malformed));
-        assert_eq!(read(&[&[1, 0, 0, 0, 0]], false), Err(FrameError::Malformed));
-        assert_eq!(read(&[&[1, 0, 0, 0, 0]], true), Ok((1, 0)));
-        assert_eq!(read(&[&[0, 0, 0, 1, 0]], false), Err(FrameError::TooLarge));
-    }
-
-    #[test]
-    fn never_panics_on_random_bytes() {
-        let mut rng = Rng::new(35);
-        for _ in 0..20_000 {
-            let n = rng.range_u32(0, 64) as usize;
-            let bytes: Vec<u8> = (0..n).map(|_| (rng.next_u64() % 4) as u8).collect();
-            let mut f = Frames::new(8, rng.next_u64() % 2 == 0);
-            let mut rest = &bytes[..];
-            while !rest.is_empty() {
-                let k = (rng.range_u32(1, 9) as usize).min(rest.len());
-                if f.feed(&rest[..k]).is_err() {
-                    break;
-                }
-                rest = &rest[k..];
-            }
-            let _ = f.end();
-        }
+        let m = Err(FrameError::Malformed);
+        assert_eq!(unary_messages(&[0, 0, 0, 0, 3], 6, 100, false), m);
+        assert_eq!(unary_messages(&[0, 0, 0], 3, 100, false), m);
+        assert_eq!(unary_messages(&[0, 0, 0, 0, 0], 3, 100, false), m);
+        assert_eq!(unary_messages(&[2, 0, 0, 0, 0], 5, 100, false), m);
+        assert_eq!(unary_messages(&[1, 0, 0, 0, 0], 5, 100, false), m);
+        assert_eq!(
+            unary_messages(&[0, 0, 0, 1, 0], 261, 100, false),
+            Err(FrameError::TooLarge)
+        );
+        assert_eq!(
+            unary_messages(&[0, 255, 255, 255, 255], 9, u64::MAX, false),
+            m
+        );
     }
 }
