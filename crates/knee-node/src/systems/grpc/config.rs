@@ -247,7 +247,10 @@ mod tests {
                 ("user-agent", "mine"),
             ]
         );
-        assert_eq!((c.input.as_str(), c.output.as_str()), ("knee.test.Req", "knee.test.Rep"));
+        assert_eq!(
+            (c.input.as_str(), c.output.as_str()),
+            ("knee.test.Req", "knee.test.Rep")
+        );
         // The message as JSON text, as the CLI passes it.
         let d = driver_of(serde_json::json!({
             "proto_files": [proto()], "call": "knee.test.Echo/Call", "data": "{\"sleep_ms\": 3}",
@@ -259,7 +262,10 @@ mod tests {
     fn bad_configs_are_one_line_each() {
         let p = proto();
         for (v, words) in [
-            (serde_json::json!({"call": "knee.test.Echo/Call"}), "give proto_files"),
+            (
+                serde_json::json!({"call": "knee.test.Echo/Call"}),
+                "give proto_files",
+            ),
             (
                 serde_json::json!({"proto_files": [p], "protoset": "x", "call": "a.B/C"}),
                 "not both",

@@ -27,7 +27,10 @@ pub fn unary_messages(
     if body_bytes == 0 {
         return Ok(0);
     }
-    let Some(prefix) = head.get(..PREFIX_BYTES).filter(|_| body_bytes >= PREFIX_BYTES as u64) else {
+    let Some(prefix) = head
+        .get(..PREFIX_BYTES)
+        .filter(|_| body_bytes >= PREFIX_BYTES as u64)
+    else {
         return Err(FrameError::Malformed);
     };
     match prefix[0] {
@@ -72,9 +75,6 @@ mod tests {
             unary_messages(&[0, 0, 0, 1, 0], 261, 100, false),
             Err(FrameError::TooLarge)
         );
-        assert_eq!(
-            unary_messages(&[0, 255, 255, 255, 255], 9, u64::MAX, false),
-            m
-        );
+        assert_eq!(unary_messages(&[0, 255, 255, 255, 255], 9, u64::MAX, false), m);
     }
 }

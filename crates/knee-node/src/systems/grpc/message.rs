@@ -65,7 +65,11 @@ mod tests {
     #[test]
     fn json_is_encoded_as_protobuf_does() {
         let d = desc();
-        let b = encode(&d, r#"{"text": "hi", "sleepMs": 5, "pad": "AAE=", "big": "7", "kind": "B", "tags": ["x"]}"#).unwrap();
+        let b = encode(
+            &d,
+            r#"{"text": "hi", "sleepMs": 5, "pad": "AAE=", "big": "7", "kind": "B", "tags": ["x"]}"#,
+        )
+        .unwrap();
         // 1: "hi"; 2: 5; 3: 00 01; 4: 7; 5: 1; 6: "x"
         assert_eq!(
             b,

@@ -45,6 +45,11 @@ pub const SYSTEM: super::System = super::System {
                 "queue_ns",
                 "the wait for its connection to be made (connect_ns)",
             )
+            .column(
+                "service_ns",
+                "held_ns",
+                "the wait for a free stream (the server's SETTINGS_MAX_CONCURRENT_STREAMS) or flow-control window, from its intended time",
+            )
             .reads::<server::ServerConfig>("server")
             .key("server.go_grpc", Key::object().required())
             .reads::<server::GoServer>("server.go_grpc")

@@ -31,10 +31,7 @@ pub enum Source<'a> {
 pub fn pool(source: &Source) -> Result<DescriptorPool, String> {
     match source {
         Source::Protoset(path) => protoset(path),
-        Source::Protos {
-            files,
-            import_paths,
-        } => compile(files, import_paths),
+        Source::Protos { files, import_paths } => compile(files, import_paths),
     }
 }
 
@@ -119,7 +116,11 @@ pub fn method(pool: &DescriptorPool, call: &str) -> Result<MethodDescriptor, Str
         let known: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
         return Err(format!(
             "call {call}: no service {service} in the proto (it has: {})",
-            if known.is_empty() { "none".into() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".into()
+            } else {
+                known.join(", ")
+            }
         ));
     };
     let Some(m) = svc.methods().find(|m| m.name() == name) else {
@@ -189,9 +190,18 @@ service Echo {
     fn unknown_and_streaming_methods_are_refused_in_one_line() {
         let p = echo_pool("methods.proto");
         for (call, words) in [
-            ("knee.test.Nope/Call", "no service knee.test.Nope in the proto (it has: knee.test.Echo)"),
-            ("knee.test.Echo/Nope", "has no method Nope (it has: Call, Watch, Upload, Chat)"),
-            ("knee.test.Echo/Watch", "a server streaming method; knee makes unary calls only"),
+            (
+                "knee.test.Nope/Call",
+                "no service knee.test.Nope in the proto (it has: knee.test.Echo)",
+            ),
+            (
+                "knee.test.Echo/Nope",
+                "has no method Nope (it has: Call, Watch, Upload, Chat)",
+            ),
+            (
+                "knee.test.Echo/Watch",
+                "a server streaming method; knee makes unary calls only",
+            ),
             ("knee.test.Echo/Upload", "a client streaming method"),
             ("knee.test.Echo/Chat", "a bidirectional streaming method"),
             ("Call", "expected package.Service/Method"),

@@ -105,9 +105,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
         .stderr(Stdio::inherit())
         .process_group(0)
         .spawn()
-        .map_err(|e| {
-            format!("starting {binary}: {e} (`scripts/grpc-servers install` builds it)")
-        })?;
+        .map_err(|e| format!("starting {binary}: {e} (`scripts/grpc-servers install` builds it)"))?;
     match listening(&mut child) {
         Ok(addr) => supervise(child, addr),
         Err(e) => {

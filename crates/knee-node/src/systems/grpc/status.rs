@@ -86,25 +86,41 @@ impl Verdict {
     }
 }
 
-/// The code a gRPC client reports for a call that failed on the transport with http's
-/// `reason`: no reply came (or none that could be read), so the code is the client's.
+/// The code a gRPC client library reports for a call that failed with http's (or
+/// HTTP/2's) `reason`, no status having come from the server: a deadline is
+/// DEADLINE_EXCEEDED, a connection that failed or went away UNAVAILABLE, a message over
+/// the bound RESOURCE_EXHAUSTED, a call knee stopped CANCELLED, a reply that broke the
+/// protocol INTERNAL.
 pub fn code_of_transport(reason: u32) -> u16 {
-    const TIMEOUT: u32 = HttpReason::Timeout as u32;
-    const STOPPED: u32 = HttpReason::Stopped as u32;
-    const MAX_OUTSTANDING: u32 = HttpReason::MaxOutstanding as u32;
-    const CONNECT: u32 = HttpReason::Connect as u32;
-    const CONNECT_TIMEOUT: u32 = HttpReason::ConnectTimeout as u32;
-    const TLS: u32 = HttpReason::Tls as u32;
-    const SEND: u32 = HttpReason::Send as u32;
-    const CLOSED_BEFORE: u32 = HttpReason::ClosedBeforeReply as u32;
-    const CLOSED_MID: u32 = HttpReason::ClosedMidReply as u32;
+    use HttpReason as R;
+    let unavailable = [
+        R::Connect,
+        R::ConnectTimeout,
+        R::Tls,
+        R::Send,
+        R::ClosedBeforeReply,
+        R::ClosedMidReply,
+        R::GoAway,
+        R::Refused,
+    ];
     match reason {
         0 => OK,
-        TIMEOUT => DEADLINE_EXCEEDED,
-        STOPPED => CANCELLED,
-        MAX_OUTSTANDING => RESOURCE_EXHAUSTED,
-        CONNECT | CONNECT_TIMEOUT | TLS | SEND | CLOSED_BEFORE | CLOSED_MID => UNAVAILABLE,
+        r if r == R::Timeout as u32 => DEADLINE_EXCEEDED,
+        r if r == R::Stopped as u32 => CANCELLED,
+        r if r == R::MaxOutstanding as u32 || r == R::BodyTooLarge as u32 => RESOURCE_EXHAUSTED,
+        r if unavailable.iter().any(|u| *u as u32 == r) => UNAVAILABLE,
         _ => INTERNAL,
+    }
+}
+
+/// A failed call's code (`grpc_status`): the one its verdict gave (the server's status,
+/// or the mapped HTTP status) for gRPC's own reasons, else the client library's code for
+/// the reason (`code_of_transport`).
+pub fn failure_code(reason: u32, code: u16) -> u16 {
+    if Reason::ALL.iter().any(|(_, r)| *r as u32 == reason) {
+        code
+    } else {
+        code_of_transport(reason)
     }
 }
 
@@ -163,6 +179,12 @@ impl Fields for [(&str, &[u8])] {
     }
 }
 
+impl Fields for http::HeaderMap {
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        http::HeaderMap::get(self, name).map(|v| v.as_bytes())
+    }
+}
+
 /// The reply's content-type says gRPC; a reply without `grpc-encoding` sent no compressed
 /// messages (checked in `frame.rs`).
 pub fn is_grpc(headers: &dyn Fields) -> bool {
@@ -187,7 +209,10 @@ pub fn judge(
     let code = status.map(parse_code);
     if http_status != 200 {
         // A proxy's answer, most likely: the status maps to a code unless the reply has one.
-        return Verdict::fail(code.flatten().unwrap_or(code_of_http(http_status)), Reason::HttpStatus as u32);
+        return Verdict::fail(
+            code.flatten().unwrap_or(code_of_http(http_status)),
+            Reason::HttpStatus as u32,
+        );
     }
     if !is_grpc(headers) {
         return Verdict::fail(UNKNOWN, Reason::NotGrpc as u32);
@@ -272,9 +297,15 @@ mod tests {
         let only: &F = &[("content-type", b"application/grpc"), ("grpc-status", b"4")];
         assert_eq!(judge(200, only, Ok(0), None), Verdict { code: 4, reason: 32 });
         assert_eq!(judge(200, GRPC, Ok(1), None), Verdict { code: 13, reason: 33 });
-        assert_eq!(judge(200, GRPC, Ok(1), Some(&[][..])), Verdict { code: 13, reason: 33 });
+        assert_eq!(
+            judge(200, GRPC, Ok(1), Some(&[][..])),
+            Verdict { code: 13, reason: 33 }
+        );
         let junk: &F = &[("grpc-status", b"99")];
-        assert_eq!(judge(200, GRPC, Ok(1), Some(junk)), Verdict { code: 13, reason: 1 });
+        assert_eq!(
+            judge(200, GRPC, Ok(1), Some(junk)),
+            Verdict { code: 13, reason: 1 }
+        );
     }
 
     #[test]
@@ -293,6 +324,15 @@ mod tests {
         assert_eq!(code_of_transport(HttpReason::Connect as u32), UNAVAILABLE);
         assert_eq!(code_of_transport(HttpReason::Stopped as u32), CANCELLED);
         assert_eq!(code_of_transport(HttpReason::Malformed as u32), INTERNAL);
+        assert_eq!(code_of_transport(HttpReason::GoAway as u32), UNAVAILABLE);
+        assert_eq!(
+            code_of_transport(HttpReason::BodyTooLarge as u32),
+            RESOURCE_EXHAUSTED
+        );
+        assert_eq!(code_of_transport(HttpReason::Reset as u32), INTERNAL);
         assert_eq!(code_of_transport(0), OK);
+        // The server's own status stays; a transport reason gets the library's code.
+        assert_eq!(failure_code(Reason::GrpcStatus as u32, 5), 5);
+        assert_eq!(failure_code(HttpReason::Timeout as u32, 0), DEADLINE_EXCEEDED);
     }
 }
