@@ -122,14 +122,18 @@ def codes(records: np.ndarray) -> dict[str, int]:
     return {GRPC_CODES[int(v)]: int(n) for v, n in zip(values, counts, strict=True)}
 
 
-@pytest.mark.parametrize("kind", ["grpcio", "go", "go-tls"])
+@pytest.mark.parametrize("kind", ["grpcio", "go", "go-tls", "go-tls-insecure"])
 def test_every_call_is_ok_and_its_reply_counted(
     kind: str, run_load: Any, certs: tuple[Path, Path, Path]
 ) -> None:
     ca, cert, key = certs
-    tls = (cert, key) if kind == "go-tls" else None
-    extra = {"tls_ca_file": str(ca)} if tls else {}
-    with grpc_server(kind.removesuffix("-tls"), workers=4, sleep_ms=2, tls=tls) as addr:
+    tls = (cert, key) if kind.startswith("go-tls") else None
+    extra: dict[str, Any] = {}
+    if kind == "go-tls":
+        extra = {"tls_ca_file": str(ca)}
+    elif kind == "go-tls-insecure":
+        extra = {"tls_insecure": True}
+    with grpc_server(kind.split("-")[0], workers=4, sleep_ms=2, tls=tls) as addr:
         target = f"https://{addr}" if tls else addr
         run = run_load(
             "grpc",
@@ -192,10 +196,12 @@ def test_a_deadline_shorter_than_the_call_is_deadline_exceeded(kind: str, run_lo
 
 
 def test_knee_grpc_writes_a_run_and_a_report(tmp_path: Path) -> None:
+    request = tmp_path / "req.json"
+    request.write_text('{"text": "hello", "sleepMs": 1}')
     with grpc_server("go", workers=4, sleep_ms=2) as addr:
         out = run_knee(
             "grpc", addr, "--proto", str(PROTO), "--call", CALL,
-            "-d", '{"text": "hello"}', "-m", '{"x-team": "blue"}', "-H", "x-run: 1",
+            "-d", f"@{request}", "-m", '{"x-team": "blue"}', "-H", "x-run: 1",
             "--rate", "100", "--duration", "3s", "--warmup", "0.5s", "--connections", "2",
             "--out", str(tmp_path / "runs"), "--no-progress",
             timeout_s=120,
@@ -209,7 +215,8 @@ def test_knee_grpc_writes_a_run_and_a_report(tmp_path: Path) -> None:
     assert "gRPC: status codes, failures and connects" in html
     assert "OK: " in html and "Every call was OK." in html
     spec = (run_dir / "spec.toml").read_text()
-    assert "x-team" in spec and "knee.test.Echo/Call" in spec
+    assert "x-team" in spec and "x-run" in spec and "knee.test.Echo/Call" in spec
+    assert "sleepMs" in spec, "the message's JSON from the file"
 
 
 def test_knee_grpc_with_no_rate_finds_a_grpcio_servers_capacity(tmp_path: Path) -> None:

@@ -255,7 +255,10 @@ mod tests {
         let d = driver_of(serde_json::json!({
             "proto_files": [proto()], "call": "knee.test.Echo/Call", "data": "{\"sleep_ms\": 3}",
         }));
-        assert_eq!(build_call(&d, "h:1", 1).unwrap().body, [0, 0, 0, 0, 2, 0x10, 3]);
+        let c = build_call(&d, "h:1", 1).unwrap();
+        assert_eq!(c.body, [0, 0, 0, 0, 2, 0x10, 3]);
+        let agent = format!("knee/{}", env!("CARGO_PKG_VERSION"));
+        assert!(c.headers.contains(&("user-agent".to_string(), agent)));
     }
 
     #[test]
