@@ -81,6 +81,12 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
         driver["tls_resume"] = False
     if args.insecure:
         driver["tls_insecure"] = True
+    if getattr(args, "h2c", False):
+        if target.startswith("https://"):
+            raise HttpArgsError("--h2c is cleartext HTTP/2, for http:// URLs (https: h2 by ALPN)")
+        driver["protocol"] = "h2c"
+    if getattr(args, "http1", False):
+        driver["protocol"] = "http1"
     if args.cacert:
         if not os.path.isfile(args.cacert):
             raise HttpArgsError(f"--cacert: no such file: {args.cacert}")
