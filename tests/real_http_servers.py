@@ -161,12 +161,12 @@ def go_binary() -> str:
 
 
 @cache
-def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
-    """`go build` of tests/http_apps/go_app (standard library only) into `out_dir`, with
-    go's caches there too; downloads are off (GOPROXY=off, GOTOOLCHAIN=local). Once per
-    process."""
+def build_go_app(out_dir: Path = GO_BUILD_DIR, app: str = "go_app") -> Path:
+    """`go build` of tests/http_apps/<app> (standard library only: go_app, go_h2) into
+    `out_dir`, with go's caches there too; downloads are off (GOPROXY=off,
+    GOTOOLCHAIN=local). Once per process and app."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    binary = out_dir / "go-app"
+    binary = out_dir / app.replace("_", "-")
     env = {
         **os.environ,
         "GOPATH": str(out_dir / "gopath"),
@@ -178,7 +178,7 @@ def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
     }
     proc = subprocess.run(
         [go_binary(), "build", "-o", str(binary), "."],
-        cwd=APPS / "go_app",
+        cwd=APPS / app,
         env=env,
         capture_output=True,
         text=True,
@@ -194,7 +194,7 @@ def _go(port: int, workdir: Path, _knee_node: str) -> Launch:
     return Launch([str(build_go_app()), str(port)])
 
 
-def go_h2(
+def go_app_h2(
     tls: bool = False, h2c: bool = False, max_streams: int = 0, sleep_ms: int = 20
 ) -> Callable[[int, Path, str], Launch]:
     """Go net/http speaking HTTP/2: over TLS (h2 by ALPN, a throwaway certificate) or in
@@ -209,6 +209,21 @@ def go_h2(
         if tls:
             ca, cert, key = throwaway_certs(workdir / "tls")
             argv += ["-tls", f"{cert},{key}"]
+        return Launch(argv, scheme="https" if tls else "http", ca_file=ca and str(ca))
+
+    return launch
+
+
+def _go_h2(tls: bool) -> Callable[[int, Path, str], Launch]:
+    """Go net/http with HTTP/2 (tests/http_apps/go_h2): h2c by prior knowledge and HTTP/1.1
+    on one port, or TLS with h2 by ALPN (and HTTP/1.1)."""
+
+    def launch(port: int, workdir: Path, _knee_node: str) -> Launch:
+        argv = [str(build_go_app(app="go_h2")), str(port)]
+        ca = None
+        if tls:
+            ca, cert, key = throwaway_certs(workdir / "tls")
+            argv += [str(cert), str(key)]
         return Launch(argv, scheme="https" if tls else "http", ca_file=ca and str(ca))
 
     return launch
@@ -286,12 +301,14 @@ assert tuple(LAUNCHERS) == NAMES
 #: Servers started by name outside the conformance matrix.
 LAUNCHERS["gunicorn-sleep"] = _gunicorn_sleep
 LAUNCHERS["gunicorn-lock"] = _gunicorn_lock
+#: HTTP/2 servers (the h2 tests and benches); they answer HTTP/1.1 too.
+LAUNCHERS["go-h2c"] = _go_h2(tls=False)
+LAUNCHERS["go-h2-tls"] = _go_h2(tls=True)
 LAUNCHERS["nginx-h2-tls"] = _nginx(tls=True, http2=True)
 LAUNCHERS["nginx-h2c"] = _nginx(http2=True)
-LAUNCHERS["go-h2-tls"] = go_h2(tls=True)
-LAUNCHERS["go-h2c"] = go_h2(h2c=True)
-#: One stream per connection (SETTINGS_MAX_CONCURRENT_STREAMS 1), /sleep 20 ms.
-LAUNCHERS["go-h2c-one-stream"] = go_h2(h2c=True, max_streams=1)
+#: Go's go_app with one stream per connection (SETTINGS_MAX_CONCURRENT_STREAMS 1) and
+#: /sleep taking 20 ms: the held test's server.
+LAUNCHERS["go-h2c-one-stream"] = go_app_h2(h2c=True, max_streams=1)
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

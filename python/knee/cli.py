@@ -142,6 +142,16 @@ def _http_parser(sub: Any) -> None:
         action="store_true",
         help="https: a full TLS handshake on every new connection (default: resume sessions)",
     )
+    protocol = h.add_mutually_exclusive_group()
+    protocol.add_argument(
+        "--h2c",
+        action="store_true",
+        help="http: cleartext HTTP/2 by prior knowledge (default: HTTP/1.1; https: h2 when "
+        "the server chooses it by ALPN)",
+    )
+    protocol.add_argument(
+        "--http1", action="store_true", help="HTTP/1.1 only (https: ALPN offers only http/1.1)"
+    )
     _search_options(h)
     add_run_options(h, "http")
 

@@ -59,5 +59,11 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
     tls_driver(args, https, driver)
     if args.no_tls_resume:
         driver["tls_resume"] = False
+    if getattr(args, "h2c", False):
+        if https:
+            raise HttpArgsError("--h2c is cleartext HTTP/2, for http:// URLs (https: h2 by ALPN)")
+        driver["protocol"] = "h2c"
+    if getattr(args, "http1", False):
+        driver["protocol"] = "http1"
     doc = {"server": {"target": target}, "driver": driver}
     return load_spec(args, doc, "http", f"knee http {args.method.upper()} {args.url}")

@@ -58,6 +58,8 @@ struct Waiting {
 
 #[derive(Clone, Copy)]
 struct Again {
+    /// The connection that refused it: another is used when one has room.
+    refused_on: usize,
     pick: (u16, u32),
     deadline_ns: u64,
     queue_ns: u64,
@@ -321,10 +323,14 @@ impl Engine<'_> {
     /// finds none waits (held), and closed connections are made again for it.
     fn dispatch(&mut self, now: u64) {
         let n = self.pool.conns.len();
-        'requests: while !self.queue.is_empty() {
+        'requests: while let Some(front) = self.queue.front() {
+            let avoid = front
+                .again
+                .map(|a| a.refused_on)
+                .filter(|&r| (0..n).any(|s| s != r && self.room(s) > 0));
             for k in 0..n {
                 let slot = (self.cursor + k) % n;
-                if self.room(slot) == 0 {
+                if self.room(slot) == 0 || avoid == Some(slot) {
                     continue;
                 }
                 let ready = {
@@ -632,6 +638,7 @@ impl Engine<'_> {
                         waited: true,
                         client: f.client,
                         again: Some(Again {
+                            refused_on: slot,
                             pick: f.pick,
                             deadline_ns: f.deadline_ns,
                             queue_ns: f.queue_ns,
@@ -719,6 +726,10 @@ impl Engine<'_> {
 
     fn wait_ns(&mut self, now: u64) -> u64 {
         if self.pool.conns.iter().any(|c| c.wake.is_set()) {
+            return 0;
+        }
+        // A stream became free since the dispatch: the next request waiting takes it now.
+        if !self.queue.is_empty() && (0..self.pool.conns.len()).any(|s| self.room(s) > 0) {
             return 0;
         }
         let mut wait = IDLE_WAIT_NS;

@@ -115,10 +115,6 @@ impl H2Table {
         self.cursors[i] = line + 1;
         (i as u16, line as u32)
     }
-
-    pub fn get(&self, op: u16, line: u32) -> &H2Request {
-        &self.entries[op as usize][line as usize]
-    }
 }
 
 /// A system's verdict on one whole response.

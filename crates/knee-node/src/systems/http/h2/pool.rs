@@ -23,6 +23,14 @@ pub(crate) struct H2Pool {
     pub(super) connect_timeout_ns: u64,
 }
 
+/// The setup's error when TLS did not give h2 and the caller required it.
+fn not_h2(addr: &std::net::SocketAddr, chose: &str) -> String {
+    format!(
+        "{addr}: the server does not speak HTTP/2 over TLS (ALPN offered h2; it chose {chose}): \
+         use driver.protocol = \"auto\" or \"http1\""
+    )
+}
+
 impl H2Pool {
     /// Makes every connection. Err: the target refused (nothing listens, an untrusted
     /// certificate, or TLS without h2 when the caller may not fall back). Ok(None): the
@@ -55,6 +63,10 @@ impl H2Pool {
         let addr = self.setup.addr;
         let start = clock::now_ns();
         let refused = |index: u32, f: Failed| match f.refused {
+            // A TLS server without h2 may refuse the handshake rather than choose HTTP/1.1.
+            true if f.error.contains("NoApplicationProtocol") => {
+                Err(not_h2(&addr, "none (it refused the handshake)"))
+            }
             true => Err(format!("connection {index} to {addr}: {}", f.words())),
             false => Ok(()),
         };
@@ -77,10 +89,7 @@ impl H2Pool {
                             true => "no protocol".to_string(),
                             false => String::from_utf8_lossy(&chose).into_owned(),
                         };
-                        return Err(format!(
-                            "{addr}: the server does not speak HTTP/2 over TLS (ALPN offered h2; \
-                             it chose {chose}): use driver.protocol = \"auto\" or \"http1\""
-                        ));
+                        return Err(not_h2(&addr, &chose));
                     }
                     Err(f) => refused(c.index, f)?,
                 }
