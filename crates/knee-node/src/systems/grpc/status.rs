@@ -173,12 +173,6 @@ pub trait Fields {
     fn get(&self, name: &str) -> Option<&[u8]>;
 }
 
-impl Fields for [(&str, &[u8])] {
-    fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
-    }
-}
-
 impl Fields for http::HeaderMap {
     fn get(&self, name: &str) -> Option<&[u8]> {
         http::HeaderMap::get(self, name).map(|v| v.as_bytes())
@@ -245,9 +239,16 @@ fn parse_code(v: &[u8]) -> Option<u16> {
 mod tests {
     use super::*;
 
-    type F<'a> = [(&'a str, &'a [u8])];
+    /// Header fields as pairs.
+    struct F(&'static [(&'static str, &'static str)]);
 
-    const GRPC: &F = &[("content-type", b"application/grpc")];
+    impl Fields for F {
+        fn get(&self, name: &str) -> Option<&[u8]> {
+            self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_bytes())
+        }
+    }
+
+    const GRPC: &F = &F(&[("content-type", "application/grpc")]);
 
     #[test]
     fn grpc_timeout_fits_eight_digits() {
@@ -267,10 +268,10 @@ mod tests {
 
     #[test]
     fn an_ok_reply_has_status_0_and_one_message() {
-        let ok: &F = &[("grpc-status", b"0")];
+        let ok = &F(&[("grpc-status", "0")]);
         assert_eq!(judge(200, GRPC, Ok(1), Some(ok)), Verdict { code: 0, reason: 0 });
         assert!(judge(200, GRPC, Ok(1), Some(ok)).ok());
-        let plus: &F = &[("content-type", b"application/grpc+proto")];
+        let plus = &F(&[("content-type", "application/grpc+proto")]);
         assert!(judge(200, plus, Ok(1), Some(ok)).ok());
         // No message, or two, for a unary call: INTERNAL, malformed.
         for n in [0, 2] {
@@ -288,20 +289,20 @@ mod tests {
 
     #[test]
     fn a_server_status_is_the_code_with_its_reason() {
-        let unavailable: &F = &[("grpc-status", b"14"), ("grpc-message", b"asked%20to%20fail")];
+        let unavailable = &F(&[("grpc-status", "14"), ("grpc-message", "asked%20to%20fail")]);
         assert_eq!(
             judge(200, GRPC, Ok(0), Some(unavailable)),
             Verdict { code: 14, reason: 32 }
         );
         // Trailers-only: the status in the headers.
-        let only: &F = &[("content-type", b"application/grpc"), ("grpc-status", b"4")];
+        let only = &F(&[("content-type", "application/grpc"), ("grpc-status", "4")]);
         assert_eq!(judge(200, only, Ok(0), None), Verdict { code: 4, reason: 32 });
         assert_eq!(judge(200, GRPC, Ok(1), None), Verdict { code: 13, reason: 33 });
         assert_eq!(
-            judge(200, GRPC, Ok(1), Some(&[][..])),
+            judge(200, GRPC, Ok(1), Some(&F(&[]))),
             Verdict { code: 13, reason: 33 }
         );
-        let junk: &F = &[("grpc-status", b"99")];
+        let junk = &F(&[("grpc-status", "99")]);
         assert_eq!(
             judge(200, GRPC, Ok(1), Some(junk)),
             Verdict { code: 13, reason: 1 }
@@ -310,12 +311,12 @@ mod tests {
 
     #[test]
     fn http_statuses_and_content_types() {
-        let html: &F = &[("content-type", b"text/html")];
+        let html = &F(&[("content-type", "text/html")]);
         assert_eq!(judge(503, html, Ok(0), None), Verdict { code: 14, reason: 34 });
         assert_eq!(judge(404, html, Ok(0), None), Verdict { code: 12, reason: 34 });
         assert_eq!(judge(500, html, Ok(0), None), Verdict { code: 2, reason: 34 });
         assert_eq!(judge(200, html, Ok(0), None), Verdict { code: 2, reason: 35 });
-        assert_eq!(judge(200, &[][..], Ok(0), None), Verdict { code: 2, reason: 35 });
+        assert_eq!(judge(200, &F(&[]), Ok(0), None), Verdict { code: 2, reason: 35 });
     }
 
     #[test]
