@@ -17,12 +17,17 @@ pub const PREFIX_BYTES: usize = 5;
 /// does not match (a field name, a type).
 pub fn encode(desc: &MessageDescriptor, json: &str) -> Result<Vec<u8>, String> {
     let mut de = serde_json::Deserializer::from_str(json);
-    let msg = DynamicMessage::deserialize(desc.clone(), &mut de)
-        .and_then(|m| de.end().map(|()| m))
-        .map_err(|e| {
-            let text = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-            format!("data does not match {}: {text}", desc.full_name())
-        })?;
+    let mut track = serde_path_to_error::Track::new();
+    let parsed = DynamicMessage::deserialize(
+        desc.clone(),
+        serde_path_to_error::Deserializer::new(&mut de, &mut track),
+    );
+    let msg = parsed.and_then(|m| de.end().map(|()| m)).map_err(|e| {
+        let text = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        let path = track.path().to_string();
+        let at = if path == "." { String::new() } else { format!("field {path}: ") };
+        format!("data does not match {}: {at}{text}", desc.full_name())
+    })?;
     let bytes = msg.encode_to_vec();
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(format!(
@@ -84,7 +89,7 @@ mod tests {
         let d = desc();
         for (json, words) in [
             (r#"{"txt": "hi"}"#, "txt"),
-            (r#"{"sleep_ms": "many"}"#, "sleep_ms"),
+            (r#"{"sleep_ms": "many"}"#, "field sleep_ms: invalid digit"),
             (r#"{"text": 3}"#, "string"),
             (r#"{"kind": "Z"}"#, "Z"),
             (r#"{"text": "a"} x"#, "trailing"),
