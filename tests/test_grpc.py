@@ -67,7 +67,7 @@ def test_grpc_check_builds_the_call_or_says_why_in_one_line(knee_node: str, tmp_
         ({**driver(), "call": "knee.test.Echo/Watch"}, "knee makes unary calls only"),
         ({**driver(), "call": "knee.test.Echo/Upload"}, "client streaming"),
         (driver({"txt": "hi"}), "unrecognized field name 'txt'"),
-        (driver({"sleep_ms": "soon"}), "data does not match knee.test.EchoRequest"),
+        (driver({"sleep_ms": "soon"}), "data does not match knee.test.EchoRequest: field sleep_ms"),
     ]:
         out = check(config)
         assert out.returncode == 2
@@ -81,7 +81,7 @@ def test_knee_grpc_refuses_each_mistake_in_one_line(tmp_path: Path) -> None:
     for args, words in [
         (["--proto", str(bad_proto), "--call", "A/B"], "proto bad.proto:2:25: expected ';'"),
         (["--proto", str(PROTO), "--call", "knee.test.Echo/Nope"], "has no method Nope"),
-        (["--proto", str(PROTO), "--call", CALL, "-d", '{"text": 5}'], "expected a string"),
+        (["--proto", str(PROTO), "--call", CALL, "-d", '{"text": 5}'], "field text: invalid type"),
         (["--proto", str(PROTO), "--call", CALL, "-d", "{text"], "--data: not JSON"),
         (["--proto", str(PROTO), "--call", "knee.test.Echo/Watch"], "unary calls only"),
         (["--call", CALL], "give --proto FILE"),
