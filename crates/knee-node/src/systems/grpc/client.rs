@@ -16,14 +16,18 @@ use super::frame::unary_messages;
 use super::message::PREFIX_BYTES;
 use super::status;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
+use crate::load::recorder::Sample;
 use crate::load::schedule::Schedule;
 use crate::systems::http::client::HttpDone;
 use crate::systems::http::h2::{run_h2, H2Options, H2Pool, H2Request, H2Setup, H2Table, Judge, Verdict};
+use crate::systems::http::response::Reason as HttpReason;
 use crate::systems::http::tls::Tls;
 
 /// A reply's verdict in gRPC's terms.
 pub(crate) struct GrpcJudge {
     pub max_reply_bytes: u64,
+    /// The calls' deadline from their send.
+    pub timeout_ns: u64,
 }
 
 impl Judge for GrpcJudge {
@@ -54,8 +58,14 @@ impl Judge for GrpcJudge {
         }
     }
 
-    fn failure_flags(&self, reason: u32, flags: u16) -> u16 {
-        status::failure_code(reason, flags)
+    fn failure_flags(&self, s: &Sample) -> u16 {
+        // A RST_STREAM at or after the deadline: the server cancelled the call for it
+        // (grpc-go's does), and grpc-go's client says DEADLINE_EXCEEDED, as knee does.
+        let reset = s.arg == HttpReason::Reset as u32;
+        if reset && s.sent_ns > 0 && s.received_ns >= s.sent_ns.saturating_add(self.timeout_ns) {
+            return status::DEADLINE_EXCEEDED;
+        }
+        status::failure_code(s.arg, s.flags)
     }
 }
 
@@ -136,6 +146,7 @@ impl Role for GrpcClient {
         let (table, pool) = self.setup.take().ok_or("the grpc role runs once")?;
         let judge = GrpcJudge {
             max_reply_bytes: self.cfg.driver.max_reply_bytes,
+            timeout_ns: (self.cfg.load.timeout_ms * 1e6) as u64,
         };
         let d = run_h2(pool, &self.cfg.load, table, &judge, ctx);
         let connections = self.cfg.tcp.connections as u64;

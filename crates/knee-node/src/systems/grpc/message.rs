@@ -25,7 +25,11 @@ pub fn encode(desc: &MessageDescriptor, json: &str) -> Result<Vec<u8>, String> {
     let msg = parsed.and_then(|m| de.end().map(|()| m)).map_err(|e| {
         let text = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
         let path = track.path().to_string();
-        let at = if path == "." { String::new() } else { format!("field {path}: ") };
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("field {path}: ")
+        };
         format!("data does not match {}: {at}{text}", desc.full_name())
     })?;
     let bytes = msg.encode_to_vec();

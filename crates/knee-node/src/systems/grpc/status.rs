@@ -331,6 +331,12 @@ mod tests {
             RESOURCE_EXHAUSTED
         );
         assert_eq!(code_of_transport(HttpReason::Reset as u32), INTERNAL);
+        assert_eq!(code_of_transport(HttpReason::H2Protocol as u32), INTERNAL);
+        assert_eq!(code_of_transport(HttpReason::Refused as u32), UNAVAILABLE);
+        assert_eq!(
+            code_of_transport(HttpReason::MaxOutstanding as u32),
+            RESOURCE_EXHAUSTED
+        );
         assert_eq!(code_of_transport(0), OK);
         // The server's own status stays; a transport reason gets the library's code.
         assert_eq!(failure_code(Reason::GrpcStatus as u32, 5), 5);

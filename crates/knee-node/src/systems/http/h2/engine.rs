@@ -840,7 +840,7 @@ impl Engine<'_> {
             return;
         }
         let mut s = *s;
-        s.flags = self.judge.failure_flags(s.arg, s.flags);
+        s.flags = self.judge.failure_flags(&s);
         self.ctx.recorder.record(&s);
     }
 

@@ -147,12 +147,12 @@ pub(crate) trait Judge {
         self.judge(head, body_bytes, trailers)
     }
 
-    /// The `flags` of a sample that failed with `reason` (its `arg`) where `flags` is what
-    /// the engine knows (the HTTP status when a head came, else 0): http keeps it; gRPC
-    /// gives the status code a gRPC client library would. Called on every sample with a
-    /// reason as it is recorded (the judge's own verdicts included: it keeps its own).
-    fn failure_flags(&self, _reason: u32, flags: u16) -> u16 {
-        flags
+    /// The `flags` of a sample that failed (its `arg` the reason), where `flags` is what the
+    /// engine knows (the HTTP status when a head came, else 0): http keeps it; gRPC gives
+    /// the status code a gRPC client library would. Called on every sample with a reason as
+    /// it is recorded (the judge's own verdicts included: it keeps its own).
+    fn failure_flags(&self, s: &crate::load::recorder::Sample) -> u16 {
+        s.flags
     }
 }
 
