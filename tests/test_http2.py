@@ -282,3 +282,20 @@ def test_a_hostile_one_stream_server_holds_requests(run_load: Any, hostile: Any)
     assert done["max_streams_in_use"] == 1 and done["goaways"] == 0, done
     assert server.snapshot().protocol_errors == 0
     assert (r["service_ns"] > 0).any(), done
+
+
+def test_a_body_without_window_is_held_until_its_timeout(run_load: Any, hostile: Any) -> None:
+    """The server's window never opens: a POST's body waits for window (held time, in
+    held_ns) until its timeout; a GET beside it is answered."""
+    server = hostile("window_never_opened")
+    requests = [{"path": "/"}, {"method": "POST", "path": "/upload", "body": "x" * 100_000}]
+    run = _load(
+        run_load, server.url, {"protocol": "h2c", "requests": requests}, timeout_ms=300,
+        duration_s=1.0, schedule={"kind": "constant", "rate_per_s": 40.0},
+    )  # fmt: skip
+    r = run.records
+    gets, posts = r[r["op"] == 0], r[r["op"] == 1]
+    assert len(gets) > 5 and set(gets["status"]) == {OK}, _reasons(gets)
+    assert len(posts) > 5 and set(posts["status"]) <= {TIMEOUT, DROP}, _reasons(posts)
+    timed_out = posts[posts["status"] == TIMEOUT]
+    assert len(timed_out) > 5 and (timed_out["service_ns"] >= 250_000_000).all(), _reasons(posts)

@@ -24,10 +24,10 @@ use bytes::Bytes;
 use http::{Request, Uri};
 
 use super::super::conn::Failed;
-use super::super::response::Reason;
 use super::conn::{self, Ended, H2Conn};
 use super::pool::H2Pool;
 use super::stream::{Polled, Reply, Stream};
+use super::Reason;
 use super::{H2Done, H2Table, Judge};
 use crate::load::config::{LoadConfig, ScheduleConfig, Think};
 use crate::load::flights;
@@ -579,7 +579,13 @@ impl Engine<'_> {
         self.pool.conns[slot].close();
     }
 
-    fn finish(&mut self, slot: usize, f: InFlight, result: Result<Reply, super::stream::Fail>, now: u64) {
+    fn finish(
+        &mut self,
+        slot: usize,
+        f: InFlight,
+        result: Result<Box<Reply>, super::stream::Fail>,
+        now: u64,
+    ) {
         self.finish_in(slot, f, result, now, true);
     }
 
@@ -588,7 +594,7 @@ impl Engine<'_> {
         &mut self,
         slot: usize,
         f: InFlight,
-        result: Result<Reply, super::stream::Fail>,
+        result: Result<Box<Reply>, super::stream::Fail>,
         now: u64,
         counted: bool,
     ) {
@@ -598,7 +604,7 @@ impl Engine<'_> {
         }
         self.in_flight -= 1;
         let mut s = self.sample(slot, &f);
-        s.held_ns_add(f.stream.window_wait_ns);
+        s.held_ns_add(f.stream.window_wait_ns(now));
         match result {
             Ok(_) if flights::past(f.deadline_ns, now) => {
                 s.status = Status::Timeout as u8;
@@ -680,7 +686,7 @@ impl Engine<'_> {
                 c.wake.set(); // the reset goes out on its next poll
                 self.in_flight -= 1;
                 let mut s = self.sample(slot, &f);
-                s.held_ns_add(f.stream.window_wait_ns);
+                s.held_ns_add(f.stream.window_wait_ns(now));
                 s.status = Status::Timeout as u8;
                 s.arg = Reason::Timeout as u32;
                 self.record(&s);

@@ -43,7 +43,7 @@ pub struct Fail {
 
 pub enum Polled {
     Pending,
-    Done(Result<Reply, Fail>),
+    Done(Result<Box<Reply>, Fail>),
 }
 
 pub struct Stream {
@@ -52,8 +52,8 @@ pub struct Stream {
     body: Bytes,
     /// Since when the body has waited for window (None: it is not waiting).
     window_since_ns: Option<u64>,
-    /// Time the body waited for window, in all.
-    pub window_wait_ns: u64,
+    /// Time the body waited for window, in all (waits that ended).
+    window_wait_ns: u64,
     response: Option<ResponseFuture>,
     head: Option<http::response::Parts>,
     recv: Option<RecvStream>,
@@ -76,6 +76,11 @@ impl Stream {
             body_bytes: 0,
             bytes_in: 0,
         }
+    }
+
+    /// Time the body has waited for window by `now` (a wait still going on included).
+    pub fn window_wait_ns(&self, now: u64) -> u64 {
+        self.window_wait_ns + self.window_since_ns.map_or(0, |s| now.saturating_sub(s))
     }
 
     /// Whether the response's head has arrived.
@@ -138,12 +143,12 @@ impl Stream {
         let Some(head) = self.head.take() else {
             return self.fail(Reason::H2Protocol);
         };
-        Polled::Done(Ok(Reply {
+        Polled::Done(Ok(Box::new(Reply {
             head,
             body_bytes: self.body_bytes,
             trailers,
             bytes_in: self.bytes_in,
-        }))
+        })))
     }
 
     /// Hands the body to h2 as the window opens (reserving it, waiting for capacity).
