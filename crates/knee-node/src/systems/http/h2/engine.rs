@@ -306,17 +306,12 @@ impl Engine<'_> {
     /// The streams a connection may carry now: its limit less those in use (0: not ready).
     fn room(&self, slot: usize) -> usize {
         let c = &self.pool.conns[slot];
-        if !c.is_ready() {
-            return 0;
-        }
-        let server = c.server_limit().unwrap_or(0);
-        let cap = self
-            .pool
-            .setup
-            .options
-            .max_streams
-            .map_or(usize::MAX, |m| m as usize);
-        server.min(cap).saturating_sub(c.in_use)
+        streams_room(
+            c.is_ready(),
+            c.server_limit(),
+            self.pool.setup.options.max_streams,
+            c.in_use,
+        )
     }
 
     /// Puts waiting requests on streams of connections with room, in FIFO order; what
@@ -851,6 +846,17 @@ impl Engine<'_> {
     }
 }
 
+/// The streams a connection may still open: none until it is ready (made, the server's
+/// SETTINGS in, no GOAWAY), then the server's limit or the client's cap, the smaller, less
+/// those in use (a server that lowers its limit below what is in use leaves none).
+fn streams_room(ready: bool, server_limit: Option<usize>, cap: Option<u32>, in_use: usize) -> usize {
+    if !ready {
+        return 0;
+    }
+    let cap = cap.map_or(usize::MAX, |m| m as usize);
+    server_limit.unwrap_or(0).min(cap).saturating_sub(in_use)
+}
+
 /// The held time of a sample (`service_ns` for the http target), added to.
 trait Held {
     fn held_ns_add(&mut self, ns: u64);
@@ -859,5 +865,33 @@ trait Held {
 impl Held for Sample {
     fn held_ns_add(&mut self, ns: u64) {
         self.service_ns = self.service_ns.saturating_add(ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_counted_against_the_smaller_limit() {
+        assert_eq!(streams_room(false, Some(100), None, 0), 0, "not ready: no stream");
+        assert_eq!(
+            streams_room(true, None, Some(5), 0),
+            0,
+            "no SETTINGS yet: no stream"
+        );
+        assert_eq!(streams_room(true, Some(128), None, 3), 125);
+        assert_eq!(streams_room(true, Some(128), Some(2), 1), 1, "the client's cap");
+        assert_eq!(streams_room(true, Some(1), Some(8), 1), 0, "the server's limit");
+        assert_eq!(
+            streams_room(true, Some(usize::MAX), None, 7),
+            usize::MAX - 7,
+            "no limit"
+        );
+        assert_eq!(
+            streams_room(true, Some(2), None, 5),
+            0,
+            "a limit lowered below the use"
+        );
     }
 }

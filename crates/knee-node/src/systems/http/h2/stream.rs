@@ -215,30 +215,84 @@ impl Stream {
 ///   RST_STREAM came with no other meaning): `h2_protocol`.
 pub fn classify(e: &h2::Error, head_seen: bool, goaway: bool) -> Reason {
     let remote = e.is_remote();
-    if e.is_reset() && remote {
-        return match e.reason() {
-            Some(h2::Reason::REFUSED_STREAM) if !head_seen => Reason::Refused,
-            _ => Reason::Reset,
-        };
+    let kind = if e.is_reset() && remote {
+        ErrorKind::Reset(e.reason())
+    } else if e.is_go_away() && remote {
+        ErrorKind::GoAway
+    } else if e.is_io() {
+        ErrorKind::Closed
+    } else {
+        ErrorKind::Other
+    };
+    reason_of(kind, head_seen, goaway)
+}
+
+/// What an h2 error was, as far as the reason goes.
+#[derive(Clone, Copy, Debug)]
+enum ErrorKind {
+    /// A RST_STREAM from the server, with its error code.
+    Reset(Option<h2::Reason>),
+    /// A GOAWAY from the server.
+    GoAway,
+    /// The connection closed (an I/O error or the end of the stream).
+    Closed,
+    /// Found by h2 itself: the server broke the protocol.
+    Other,
+}
+
+fn reason_of(kind: ErrorKind, head_seen: bool, goaway: bool) -> Reason {
+    match kind {
+        ErrorKind::Reset(Some(h2::Reason::REFUSED_STREAM)) if !head_seen => Reason::Refused,
+        ErrorKind::Reset(_) => Reason::Reset,
+        ErrorKind::GoAway if head_seen => Reason::GoAway,
+        ErrorKind::GoAway => Reason::Refused,
+        ErrorKind::Closed if goaway => Reason::GoAway,
+        ErrorKind::Closed if head_seen => Reason::ClosedMidReply,
+        ErrorKind::Closed => Reason::ClosedBeforeReply,
+        ErrorKind::Other => Reason::H2Protocol,
     }
-    if e.is_go_away() && remote {
-        return if head_seen {
-            Reason::GoAway
-        } else {
-            Reason::Refused
-        };
-    }
-    if e.is_io() {
-        return match (goaway, head_seen) {
-            (true, _) => Reason::GoAway,
-            (false, false) => Reason::ClosedBeforeReply,
-            (false, true) => Reason::ClosedMidReply,
-        };
-    }
-    Reason::H2Protocol
 }
 
 /// The bytes of header fields, names and values (HPACK's compression is not counted).
 pub fn fields_bytes(h: &HeaderMap) -> u64 {
     h.iter().map(|(k, v)| (k.as_str().len() + v.len()) as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_has_its_reason() {
+        use ErrorKind::*;
+        let refused = Reset(Some(h2::Reason::REFUSED_STREAM));
+        assert_eq!(reason_of(refused, false, false), Reason::Refused);
+        assert_eq!(
+            reason_of(refused, true, false),
+            Reason::Reset,
+            "answered, then refused?"
+        );
+        assert_eq!(
+            reason_of(Reset(Some(h2::Reason::INTERNAL_ERROR)), false, false),
+            Reason::Reset
+        );
+        // A GOAWAY fails at once only the streams above its last stream id: never processed.
+        assert_eq!(reason_of(GoAway, false, true), Reason::Refused);
+        assert_eq!(reason_of(GoAway, true, true), Reason::GoAway);
+        // The close after a GOAWAY ends streams the server may have processed.
+        assert_eq!(reason_of(Closed, false, true), Reason::GoAway);
+        assert_eq!(reason_of(Closed, false, false), Reason::ClosedBeforeReply);
+        assert_eq!(reason_of(Closed, true, false), Reason::ClosedMidReply);
+        assert_eq!(reason_of(Other, true, false), Reason::H2Protocol);
+        let local = h2::Error::from(h2::Reason::PROTOCOL_ERROR);
+        assert_eq!(classify(&local, false, false), Reason::H2Protocol);
+    }
+
+    #[test]
+    fn header_bytes_are_names_and_values() {
+        let mut h = HeaderMap::new();
+        h.insert("server-timing", http::HeaderValue::from_static("app;dur=1"));
+        h.append("x", http::HeaderValue::from_static("yz"));
+        assert_eq!(fields_bytes(&h), (13 + 9) + (1 + 2));
+    }
 }
