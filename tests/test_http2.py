@@ -19,7 +19,9 @@ import pytest
 from conftest import constant_offsets
 from hostile_h2_servers import HostileH2Server
 from real_http_servers import RealServer, real_server
+from report_helpers import only_dir, run_knee
 
+import knee
 from knee.contract import HTTP_ARGS
 
 OK, TIMEOUT, DROP, ERROR = 0, 1, 2, 3
@@ -282,3 +284,42 @@ def test_a_hostile_one_stream_server_holds_requests(run_load: Any, hostile: Any)
     assert done["max_streams_in_use"] == 1 and done["goaways"] == 0, done
     assert server.snapshot().protocol_errors == 0
     assert (r["service_ns"] > 0).any(), done
+
+
+def test_a_body_without_window_is_held_until_its_timeout(run_load: Any, hostile: Any) -> None:
+    """The server's window never opens: a POST's body waits for window (held time, in
+    held_ns) until its timeout; a GET beside it is answered."""
+    server = hostile("window_never_opened")
+    requests = [{"path": "/"}, {"method": "POST", "path": "/upload", "body": "x" * 100_000}]
+    run = _load(
+        run_load, server.url, {"protocol": "h2c", "requests": requests}, timeout_ms=300,
+        duration_s=1.0, schedule={"kind": "constant", "rate_per_s": 40.0},
+    )  # fmt: skip
+    r = run.records
+    gets, posts = r[r["op"] == 0], r[r["op"] == 1]
+    assert len(gets) > 5 and set(gets["status"]) == {OK}, _reasons(gets)
+    assert len(posts) > 5 and set(posts["status"]) <= {TIMEOUT, DROP}, _reasons(posts)
+    timed_out = posts[posts["status"] == TIMEOUT]
+    assert len(timed_out) > 5 and (timed_out["service_ns"] >= 250_000_000).all(), _reasons(posts)
+
+
+def test_knee_http_h2c_reports_streams_and_held_per_point(tmp_path: Path, knee_node: str) -> None:
+    """`knee http URL --h2c`: the run speaks HTTP/2, and the point's summary has the done
+    line's stream fields (`http`) and the held wait's distribution (`held_ns`); `--http1`
+    against a server that speaks both stays on HTTP/1.1."""
+    summaries = {}
+    with real_server("go-h2c", tmp_path / "server", knee_node) as server:
+        for flag in ("--h2c", "--http1"):
+            runs = tmp_path / flag.strip("-")
+            out = run_knee(
+                "http", f"{server.url}/", flag, "--rate", "50", "--duration", "1s",
+                "--warmup", "0s", "--connections", "2", "--no-report", "--no-progress",
+                "--out", str(runs), timeout_s=120,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr[-3000:]
+            summaries[flag] = knee.open_run(only_dir(runs)).summary["points"][0]
+    h2, h1 = summaries["--h2c"], summaries["--http1"]
+    assert h2["http"]["protocol"] == "h2" and h2["http"]["server_max_streams"] == 250, h2["http"]
+    assert h2["http"]["connections_opened"] == 2 and h2["http"]["goaways"] == 0, h2["http"]
+    assert h2["held_ns"]["n"] > 20 and h2["held_ns"]["max"] == 0, h2["held_ns"]
+    assert h1["http"]["protocol"] == "http/1.1" and h1["http"]["server_max_streams"] is None

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
+from knee.analysis import http as http_analysis
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import LOCAL, check_nodes
 from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
@@ -348,6 +349,8 @@ def _measure_point(
     )
     if target is not None:
         stats["target"] = target
+    if system.name == "http":  # HTTP/1.1 or HTTP/2, its streams (docs/http2.md)
+        stats["http"] = http_analysis.done_fields(state.run_dir, point.index, sorted(raws))
     stats["resources"] = point_resources(
         _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
     )

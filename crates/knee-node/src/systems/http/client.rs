@@ -44,7 +44,7 @@ pub struct HttpDone {
 
 enum Setup {
     Http1(Table, Pool),
-    H2(H2Table, H2Pool),
+    H2(H2Table, Box<H2Pool>),
 }
 
 pub struct HttpClient {
@@ -98,7 +98,7 @@ fn setup(cfg: &HttpConfig) -> Result<Setup, String> {
         options: cfg.driver.h2_options(),
     };
     match H2Pool::open(setup)? {
-        Some(pool) => Ok(Setup::H2(table, pool)),
+        Some(pool) => Ok(Setup::H2(table, Box::new(pool))),
         None => http1(), // the server chose HTTP/1.1 by ALPN
     }
 }
@@ -131,7 +131,7 @@ impl Role for HttpClient {
                     keys: self.cfg.driver.keys(),
                 };
                 let connections = self.cfg.tcp.connections as u64;
-                let d = run_h2(pool, &self.cfg.load, table, &judge, ctx);
+                let d = run_h2(*pool, &self.cfg.load, table, &judge, ctx);
                 let per_conn = match (d.server_max_streams, self.cfg.driver.max_streams) {
                     (Some(s), Some(c)) => Some(s.min(c as u64)),
                     (s, c) => s.or(c.map(u64::from)),

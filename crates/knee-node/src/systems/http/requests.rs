@@ -93,8 +93,11 @@ fn entry(e: &Entry, host: &str) -> Result<Vec<Request>, String> {
         .collect()
 }
 
-/// An entry's requests as (method, path, where: "" or "file F line N: "), and its body.
-fn lines(e: &Entry) -> Result<(Vec<(String, String, String)>, Vec<u8>), String> {
+/// One request of an entry: (method, path, where: "" or "file F line N: ").
+type Line = (String, String, String);
+
+/// An entry's requests, and its body.
+fn lines(e: &Entry) -> Result<(Vec<Line>, Vec<u8>), String> {
     let body = match (&e.body, &e.body_file) {
         (Some(_), Some(_)) => return Err("give body or body_file, not both".into()),
         (Some(b), None) => b.as_bytes().to_vec(),

@@ -43,7 +43,8 @@ impl Tls {
         )
     }
 
-    /// As [`Tls::new`], from the settings themselves (gRPC's driver has its own config).
+    /// The same from its parts (another system's config: gRPC's): accept any certificate,
+    /// trust a CA file besides the system's roots, resume sessions.
     pub fn with(
         insecure: bool,
         ca_file: Option<&str>,

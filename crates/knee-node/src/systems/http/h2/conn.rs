@@ -16,10 +16,9 @@ use h2::client::{Builder, Connection, SendRequest};
 
 use super::super::conn::{Conn, Failed};
 use super::super::response::{Limits, Reason};
-use super::super::tls::Tls;
 use super::io::{Io, IoState};
 use super::wake::Wakeup;
-use super::H2Options;
+use super::{H2Options, Tls};
 
 type Handshake =
     Pin<Box<dyn Future<Output = Result<(SendRequest<Bytes>, Connection<Io, Bytes>), h2::Error>>>>;

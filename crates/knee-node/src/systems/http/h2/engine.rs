@@ -24,10 +24,10 @@ use bytes::Bytes;
 use http::{Request, Uri};
 
 use super::super::conn::Failed;
-use super::super::response::Reason;
 use super::conn::{self, Ended, H2Conn};
 use super::pool::H2Pool;
 use super::stream::{Polled, Reply, Stream};
+use super::Reason;
 use super::{H2Done, H2Table, Judge};
 use crate::load::config::{LoadConfig, ScheduleConfig, Think};
 use crate::load::flights;
@@ -306,17 +306,12 @@ impl Engine<'_> {
     /// The streams a connection may carry now: its limit less those in use (0: not ready).
     fn room(&self, slot: usize) -> usize {
         let c = &self.pool.conns[slot];
-        if !c.is_ready() {
-            return 0;
-        }
-        let server = c.server_limit().unwrap_or(0);
-        let cap = self
-            .pool
-            .setup
-            .options
-            .max_streams
-            .map_or(usize::MAX, |m| m as usize);
-        server.min(cap).saturating_sub(c.in_use)
+        streams_room(
+            c.is_ready(),
+            c.server_limit(),
+            self.pool.setup.options.max_streams,
+            c.in_use,
+        )
     }
 
     /// Puts waiting requests on streams of connections with room, in FIFO order; what
@@ -579,7 +574,13 @@ impl Engine<'_> {
         self.pool.conns[slot].close();
     }
 
-    fn finish(&mut self, slot: usize, f: InFlight, result: Result<Reply, super::stream::Fail>, now: u64) {
+    fn finish(
+        &mut self,
+        slot: usize,
+        f: InFlight,
+        result: Result<Box<Reply>, super::stream::Fail>,
+        now: u64,
+    ) {
         self.finish_in(slot, f, result, now, true);
     }
 
@@ -588,7 +589,7 @@ impl Engine<'_> {
         &mut self,
         slot: usize,
         f: InFlight,
-        result: Result<Reply, super::stream::Fail>,
+        result: Result<Box<Reply>, super::stream::Fail>,
         now: u64,
         counted: bool,
     ) {
@@ -598,7 +599,7 @@ impl Engine<'_> {
         }
         self.in_flight -= 1;
         let mut s = self.sample(slot, &f);
-        s.held_ns_add(f.stream.window_wait_ns);
+        s.held_ns_add(f.stream.window_wait_ns(now));
         match result {
             Ok(_) if flights::past(f.deadline_ns, now) => {
                 s.status = Status::Timeout as u8;
@@ -683,7 +684,7 @@ impl Engine<'_> {
                 c.wake.set(); // the reset goes out on its next poll
                 self.in_flight -= 1;
                 let mut s = self.sample(slot, &f);
-                s.held_ns_add(f.stream.window_wait_ns);
+                s.held_ns_add(f.stream.window_wait_ns(now));
                 s.status = Status::Timeout as u8;
                 s.arg = Reason::Timeout as u32;
                 self.record(&s);
@@ -854,6 +855,17 @@ impl Engine<'_> {
     }
 }
 
+/// The streams a connection may still open: none until it is ready (made, the server's
+/// SETTINGS in, no GOAWAY), then the server's limit or the client's cap, the smaller, less
+/// those in use (a server that lowers its limit below what is in use leaves none).
+fn streams_room(ready: bool, server_limit: Option<usize>, cap: Option<u32>, in_use: usize) -> usize {
+    if !ready {
+        return 0;
+    }
+    let cap = cap.map_or(usize::MAX, |m| m as usize);
+    server_limit.unwrap_or(0).min(cap).saturating_sub(in_use)
+}
+
 /// The held time of a sample (`service_ns` for the http target), added to.
 trait Held {
     fn held_ns_add(&mut self, ns: u64);
@@ -862,5 +874,33 @@ trait Held {
 impl Held for Sample {
     fn held_ns_add(&mut self, ns: u64) {
         self.service_ns = self.service_ns.saturating_add(ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_counted_against_the_smaller_limit() {
+        assert_eq!(streams_room(false, Some(100), None, 0), 0, "not ready: no stream");
+        assert_eq!(
+            streams_room(true, None, Some(5), 0),
+            0,
+            "no SETTINGS yet: no stream"
+        );
+        assert_eq!(streams_room(true, Some(128), None, 3), 125);
+        assert_eq!(streams_room(true, Some(128), Some(2), 1), 1, "the client's cap");
+        assert_eq!(streams_room(true, Some(1), Some(8), 1), 0, "the server's limit");
+        assert_eq!(
+            streams_room(true, Some(usize::MAX), None, 7),
+            usize::MAX - 7,
+            "no limit"
+        );
+        assert_eq!(
+            streams_room(true, Some(2), None, 5),
+            0,
+            "a limit lowered below the use"
+        );
     }
 }

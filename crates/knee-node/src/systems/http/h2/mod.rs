@@ -28,7 +28,13 @@
 //!   streams, header and body bounds).
 //! - [`run_h2`] records one sample per scheduled request in `ctx.recorder` (`queue_ns` the
 //!   wait for its connection to be made, `service_ns` the held wait for a free stream or
-//!   window) and returns the `done` fields ([`H2Done`]).
+//!   window, `client` the connection) and returns the `done` fields ([`H2Done`]).
+//! - [`Tls`] (`Tls::with(insecure, ca_file, resume, host, alpn)`): TLS for `H2Setup`, ALPN
+//!   `[b"h2"]` to require h2.
+//! - The engine's own failures (connects, timeouts, GOAWAY, RST_STREAM, refusals, protocol
+//!   errors, `stopped`, `max_outstanding`) are recorded with http's [`Reason`] codes in
+//!   `arg`: a system on this engine declares those args (1..=22) in its contract, and
+//!   numbers its own verdict's reasons after them.
 
 mod conn;
 mod engine;
@@ -43,7 +49,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use serde::Serialize;
 
-use super::tls::Tls;
+pub(crate) use super::response::Reason;
+pub(crate) use super::tls::Tls;
 use crate::rng::Rng;
 
 pub(crate) use engine::run_h2;

@@ -49,7 +49,7 @@ pub struct Fail {
 
 pub enum Polled {
     Pending,
-    Done(Result<Reply, Fail>),
+    Done(Result<Box<Reply>, Fail>),
 }
 
 pub struct Stream {
@@ -58,8 +58,8 @@ pub struct Stream {
     body: Bytes,
     /// Since when the body has waited for window (None: it is not waiting).
     window_since_ns: Option<u64>,
-    /// Time the body waited for window, in all.
-    pub window_wait_ns: u64,
+    /// Time the body waited for window, in all (waits that ended).
+    window_wait_ns: u64,
     response: Option<ResponseFuture>,
     head: Option<http::response::Parts>,
     recv: Option<RecvStream>,
@@ -84,6 +84,11 @@ impl Stream {
             body_head: Vec::new(),
             bytes_in: 0,
         }
+    }
+
+    /// Time the body has waited for window by `now` (a wait still going on included).
+    pub fn window_wait_ns(&self, now: u64) -> u64 {
+        self.window_wait_ns + self.window_since_ns.map_or(0, |s| now.saturating_sub(s))
     }
 
     /// Whether the response's head has arrived.
@@ -148,13 +153,13 @@ impl Stream {
         let Some(head) = self.head.take() else {
             return self.fail(Reason::H2Protocol);
         };
-        Polled::Done(Ok(Reply {
+        Polled::Done(Ok(Box::new(Reply {
             head,
             body_bytes: self.body_bytes,
             body_head: std::mem::take(&mut self.body_head),
             trailers,
             bytes_in: self.bytes_in,
-        }))
+        })))
     }
 
     /// Hands the body to h2 as the window opens (reserving it, waiting for capacity).
@@ -221,30 +226,84 @@ impl Stream {
 ///   RST_STREAM came with no other meaning): `h2_protocol`.
 pub fn classify(e: &h2::Error, head_seen: bool, goaway: bool) -> Reason {
     let remote = e.is_remote();
-    if e.is_reset() && remote {
-        return match e.reason() {
-            Some(h2::Reason::REFUSED_STREAM) if !head_seen => Reason::Refused,
-            _ => Reason::Reset,
-        };
+    let kind = if e.is_reset() && remote {
+        ErrorKind::Reset(e.reason())
+    } else if e.is_go_away() && remote {
+        ErrorKind::GoAway
+    } else if e.is_io() {
+        ErrorKind::Closed
+    } else {
+        ErrorKind::Other
+    };
+    reason_of(kind, head_seen, goaway)
+}
+
+/// What an h2 error was, as far as the reason goes.
+#[derive(Clone, Copy, Debug)]
+enum ErrorKind {
+    /// A RST_STREAM from the server, with its error code.
+    Reset(Option<h2::Reason>),
+    /// A GOAWAY from the server.
+    GoAway,
+    /// The connection closed (an I/O error or the end of the stream).
+    Closed,
+    /// Found by h2 itself: the server broke the protocol.
+    Other,
+}
+
+fn reason_of(kind: ErrorKind, head_seen: bool, goaway: bool) -> Reason {
+    match kind {
+        ErrorKind::Reset(Some(h2::Reason::REFUSED_STREAM)) if !head_seen => Reason::Refused,
+        ErrorKind::Reset(_) => Reason::Reset,
+        ErrorKind::GoAway if head_seen => Reason::GoAway,
+        ErrorKind::GoAway => Reason::Refused,
+        ErrorKind::Closed if goaway => Reason::GoAway,
+        ErrorKind::Closed if head_seen => Reason::ClosedMidReply,
+        ErrorKind::Closed => Reason::ClosedBeforeReply,
+        ErrorKind::Other => Reason::H2Protocol,
     }
-    if e.is_go_away() && remote {
-        return if head_seen {
-            Reason::GoAway
-        } else {
-            Reason::Refused
-        };
-    }
-    if e.is_io() {
-        return match (goaway, head_seen) {
-            (true, _) => Reason::GoAway,
-            (false, false) => Reason::ClosedBeforeReply,
-            (false, true) => Reason::ClosedMidReply,
-        };
-    }
-    Reason::H2Protocol
 }
 
 /// The bytes of header fields, names and values (HPACK's compression is not counted).
 pub fn fields_bytes(h: &HeaderMap) -> u64 {
     h.iter().map(|(k, v)| (k.as_str().len() + v.len()) as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_has_its_reason() {
+        use ErrorKind::*;
+        let refused = Reset(Some(h2::Reason::REFUSED_STREAM));
+        assert_eq!(reason_of(refused, false, false), Reason::Refused);
+        assert_eq!(
+            reason_of(refused, true, false),
+            Reason::Reset,
+            "answered, then refused?"
+        );
+        assert_eq!(
+            reason_of(Reset(Some(h2::Reason::INTERNAL_ERROR)), false, false),
+            Reason::Reset
+        );
+        // A GOAWAY fails at once only the streams above its last stream id: never processed.
+        assert_eq!(reason_of(GoAway, false, true), Reason::Refused);
+        assert_eq!(reason_of(GoAway, true, true), Reason::GoAway);
+        // The close after a GOAWAY ends streams the server may have processed.
+        assert_eq!(reason_of(Closed, false, true), Reason::GoAway);
+        assert_eq!(reason_of(Closed, false, false), Reason::ClosedBeforeReply);
+        assert_eq!(reason_of(Closed, true, false), Reason::ClosedMidReply);
+        assert_eq!(reason_of(Other, true, false), Reason::H2Protocol);
+        let local = h2::Error::from(h2::Reason::PROTOCOL_ERROR);
+        assert_eq!(classify(&local, false, false), Reason::H2Protocol);
+    }
+
+    #[test]
+    fn header_bytes_are_names_and_values() {
+        let mut h = HeaderMap::new();
+        h.insert("server-timing", http::HeaderValue::from_static("app;dur=1"));
+        h.append("x", http::HeaderValue::from_static("yz"));
+        assert_eq!(fields_bytes(&h), (13 + 9) + (1 + 2));
+    }
 }
