@@ -88,6 +88,9 @@ class Launch:
     cwd: Path | None = None
     own_port: bool = True
     ca_file: str | None = None
+    #: Ready when it accepts a connection, not when an HTTP/1.1 GET is answered (nginx
+    #: before 1.25.1 speaks only HTTP/2 on a cleartext `http2` port).
+    accept_only: bool = False
 
 
 def free_port() -> int:
@@ -173,12 +176,12 @@ def go_binary() -> str:
 
 
 @cache
-def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
-    """`go build` of tests/http_apps/go_app (standard library only) into `out_dir`, with
-    go's caches there too; downloads are off (GOPROXY=off, GOTOOLCHAIN=local). Once per
-    process."""
+def build_go_app(out_dir: Path = GO_BUILD_DIR, app: str = "go_app") -> Path:
+    """`go build` of tests/http_apps/<app> (standard library only: go_app, go_h2) into
+    `out_dir`, with go's caches there too; downloads are off (GOPROXY=off,
+    GOTOOLCHAIN=local). Once per process and app."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    binary = out_dir / "go-app"
+    binary = out_dir / app.replace("_", "-")
     env = {
         **os.environ,
         "GOPATH": str(out_dir / "gopath"),
@@ -190,7 +193,7 @@ def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
     }
     proc = subprocess.run(
         [go_binary(), "build", "-o", str(binary), "."],
-        cwd=APPS / "go_app",
+        cwd=APPS / app,
         env=env,
         capture_output=True,
         text=True,
@@ -204,6 +207,41 @@ def build_go_app(out_dir: Path = GO_BUILD_DIR) -> Path:
 
 def _go(port: int, workdir: Path, _knee_node: str) -> Launch:
     return Launch([str(build_go_app()), str(port)])
+
+
+def go_app_h2(
+    tls: bool = False, h2c: bool = False, max_streams: int = 0, sleep_ms: int = 20
+) -> Callable[[int, Path, str], Launch]:
+    """Go net/http speaking HTTP/2: over TLS (h2 by ALPN, a throwaway certificate) or in
+    cleartext by prior knowledge (h2c), with SETTINGS_MAX_CONCURRENT_STREAMS `max_streams`
+    (0: Go's default, 250) and /sleep taking `sleep_ms`."""
+
+    def launch(port: int, workdir: Path, _knee_node: str) -> Launch:
+        argv = [str(build_go_app()), str(port), "-sleep-ms", str(sleep_ms)]
+        argv += ["-max-streams", str(max_streams)] if max_streams else []
+        argv += ["-h2c"] if h2c else []
+        ca = None
+        if tls:
+            ca, cert, key = throwaway_certs(workdir / "tls")
+            argv += ["-tls", f"{cert},{key}"]
+        return Launch(argv, scheme="https" if tls else "http", ca_file=ca and str(ca))
+
+    return launch
+
+
+def _go_h2(tls: bool) -> Callable[[int, Path, str], Launch]:
+    """Go net/http with HTTP/2 (tests/http_apps/go_h2): h2c by prior knowledge and HTTP/1.1
+    on one port, or TLS with h2 by ALPN (and HTTP/1.1)."""
+
+    def launch(port: int, workdir: Path, _knee_node: str) -> Launch:
+        argv = [str(build_go_app(app="go_h2")), str(port)]
+        ca = None
+        if tls:
+            ca, cert, key = throwaway_certs(workdir / "tls")
+            argv += [str(cert), str(key)]
+        return Launch(argv, scheme="https" if tls else "http", ca_file=ca and str(ca))
+
+    return launch
 
 
 def _openssl(*argv: str) -> None:
@@ -235,11 +273,16 @@ def throwaway_certs(folder: Path) -> tuple[Path, Path, Path]:
     return ca, cert, key
 
 
-def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, str], Launch]:
-    """nginx as a point runs it (`knee-node serve http`, which picks the port)."""
+def _nginx(
+    keepalive: bool = True, tls: bool = False, http2: bool = False
+) -> Callable[[int, Path, str], Launch]:
+    """nginx as a point runs it (`knee-node serve http`, which picks the port); `http2`:
+    h2 by ALPN over TLS, h2c by prior knowledge in cleartext."""
 
     def launch(_port: int, workdir: Path, knee_node: str) -> Launch:
         nginx: dict[str, object] = {"dir": str(workdir / "nginx"), "keepalive": keepalive}
+        if http2:
+            nginx["http2"] = True
         ca = None
         if tls:
             ca, cert, key = throwaway_certs(workdir / "tls")
@@ -247,7 +290,13 @@ def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, st
         config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
         argv = [knee_node, "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
         scheme = "https" if tls else "http"
-        return Launch(argv, scheme=scheme, own_port=False, ca_file=ca and str(ca))
+        return Launch(
+            argv,
+            scheme=scheme,
+            own_port=False,
+            ca_file=ca and str(ca),
+            accept_only=http2 and not tls,
+        )
 
     return launch
 
@@ -268,6 +317,14 @@ assert tuple(LAUNCHERS) == NAMES
 LAUNCHERS["gunicorn-sleep"] = _gunicorn_sleep
 LAUNCHERS["gunicorn-lock"] = _gunicorn_lock
 LAUNCHERS["gunicorn-slow"] = _gunicorn_slow
+#: HTTP/2 servers (the h2 tests and benches); they answer HTTP/1.1 too.
+LAUNCHERS["go-h2c"] = _go_h2(tls=False)
+LAUNCHERS["go-h2-tls"] = _go_h2(tls=True)
+LAUNCHERS["nginx-h2-tls"] = _nginx(tls=True, http2=True)
+LAUNCHERS["nginx-h2c"] = _nginx(http2=True)
+#: Go's go_app with one stream per connection (SETTINGS_MAX_CONCURRENT_STREAMS 1) and
+#: /sleep taking 20 ms: the held test's server.
+LAUNCHERS["go-h2c-one-stream"] = go_app_h2(h2c=True, max_streams=1)
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
@@ -327,6 +384,15 @@ def _answers(scheme: str, host: str, port: int, path: str) -> bool:
         return False
 
 
+def _accepts(_scheme: str, host: str, port: int, _path: str) -> bool:
+    """A TCP connection is accepted."""
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 class _Exited(Exception):
     """The server exited before it answered."""
 
@@ -344,7 +410,8 @@ def _wait_ready(
             addr = _ready_addr(out)
         if addr is not None:
             host, _, p = addr.rpartition(":")
-            if _answers(launch.scheme, host, int(p), launch.path):
+            ready = _accepts if launch.accept_only else _answers
+            if ready(launch.scheme, host, int(p), launch.path):
                 return addr
         if time.monotonic() >= deadline:
             raise ServerStartError(f"not answering {launch.path} within {START_TIMEOUT_S:g} s")

@@ -97,6 +97,28 @@ def test_a_send_late_for_its_connect_waited_for_the_target() -> None:
     assert s["late_sends_held"] == 2 and s["late_sends_free"] == 0
 
 
+def test_a_recorded_wait_for_a_stream_or_connection_says_which_sends_were_held() -> None:
+    """HTTP/2: one connection carries many requests, so a late send while requests are in
+    flight says nothing; the wait each request recorded (`held_ns`) does. The request due at
+    10 ms waited 90 ms for a free stream (held); the one due at 120 ms went at 125 ms with a
+    stream free (held_ns 0: free), though a request was in flight on the one connection."""
+    frame = _two_busy_then_late("load")
+    held_ns = np.zeros(len(frame), dtype=np.int64)
+    held_ns[2] = 90 * MS
+    http_names = {"service_ns": "held_ns", "flags": "http_status", "arg": "fail_reason"}
+    frame = frame.rename(columns=http_names).assign(held_ns=held_ns)
+    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=1, system="http")
+    assert s["late_sends"] == 2
+    assert s["late_sends_held"] == 1 and s["late_sends_free"] == 1
+    assert s["held_ns"]["max"] == 90 * MS
+    # The service time of an http point is the server's own (none here: no Server-Timing).
+    assert s["service_ns"]["max"] == 0
+    # Counted against the connection instead, both would have been held.
+    counted = frame.rename(columns={v: k for k, v in http_names.items()})
+    by_count = point_stats(counted, late_ms=1.0, timeout_ms=5000, connections=1)
+    assert by_count["late_sends_held"] == 2
+
+
 def test_each_generator_has_its_own_connections() -> None:
     """A second generator's late send at the moment the first's connections are all busy
     had a connection of its own free."""

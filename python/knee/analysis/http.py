@@ -11,11 +11,13 @@ An http sample's `flags` is its HTTP status code (0: no response), `arg` its fai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from knee.contract import HTTP_ARGS
-from knee.results import Run
+from knee.results import Run, node_lines
 from knee.stats.quantiles import order_statistic
 
 COLUMNS = [
@@ -88,3 +90,36 @@ def point_http(run: Run, point: int) -> PointHttp:
 
 def points(run: Run) -> list[PointHttp]:
     return [point_http(run, p) for p in run.sample_points()]
+
+
+#: The http role's own `done` fields (docs/http2.md) summed over a point's generators.
+DONE_SUMS = (
+    "connections_opened",
+    "connect_failures",
+    "streams_limit_total",
+    "goaways",
+    "resets_received",
+    "refused_resent",
+)
+
+
+def done_fields(run_dir: Path, point: int, nodes: list[str]) -> dict[str, Any] | None:
+    """The http generators' `done` fields of one point, as summary.json keeps them (the
+    point's `http`): `protocol` ("h2", "http/1.1", or "mixed"), `server_max_streams` the
+    smallest the server sent (None: none), `max_streams_in_use` the largest peak of one
+    generator, and the counters summed. None when no generator's done line was kept."""
+    done = [e for n in nodes for e in node_lines(run_dir, n, point) if e.get("event") == "done"]
+    if not done:
+        return None
+    protocols = {str(d.get("protocol", "http/1.1")) for d in done}
+    limits = [int(d["server_max_streams"]) for d in done if d.get("server_max_streams")]
+    out: dict[str, Any] = {
+        "protocol": protocols.pop() if len(protocols) == 1 else "mixed",
+        "server_max_streams": min(limits) if limits else None,
+        "max_streams_in_use": max(int(d.get("max_streams_in_use") or 0) for d in done),
+    }
+    for key in DONE_SUMS:
+        values = [d.get(key) for d in done]
+        known = [int(v) for v in values if v is not None]
+        out[key] = sum(known) if known else None
+    return out

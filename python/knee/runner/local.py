@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
+from knee.analysis import http as http_analysis
 from knee.find.answers import from_points
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.cgroups import process_cpu_limit
@@ -357,6 +358,8 @@ def _measure_point(
         stats["target"] = target
     if (codes := http_status_counts(frame)) is not None:
         stats["http_statuses"] = codes
+    if system.name == "http":  # HTTP/1.1 or HTTP/2, its streams (docs/http2.md)
+        stats["http"] = http_analysis.done_fields(state.run_dir, point.index, sorted(raws))
     stats["resources"] = point_resources(
         _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
     )

@@ -1,9 +1,12 @@
 """Waiting for a connection (docs/statistics.md, "Late sends: held and free").
 
-Where each of a generator's `load.connections` carries one request at a time (http), a due
-request waits for a free connection. A send late while every connection of its generator was
-busy waited for the target (*held*); one late with a connection free was the generator's
-own doing: its CPU, or its pacing (*free*).
+Where each of a generator's `load.connections` carries one request at a time (http over
+HTTP/1.1), a due request waits for a free connection; over HTTP/2 it waits for a free
+stream. When the samples carry that wait per request (http's `held_ns`), it says which
+requests were held (`waited`); else the in-flight count against the connections does. A
+send late while every connection of its generator was busy waited for the target (*held*);
+one late with a connection free was the generator's own doing: its CPU, or its pacing
+(*free*).
 
 In flight, per generator node, at an instant t: the requests sent at or before t whose end
 is after t, counted with two binary searches over sorted send and end times (no loop per
@@ -69,6 +72,16 @@ def held(
         busy = in_flight_at(intended_ns[mine], sent_ns[went], ends_ns[went])
         out[mine] = busy >= connections
     return out
+
+
+def waited(intended_ns: np.ndarray, sent_ns: np.ndarray, held_ns: np.ndarray) -> np.ndarray:
+    """Per request, from the wait the generator recorded (http's `held_ns`: for a free
+    HTTP/2 stream or HTTP/1.1 connection, from its intended time): was it late mostly for
+    that, the wait at least half the time from its intended to its actual send? Right for
+    HTTP/2, where a connection carries many requests and the in-flight count against
+    `connections` (`held`) says nothing."""
+    late_ns = np.where(sent_ns >= 0, sent_ns - intended_ns, 0)
+    return (sent_ns >= 0) & (held_ns > 0) & (2 * held_ns >= late_ns)
 
 
 def connecting(intended_ns: np.ndarray, sent_ns: np.ndarray, connect_ns: np.ndarray) -> np.ndarray:

@@ -35,6 +35,10 @@ from knee.stats.rates import Requests, rates, schedule_window
 from knee.stats.stability import stability
 from knee.stats.tail import top1
 
+#: The column of the wait each request had for a free HTTP/2 stream or HTTP/1.1 connection
+#: (http's name for the record's `service_ns`, knee.contract.columns).
+HELD_NS = "held_ns"
+
 
 def point_stats(
     samples: pd.DataFrame,
@@ -113,12 +117,18 @@ def point_stats(
     server = ok_column("server_ns")
     network = ok_column("network_ns")
     sorted_latency = np.sort(latency)
+    # A system whose contract renames `service_ns` records another wait there (http: the
+    # wait for a free stream or connection, `held_ns`): its service time is the server's.
+    held_name = field("service_ns")
+    service = ok_column("service_ns") if held_name == "service_ns" else np.maximum(server, 0)
+    held_dist = {} if held_name == "service_ns" else {held_name: distribution(ok_column(held_name))}
     dists = {
         **latency_pair(latency, counts, sorted_latency),
         **split_parts(server, network),
         queue_name: distribution(ok_column("queue_ns")),
-        "service_ns": distribution(ok_column("service_ns")),
+        "service_ns": distribution(service),
         "detail_ns": distribution(ok_column(field("detail_ns"))),
+        **held_dist,
     }
     entry = {
         "count": len(codes),
@@ -133,7 +143,7 @@ def point_stats(
     cache = (
         cache_split(
             ok_column(field("flags")),
-            ok_column("service_ns"),
+            service,
             intended[ok],
             hit_flag=cache_hit_flag,
         )
@@ -214,8 +224,18 @@ def waiting_for_connections(
         codes == DROP_CODE,
         timeout_ms,
     )
-    held = conns.held(
-        samples["node"].to_numpy(), requests.intended_ns, requests.sent_ns, ends_ns, connections
-    ) | conns.connecting(requests.intended_ns, requests.sent_ns, samples["queue_ns"].to_numpy())
+    if HELD_NS in samples.columns:  # the wait per request, recorded (HTTP/1.1 and HTTP/2)
+        waited = conns.waited(requests.intended_ns, requests.sent_ns, samples[HELD_NS].to_numpy())
+    else:
+        waited = conns.held(
+            samples["node"].to_numpy(),
+            requests.intended_ns,
+            requests.sent_ns,
+            ends_ns,
+            connections,
+        )
+    held = waited | conns.connecting(
+        requests.intended_ns, requests.sent_ns, samples["queue_ns"].to_numpy()
+    )
     stopped = (codes == DROP_CODE) & (reason == conns.STOPPED_ARG)
     return replace(requests, stopped_unsent=stopped & (requests.sent_ns < 0), held=held)

@@ -134,6 +134,8 @@ def _topology(point: Point) -> list[NodePlan]:
         nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
         if server["nginx_cpu"] is not None:
             nginx["cpu"] = server["nginx_cpu"]
+        if server["nginx_http2"]:
+            nginx["http2"] = True
         plans.append(NodePlan("server", "serve", {"server": {"nginx": nginx}}))
         target = "http://{addr:server}"
     else:
@@ -149,7 +151,7 @@ def _external_target(point: Point) -> str | None:
 SYSTEM = System(
     name="http",
     external_target=_external_target,
-    summary="any HTTP/1.1 service (http, https): keep-alive connections, Server-Timing split",
+    summary="any HTTP/1.1 or HTTP/2 service (http, https, h2c): Server-Timing split",
     server={
         "target": Param("str", None, "http(s)://HOST:PORT of the service (or nginx = true)"),
         "nginx": Param(
@@ -157,6 +159,9 @@ SYSTEM = System(
         ),
         "nginx_workers": from_node("http", "server.nginx.workers", "nginx worker processes"),
         "nginx_cpu": from_node("http", "server.nginx.cpu", "pin nginx's workers to this CPU"),
+        "nginx_http2": from_node(
+            "http", "server.nginx.http2", "nginx speaks HTTP/2 (cleartext: h2c only, use --h2c)"
+        ),
     },
     driver={
         "requests": from_node(
@@ -189,6 +194,22 @@ SYSTEM = System(
             "http",
             "driver.tls_resume",
             "https: resume TLS sessions on new connections (false: full handshakes)",
+        ),
+        "protocol": from_node(
+            "http",
+            "driver.protocol",
+            "auto (https: h2 if the server chooses it by ALPN), http1, h2c, h2 (docs/http2.md)",
+        ),
+        "max_streams": from_node(
+            "http", "driver.max_streams", "HTTP/2: streams per connection at most (client cap)"
+        ),
+        "h2_stream_window_bytes": from_node(
+            "http", "driver.h2_stream_window_bytes", "HTTP/2: knee's receive window per stream"
+        ),
+        "h2_connection_window_bytes": from_node(
+            "http",
+            "driver.h2_connection_window_bytes",
+            "HTTP/2: knee's receive window per connection",
         ),
     },
     rules=(_http_rule,),

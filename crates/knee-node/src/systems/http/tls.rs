@@ -31,25 +31,45 @@ pub struct Tls {
 }
 
 impl Tls {
-    /// The client config for `host` (a DNS name or an IP address).
-    pub fn new(driver: &DriverConfig, host: &str) -> Result<Tls, String> {
+    /// The client config for `host` (a DNS name or an IP address), offering `alpn` (the
+    /// protocols in order of preference, e.g. `h2`, `http/1.1`).
+    pub fn new(driver: &DriverConfig, host: &str, alpn: &[&[u8]]) -> Result<Tls, String> {
+        Tls::with(
+            driver.tls_insecure,
+            driver.tls_ca_file.as_deref(),
+            driver.tls_resume,
+            host,
+            alpn,
+        )
+    }
+
+    /// The same from its parts (another system's config: gRPC's): accept any certificate,
+    /// trust a CA file besides the system's roots, resume sessions.
+    pub fn with(
+        insecure: bool,
+        ca_file: Option<&str>,
+        resume: bool,
+        host: &str,
+        alpn: &[&[u8]],
+    ) -> Result<Tls, String> {
         let server_name =
             ServerName::try_from(host.to_string()).map_err(|e| format!("https target host {host:?}: {e}"))?;
         let provider = Arc::new(crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
-        let mut config = if driver.tls_insecure {
+        let mut config = if insecure {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
                 .with_no_client_auth()
         } else {
             builder
-                .with_root_certificates(roots(driver.tls_ca_file.as_deref())?)
+                .with_root_certificates(roots(ca_file)?)
                 .with_no_client_auth()
         };
-        if !driver.tls_resume {
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        if !resume {
             config.resumption = Resumption::disabled();
         }
         Ok(Tls {
@@ -153,9 +173,19 @@ mod tests {
 
     #[test]
     fn server_names_and_ca_files() {
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "127.0.0.1").is_ok());
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "::1").is_ok());
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "bad host!").is_err());
+        assert!(Tls::new(
+            &driver(serde_json::json!({"tls_insecure": true})),
+            "127.0.0.1",
+            &[]
+        )
+        .is_ok());
+        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "::1", &[]).is_ok());
+        assert!(Tls::new(
+            &driver(serde_json::json!({"tls_insecure": true})),
+            "bad host!",
+            &[]
+        )
+        .is_err());
         let dir = std::env::temp_dir().join(format!("knee-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let empty = dir.join("empty.pem");
@@ -163,6 +193,7 @@ mod tests {
         let err = Tls::new(
             &driver(serde_json::json!({"tls_ca_file": empty.to_str().unwrap()})),
             "localhost",
+            &[],
         )
         .err()
         .unwrap();
@@ -170,6 +201,7 @@ mod tests {
         let err = Tls::new(
             &driver(serde_json::json!({"tls_ca_file": "/nonexistent/ca.pem"})),
             "localhost",
+            &[],
         )
         .err()
         .unwrap();

@@ -1,0 +1,3 @@
+module kneeh2app
+
+go 1.24
