@@ -88,6 +88,9 @@ class Launch:
     cwd: Path | None = None
     own_port: bool = True
     ca_file: str | None = None
+    #: Ready when it accepts a connection, not when an HTTP/1.1 GET is answered (nginx
+    #: before 1.25.1 speaks only HTTP/2 on a cleartext `http2` port).
+    accept_only: bool = False
 
 
 def free_port() -> int:
@@ -191,6 +194,26 @@ def _go(port: int, workdir: Path, _knee_node: str) -> Launch:
     return Launch([str(build_go_app()), str(port)])
 
 
+def go_app_h2(
+    tls: bool = False, h2c: bool = False, max_streams: int = 0, sleep_ms: int = 20
+) -> Callable[[int, Path, str], Launch]:
+    """Go net/http speaking HTTP/2: over TLS (h2 by ALPN, a throwaway certificate) or in
+    cleartext by prior knowledge (h2c), with SETTINGS_MAX_CONCURRENT_STREAMS `max_streams`
+    (0: Go's default, 250) and /sleep taking `sleep_ms`."""
+
+    def launch(port: int, workdir: Path, _knee_node: str) -> Launch:
+        argv = [str(build_go_app()), str(port), "-sleep-ms", str(sleep_ms)]
+        argv += ["-max-streams", str(max_streams)] if max_streams else []
+        argv += ["-h2c"] if h2c else []
+        ca = None
+        if tls:
+            ca, cert, key = throwaway_certs(workdir / "tls")
+            argv += ["-tls", f"{cert},{key}"]
+        return Launch(argv, scheme="https" if tls else "http", ca_file=ca and str(ca))
+
+    return launch
+
+
 def _go_h2(tls: bool) -> Callable[[int, Path, str], Launch]:
     """Go net/http with HTTP/2 (tests/http_apps/go_h2): h2c by prior knowledge and HTTP/1.1
     on one port, or TLS with h2 by ALPN (and HTTP/1.1)."""
@@ -235,11 +258,16 @@ def throwaway_certs(folder: Path) -> tuple[Path, Path, Path]:
     return ca, cert, key
 
 
-def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, str], Launch]:
-    """nginx as a point runs it (`knee-node serve http`, which picks the port)."""
+def _nginx(
+    keepalive: bool = True, tls: bool = False, http2: bool = False
+) -> Callable[[int, Path, str], Launch]:
+    """nginx as a point runs it (`knee-node serve http`, which picks the port); `http2`:
+    h2 by ALPN over TLS, h2c by prior knowledge in cleartext."""
 
     def launch(_port: int, workdir: Path, knee_node: str) -> Launch:
         nginx: dict[str, object] = {"dir": str(workdir / "nginx"), "keepalive": keepalive}
+        if http2:
+            nginx["http2"] = True
         ca = None
         if tls:
             ca, cert, key = throwaway_certs(workdir / "tls")
@@ -247,7 +275,13 @@ def _nginx(keepalive: bool = True, tls: bool = False) -> Callable[[int, Path, st
         config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
         argv = [knee_node, "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
         scheme = "https" if tls else "http"
-        return Launch(argv, scheme=scheme, own_port=False, ca_file=ca and str(ca))
+        return Launch(
+            argv,
+            scheme=scheme,
+            own_port=False,
+            ca_file=ca and str(ca),
+            accept_only=http2 and not tls,
+        )
 
     return launch
 
@@ -270,6 +304,11 @@ LAUNCHERS["gunicorn-lock"] = _gunicorn_lock
 #: HTTP/2 servers (the h2 tests and benches); they answer HTTP/1.1 too.
 LAUNCHERS["go-h2c"] = _go_h2(tls=False)
 LAUNCHERS["go-h2-tls"] = _go_h2(tls=True)
+LAUNCHERS["nginx-h2-tls"] = _nginx(tls=True, http2=True)
+LAUNCHERS["nginx-h2c"] = _nginx(http2=True)
+#: Go's go_app with one stream per connection (SETTINGS_MAX_CONCURRENT_STREAMS 1) and
+#: /sleep taking 20 ms: the held test's server.
+LAUNCHERS["go-h2c-one-stream"] = go_app_h2(h2c=True, max_streams=1)
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
@@ -329,6 +368,15 @@ def _answers(scheme: str, host: str, port: int, path: str) -> bool:
         return False
 
 
+def _accepts(_scheme: str, host: str, port: int, _path: str) -> bool:
+    """A TCP connection is accepted."""
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 class _Exited(Exception):
     """The server exited before it answered."""
 
@@ -346,7 +394,8 @@ def _wait_ready(
             addr = _ready_addr(out)
         if addr is not None:
             host, _, p = addr.rpartition(":")
-            if _answers(launch.scheme, host, int(p), launch.path):
+            ready = _accepts if launch.accept_only else _answers
+            if ready(launch.scheme, host, int(p), launch.path):
                 return addr
         if time.monotonic() >= deadline:
             raise ServerStartError(f"not answering {launch.path} within {START_TIMEOUT_S:g} s")

@@ -1,38 +1,106 @@
-//! `knee-node load http`: the http target's client role on the load harness.
+//! `knee-node load http`: the http target's client role on the load harness. The protocol
+//! is decided at setup, before the start (`driver.protocol`): HTTP/1.1 (`engine.rs`), or
+//! HTTP/2 (`h2/`) by prior knowledge (h2c), required by ALPN (h2), or as the server chooses
+//! by ALPN over TLS (auto: the first connection made tells).
+
+use std::net::ToSocketAddrs;
 
 use serde::Serialize;
 
-use super::config::HttpConfig;
+use super::config::{HttpConfig, Protocol};
 use super::engine::Engine;
+use super::h2::{run_h2, H2Pool, H2Setup, H2Table};
+use super::judge::HttpJudge;
 use super::pool::Pool;
-use super::requests::Table;
+use super::requests::{self, Table};
+use super::tls::Tls;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::schedule::Schedule;
 
 /// The role's own fields of its `done` line.
 #[derive(Serialize, Default, Debug, Clone, Copy)]
 pub struct HttpDone {
+    /// "http/1.1" or "h2".
+    pub protocol: &'static str,
     /// Connections made, the first ones included (more than `connections`: some were
     /// closed by the server, a timeout or an error, and made again).
     pub connections_opened: u64,
     /// Connects that failed: refused, timed out, or a TLS handshake that failed.
     pub connect_failures: u64,
+    /// HTTP/2: the smallest SETTINGS_MAX_CONCURRENT_STREAMS the server sent (null: none,
+    /// or HTTP/1.1).
+    pub server_max_streams: Option<u64>,
+    /// The most requests on the wire at once (HTTP/2: streams in use over all connections).
+    pub max_streams_in_use: u64,
+    /// HTTP/2: connections × the streams each may carry (null: no limit, or HTTP/1.1).
+    pub streams_limit_total: Option<u64>,
+    /// HTTP/2: connections ended by the server's GOAWAY.
+    pub goaways: u64,
+    /// HTTP/2: RST_STREAM frames received from the server.
+    pub resets_received: u64,
+    /// HTTP/2: requests refused unprocessed and sent once more (RFC 9113 section 8.7).
+    pub refused_resent: u64,
+}
+
+enum Setup {
+    Http1(Table, Pool),
+    H2(H2Table, H2Pool),
 }
 
 pub struct HttpClient {
     cfg: HttpConfig,
     /// The request table and the connections, made before the start; taken by the run.
-    setup: Option<(Table, Pool)>,
+    setup: Option<Setup>,
 }
 
 pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg = HttpConfig::parse(config).map_err(|e| format!("load config: {e}"))?;
-    let table = Table::build(&cfg.driver, &cfg.target.authority).map_err(|e| format!("load config: {e}"))?;
-    let pool = Pool::open(&cfg)?;
+    let setup = setup(&cfg)?;
     Ok(Box::new(HttpClient {
         cfg,
-        setup: Some((table, pool)),
+        setup: Some(setup),
     }))
+}
+
+/// The engine the run uses, its connections made.
+fn setup(cfg: &HttpConfig) -> Result<Setup, String> {
+    let http1 = || -> Result<Setup, String> {
+        let table =
+            Table::build(&cfg.driver, &cfg.target.authority).map_err(|e| format!("load config: {e}"))?;
+        Ok(Setup::Http1(table, Pool::open(cfg)?))
+    };
+    let protocol = cfg.driver.protocol;
+    let alpn: &[&[u8]] = match (protocol, cfg.target.tls) {
+        (Protocol::Http1, _) | (Protocol::Auto, false) => return http1(),
+        (Protocol::H2c, _) => &[],
+        (Protocol::H2, _) => &[b"h2"],
+        (Protocol::Auto, true) => &[b"h2", b"http/1.1"],
+    };
+    let table = requests::h2_table(&cfg.driver).map_err(|e| format!("load config: {e}"))?;
+    let addr = cfg
+        .target
+        .authority
+        .to_socket_addrs()
+        .map_err(|e| format!("target {}: {e}", cfg.tcp.target))?
+        .next()
+        .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
+    let tls = match cfg.target.tls {
+        true => Some(Tls::new(&cfg.driver, &cfg.target.host, alpn)?),
+        false => None,
+    };
+    let setup = H2Setup {
+        addr,
+        authority: cfg.target.authority.clone(),
+        tls,
+        may_fall_back: protocol == Protocol::Auto,
+        connections: cfg.tcp.connections,
+        timeout_ms: cfg.load.timeout_ms,
+        options: cfg.driver.h2_options(),
+    };
+    match H2Pool::open(setup)? {
+        Some(pool) => Ok(Setup::H2(table, pool)),
+        None => http1(), // the server chose HTTP/1.1 by ALPN
+    }
 }
 
 impl Role for HttpClient {
@@ -47,11 +115,39 @@ impl Role for HttpClient {
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {
-        let (table, pool) = self.setup.take().ok_or("the http role runs once")?;
-        let tally = Engine::new(&self.cfg, table, pool, ctx)?.run();
-        Ok(HttpDone {
-            connections_opened: tally.connections_opened,
-            connect_failures: tally.connect_failures,
-        })
+        match self.setup.take().ok_or("the http role runs once")? {
+            Setup::Http1(table, pool) => {
+                let tally = Engine::new(&self.cfg, table, pool, ctx)?.run();
+                Ok(HttpDone {
+                    protocol: "http/1.1",
+                    connections_opened: tally.connections_opened,
+                    connect_failures: tally.connect_failures,
+                    max_streams_in_use: tally.max_busy,
+                    ..HttpDone::default()
+                })
+            }
+            Setup::H2(table, pool) => {
+                let judge = HttpJudge {
+                    keys: self.cfg.driver.keys(),
+                };
+                let connections = self.cfg.tcp.connections as u64;
+                let d = run_h2(pool, &self.cfg.load, table, &judge, ctx);
+                let per_conn = match (d.server_max_streams, self.cfg.driver.max_streams) {
+                    (Some(s), Some(c)) => Some(s.min(c as u64)),
+                    (s, c) => s.or(c.map(u64::from)),
+                };
+                Ok(HttpDone {
+                    protocol: "h2",
+                    connections_opened: d.connections_opened,
+                    connect_failures: d.connect_failures,
+                    server_max_streams: d.server_max_streams,
+                    max_streams_in_use: d.max_streams_in_use,
+                    streams_limit_total: per_conn.map(|p| p * connections),
+                    goaways: d.goaways,
+                    resets_received: d.resets_received,
+                    refused_resent: d.refused_resent,
+                })
+            }
+        }
     }
 }

@@ -34,6 +34,36 @@ pub fn default_server_timing() -> Vec<String> {
 pub fn default_tls_resume() -> bool {
     true
 }
+pub fn default_protocol() -> Protocol {
+    Protocol::Auto
+}
+pub fn default_h2_stream_window_bytes() -> u32 {
+    super::h2::DEFAULT_STREAM_WINDOW_BYTES
+}
+pub fn default_h2_connection_window_bytes() -> u32 {
+    super::h2::DEFAULT_CONNECTION_WINDOW_BYTES
+}
+/// Smallest receive window a config may ask for: HTTP/2's default (65,535 bytes).
+pub const MIN_WINDOW_BYTES: u32 = 65_535;
+
+/// Which HTTP the node speaks (`driver.protocol`).
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// https: h2 when the server chooses it by ALPN, else HTTP/1.1; http: HTTP/1.1.
+    Auto,
+    /// HTTP/1.1 (ALPN offers only http/1.1).
+    Http1,
+    /// Cleartext HTTP/2 by prior knowledge (http:// only).
+    H2c,
+    /// HTTP/2 over TLS, required by ALPN (https:// only).
+    H2,
+}
+
+impl Protocol {
+    pub const NAMES: [&'static str; 4] = ["auto", "http1", "h2c", "h2"];
+}
+
 fn default_method() -> String {
     "GET".into()
 }
@@ -92,6 +122,17 @@ pub struct DriverConfig {
     /// full handshake on every connection, the server's most expensive case.
     #[serde(default = "default_tls_resume")]
     pub tls_resume: bool,
+    /// HTTP/1.1 or HTTP/2 (`auto`, `http1`, `h2c`, `h2`).
+    #[serde(default = "default_protocol")]
+    pub protocol: Protocol,
+    /// HTTP/2: streams per connection at most, besides the server's own limit.
+    #[serde(default)]
+    pub max_streams: Option<u32>,
+    /// HTTP/2: knee's receive windows, per stream and per connection.
+    #[serde(default = "default_h2_stream_window_bytes")]
+    pub h2_stream_window_bytes: u32,
+    #[serde(default = "default_h2_connection_window_bytes")]
+    pub h2_connection_window_bytes: u32,
 }
 
 impl DriverConfig {
@@ -109,6 +150,17 @@ impl DriverConfig {
         }
     }
 
+    /// The HTTP/2 engine's options from this driver.
+    pub fn h2_options(&self) -> super::h2::H2Options {
+        super::h2::H2Options {
+            stream_window_bytes: self.h2_stream_window_bytes,
+            connection_window_bytes: self.h2_connection_window_bytes,
+            max_streams: self.max_streams,
+            max_header_bytes: self.max_header_bytes as u32,
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+
     fn check(&self) -> Result<(), String> {
         if self.requests.is_empty() || self.requests.len() > MAX_ENTRIES {
             return Err(format!("driver.requests: give 1..={MAX_ENTRIES} entries"));
@@ -118,6 +170,24 @@ impl DriverConfig {
         }
         if self.max_body_bytes > MAX_BODY_BYTES {
             return Err(format!("driver.max_body_bytes must be <= {MAX_BODY_BYTES}"));
+        }
+        let max_window = super::h2::MAX_WINDOW_BYTES;
+        for (key, v) in [
+            ("h2_stream_window_bytes", self.h2_stream_window_bytes),
+            ("h2_connection_window_bytes", self.h2_connection_window_bytes),
+        ] {
+            if !(MIN_WINDOW_BYTES..=max_window).contains(&v) {
+                return Err(format!("driver.{key} must be {MIN_WINDOW_BYTES}..={max_window}"));
+            }
+        }
+        if self
+            .max_streams
+            .is_some_and(|m| !(1..=super::h2::MAX_STREAMS).contains(&m))
+        {
+            return Err(format!(
+                "driver.max_streams must be 1..={}",
+                super::h2::MAX_STREAMS
+            ));
         }
         Ok(())
     }
@@ -150,6 +220,21 @@ impl HttpConfig {
             serde_json::from_value(load.driver.clone()).map_err(|e| format!("driver: {e}"))?;
         driver.check()?;
         let target = target(&tcp.target)?;
+        match (driver.protocol, target.tls) {
+            (Protocol::H2c, true) => {
+                return Err(format!(
+                    "driver.protocol h2c is cleartext HTTP/2, for http:// targets, not {} (use h2)",
+                    tcp.target
+                ))
+            }
+            (Protocol::H2, false) => {
+                return Err(format!(
+                    "driver.protocol h2 is HTTP/2 over TLS, for https:// targets, not {} (use h2c)",
+                    tcp.target
+                ))
+            }
+            _ => {}
+        }
         if !target.tls && (driver.tls_insecure || driver.tls_ca_file.is_some()) {
             return Err(format!(
                 "driver.tls_insecure and driver.tls_ca_file are for https:// targets, not {}",

@@ -38,6 +38,9 @@ pub struct Job {
     pub head: bool,
     /// It sends `Connection: close`.
     pub close: bool,
+    /// How long it waited in the FIFO for a free connection (0: one was free when it fell
+    /// due): the sample's `service_ns`, declared `held_ns`.
+    pub held_ns: u64,
 }
 
 /// What reading a connection gave.
@@ -266,6 +269,18 @@ impl Conn {
     pub fn close(&mut self) {
         self.phase = Phase::Closed;
         self.written = 0;
+    }
+
+    /// The byte stream of an open connection, taken out (the connection is closed after):
+    /// for HTTP/2, which reads and writes it through h2.
+    pub fn take_transport(&mut self) -> Option<Transport> {
+        match std::mem::replace(&mut self.phase, Phase::Closed) {
+            Phase::Open(t) => Some(t),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
     }
 
     /// Reads what has arrived, without blocking, into `buf`'s space.

@@ -16,7 +16,9 @@
 //! Every scheduled request is one sample: `op` its entry in the request table, `flags` the
 //! HTTP status, `arg` the failure's reason (0 none), `service` 1 when the response carried
 //! the Server-Timing entries of the server time, `queue_ns` the time it waited for its
-//! connection to be made (0: the connection was open).
+//! connection to be made (0: the connection was open), `service_ns` (declared `held_ns`)
+//! the time it waited in the FIFO for a free connection, from its intended time (0: one
+//! was free when it fell due).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -51,6 +53,8 @@ const MAX_LOGGED: u64 = 10;
 struct Queued {
     id: u64,
     intended_ns: u64,
+    /// It found no free connection once: its wait is held time (`service_ns`).
+    waited: bool,
 }
 
 enum Mode {
@@ -75,6 +79,8 @@ enum Mode {
 pub struct Tally {
     pub connections_opened: u64,
     pub connect_failures: u64,
+    /// The most connections with a request at once.
+    pub max_busy: u64,
 }
 
 pub struct Engine<'a> {
@@ -192,7 +198,11 @@ impl<'a> Engine<'a> {
             if queue.len() + self.busy >= self.max_outstanding {
                 self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
             } else {
-                queue.push_back(Queued { id, intended_ns });
+                queue.push_back(Queued {
+                    id,
+                    intended_ns,
+                    waited: false,
+                });
             }
             self.schedule_next();
         }
@@ -225,7 +235,15 @@ impl<'a> Engine<'a> {
                         break;
                     };
                     self.cursor = slot + 1;
-                    self.take(slot, q.id, q.intended_ns, now);
+                    let held_ns = if q.waited {
+                        now.saturating_sub(q.intended_ns)
+                    } else {
+                        0
+                    };
+                    self.take(slot, q.id, q.intended_ns, now, held_ns);
+                }
+                if let Mode::Open { queue, .. } = &mut self.mode {
+                    queue.iter_mut().for_each(|q| q.waited = true);
                 }
             }
             Mode::Closed { .. } => {
@@ -246,7 +264,7 @@ impl<'a> Engine<'a> {
                         continue;
                     }
                     self.next_id += 1;
-                    self.take(slot, ticket, intended_ns, now);
+                    self.take(slot, ticket, intended_ns, now, 0);
                 }
             }
         }
@@ -254,7 +272,7 @@ impl<'a> Engine<'a> {
 
     /// Puts request `id` on connection `slot`: written at once if the connection is open,
     /// else once it is made (a connect starts now if it is closed).
-    fn take(&mut self, slot: usize, id: u64, intended_ns: u64, now: u64) {
+    fn take(&mut self, slot: usize, id: u64, intended_ns: u64, now: u64, held_ns: u64) {
         let pick = self.table.pick(&mut self.rng);
         let request = self.table.get(pick);
         let conn = &mut self.conns[slot];
@@ -272,8 +290,10 @@ impl<'a> Engine<'a> {
             bytes_out: request.bytes.len() as u64,
             head: request.head,
             close: request.close,
+            held_ns,
         });
         self.busy += 1;
+        self.tally.max_busy = self.tally.max_busy.max(self.busy as u64);
         if conn.is_closed() {
             if let Err(failed) = conn.open(&self.addr, self.tls.as_ref(), now, self.connect_timeout_ns) {
                 self.connect_failed(slot, failed, clock::now_ns());
@@ -406,15 +426,16 @@ impl<'a> Engine<'a> {
                 s.received_ns = now;
                 s.bytes_in = r.bytes;
                 s.flags = r.status;
-                s.status = if (200..300).contains(&r.status) {
-                    Status::Ok
-                } else {
-                    Status::Error
-                } as u8;
+                match Reason::of_status(r.status) {
+                    None => s.status = Status::Ok as u8,
+                    Some(reason) => {
+                        s.status = Status::Error as u8;
+                        s.arg = reason as u32;
+                    }
+                }
                 if r.split.present {
                     s.service = 1;
                     s.server_ns = r.split.server_ns;
-                    s.service_ns = r.split.server_ns;
                     s.detail_ns = r.split.detail_ns;
                 } else {
                     // No server time: the split is unknown, not zero (docs/samples.md).
@@ -531,6 +552,7 @@ impl<'a> Engine<'a> {
             intended_ns: job.intended_ns,
             sent_ns: job.sent_ns,
             queue_ns: job.connect_ns,
+            service_ns: job.held_ns,
             bytes_out: if job.sent_ns > 0 { job.bytes_out } else { 0 },
             client: slot as u32,
             op: job.pick.op,

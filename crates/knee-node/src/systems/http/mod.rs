@@ -1,4 +1,5 @@
-//! http: any HTTP/1.1 service (http:// or https://) as knee's target (`docs/http.md`). knee-node has no HTTP
+//! http: any HTTP/1.1 or HTTP/2 service (http:// or https://) as knee's target
+//! (`docs/http.md`, `docs/http2.md`). knee-node has no HTTP
 //! server of its own: `load http` drives the service at `load.target`, and `serve http`
 //! runs an nginx for a point (`nginx.rs`), for the experiment and the tests.
 //!
@@ -10,12 +11,16 @@
 //!   client config (the system's roots, a CA file, or any certificate);
 //! - `conn.rs`: one connection (connect, handshake, write, response); `pool.rs`: all of
 //!   them, made before the start; `engine.rs`: the open and closed loops over them;
-//! - `client.rs`: the role on the load harness.
+//! - `h2/`: HTTP/2 (the h2 crate on knee's own poll loop), reusable by other systems;
+//!   `judge.rs`: the http target's verdict on an HTTP/2 response;
+//! - `client.rs`: the role on the load harness (it picks HTTP/1.1 or HTTP/2 at setup).
 
 mod client;
 mod config;
 mod conn;
 mod engine;
+pub(crate) mod h2;
+mod judge;
 mod nginx;
 mod pool;
 mod requests;
@@ -51,6 +56,11 @@ pub const SYSTEM: super::System = super::System {
                 "queue_ns",
                 "the wait for its connection to be made (connect_ns)",
             )
+            .column(
+                "service_ns",
+                "held_ns",
+                "the wait for a free stream (HTTP/2) or a free connection (HTTP/1.1), from its intended time",
+            )
             .column("detail_ns", "detail_ns", "the Server-Timing detail entry")
             .reads::<nginx::ServerConfig>("server")
             .key("server.nginx", Key::object().required())
@@ -69,6 +79,7 @@ pub const SYSTEM: super::System = super::System {
                 Key::bool().default(nginx::default_keepalive()),
             )
             .key("server.nginx.tls", Key::object())
+            .key("server.nginx.http2", Key::bool().default(false))
             .reads::<config::DriverConfig>("driver")
             .key("driver.requests", Key::list(Some(config::MAX_ENTRIES)).required())
             .key(
@@ -89,6 +100,21 @@ pub const SYSTEM: super::System = super::System {
             .key(
                 "driver.tls_resume",
                 Key::bool().default(config::default_tls_resume()),
+            )
+            .key(
+                "driver.protocol",
+                Key::one_of(&config::Protocol::NAMES).default("auto"),
+            )
+            .key("driver.max_streams", Key::int(1, h2::MAX_STREAMS))
+            .key(
+                "driver.h2_stream_window_bytes",
+                Key::int(config::MIN_WINDOW_BYTES, h2::MAX_WINDOW_BYTES)
+                    .default(config::default_h2_stream_window_bytes()),
+            )
+            .key(
+                "driver.h2_connection_window_bytes",
+                Key::int(config::MIN_WINDOW_BYTES, h2::MAX_WINDOW_BYTES)
+                    .default(config::default_h2_connection_window_bytes()),
             );
         for (name, reason) in response::Reason::ALL {
             c = c.arg(name, reason as u32);

@@ -77,6 +77,32 @@ pub struct NginxConfig {
     /// Listen with TLS (TLSv1.2 and TLSv1.3) with these files (None: plain HTTP).
     #[serde(default)]
     pub tls: Option<TlsFiles>,
+    /// Speak HTTP/2: over TLS by ALPN (h2, HTTP/1.1 still offered), in cleartext by prior
+    /// knowledge (h2c: nginx then speaks only HTTP/2 on the port).
+    #[serde(default)]
+    pub http2: bool,
+}
+
+/// nginx 1.25.1 replaced `listen ... http2` with the `http2 on;` directive.
+const HTTP2_DIRECTIVE_SINCE: (u32, u32, u32) = (1, 25, 1);
+
+/// The version `nginx -v` prints ("nginx version: nginx/1.22.1"), as numbers.
+fn version(binary: &str) -> Result<(u32, u32, u32), String> {
+    let out = Command::new(binary)
+        .arg("-v")
+        .output()
+        .map_err(|e| format!("{binary} -v: {e} (`scripts/nginx install` installs nginx-light)"))?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    parse_version(&text).ok_or_else(|| format!("{binary} -v: no version in {text:?}"))
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.split("nginx/").nth(1)?;
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 #[derive(Deserialize, Debug)]
@@ -102,13 +128,15 @@ pub fn serve(opts: &ServeOptions) -> Result<(), String> {
     if let Some(tls) = &mut n.tls {
         resolve(tls)?;
     }
+    // How this nginx turns HTTP/2 on (its version decides).
+    let directive = n.http2 && version(&n.binary)? >= HTTP2_DIRECTIVE_SINCE;
     let dir = std::path::Path::new(&n.dir);
     std::fs::create_dir_all(dir.join("tmp")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut last_err = String::new();
     for _ in 0..PORT_TRIES {
         let port = free_port()?;
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, config(&n, port)).map_err(|e| format!("{}: {e}", conf.display()))?;
+        std::fs::write(&conf, config(&n, port, directive)).map_err(|e| format!("{}: {e}", conf.display()))?;
         // What nginx says before its error log is open (a bad config) lands here.
         let stderr = std::fs::File::create(dir.join("error.log")).map_err(|e| e.to_string())?;
         let mut child = Command::new(&n.binary)
@@ -161,7 +189,9 @@ fn quoted(text: &str) -> String {
 }
 
 /// The config: no files, answers from the config, Server-Timing on every response.
-fn config(n: &NginxConfig, port: u16) -> String {
+/// `directive`: HTTP/2 is turned on with `http2 on;` (nginx 1.25.1 and later), else with
+/// the `listen` parameter.
+fn config(n: &NginxConfig, port: u16, directive: bool) -> String {
     let dir = &n.dir;
     let keepalive = if n.keepalive {
         "keepalive_requests 1000000;\n    keepalive_timeout 75s;"
@@ -179,6 +209,11 @@ fn config(n: &NginxConfig, port: u16) -> String {
             ),
         )
     });
+    let (listen_http2, http2) = match (n.http2, directive) {
+        (false, _) => ("", ""),
+        (true, true) => ("", "\n        http2 on;"),
+        (true, false) => (" http2", ""),
+    };
     let affinity = n.cpu.map_or(String::new(), |cpu| {
         // One bit mask, the same CPU for every worker.
         let mask = format!("1{}", "0".repeat(cpu as usize));
@@ -208,7 +243,7 @@ http {{
         "~^(?<s>\d+)\.(?<ms>\d+)$" $s$ms;
     }}
     server {{
-        listen 127.0.0.1:{port}{ssl};{tls}
+        listen 127.0.0.1:{port}{ssl}{listen_http2};{http2}{tls}
         add_header Server-Timing "app;dur=$knee_request_ms" always;
         location = /status/201 {{ return 201 "created\n"; }}
         location = /status/204 {{ return 204; }}
@@ -326,7 +361,7 @@ mod tests {
     fn keepalive_is_on_and_tls_off_by_default() {
         let n = parsed(serde_json::json!({"dir": "/x"})).unwrap();
         assert!(n.keepalive && n.tls.is_none());
-        let conf = config(&n, 8080);
+        let conf = config(&n, 8080, false);
         assert!(conf.contains("keepalive_requests 1000000;\n    keepalive_timeout 75s;"));
         assert!(conf.contains("listen 127.0.0.1:8080;\n"), "{conf}");
         assert!(!conf.contains("ssl"), "{conf}");
@@ -335,7 +370,7 @@ mod tests {
     #[test]
     fn without_keepalive_nginx_closes_after_every_response() {
         let n = parsed(serde_json::json!({"dir": "/x", "keepalive": false})).unwrap();
-        let conf = config(&n, 8080);
+        let conf = config(&n, 8080, false);
         assert!(conf.contains("\n    keepalive_timeout 0;\n"), "{conf}");
         assert!(!conf.contains("keepalive_timeout 75s") && !conf.contains("keepalive_requests"));
     }
@@ -344,12 +379,34 @@ mod tests {
     fn tls_listens_with_ssl_and_the_files() {
         let tls = serde_json::json!({"cert": "/c/cert.pem", "key": "/c/my \"key\".pem"});
         let n = parsed(serde_json::json!({"dir": "/x", "tls": tls})).unwrap();
-        let conf = config(&n, 8443);
+        let conf = config(&n, 8443, false);
         let server = "listen 127.0.0.1:8443 ssl;\n        ssl_certificate \"/c/cert.pem\";\n        \
                       ssl_certificate_key \"/c/my \\\"key\\\".pem\";\n        \
                       ssl_protocols TLSv1.2 TLSv1.3;\n        add_header";
         assert!(conf.contains(server), "{conf}");
         assert!(conf.contains("keepalive_timeout 75s;"), "keep-alive stays on");
+    }
+
+    #[test]
+    fn http2_by_the_listen_parameter_before_1_25_1_and_the_directive_after() {
+        let n = parsed(serde_json::json!({"dir": "/x", "http2": true})).unwrap();
+        let old = config(&n, 8080, false);
+        assert!(old.contains("listen 127.0.0.1:8080 http2;\n"), "{old}");
+        assert!(!old.contains("http2 on;"));
+        let new = config(&n, 8080, true);
+        assert!(
+            new.contains("listen 127.0.0.1:8080;\n        http2 on;\n"),
+            "{new}"
+        );
+        let off = config(&parsed(serde_json::json!({"dir": "/x"})).unwrap(), 8080, true);
+        assert!(!off.contains("http2"), "{off}");
+        assert_eq!(parse_version("nginx version: nginx/1.22.1\n"), Some((1, 22, 1)));
+        assert_eq!(
+            parse_version("nginx version: nginx/1.25.10 (Ubuntu)"),
+            Some((1, 25, 10))
+        );
+        assert_eq!(parse_version("nope"), None);
+        assert!((1, 22, 1) < HTTP2_DIRECTIVE_SINCE && (1, 26, 0) >= HTTP2_DIRECTIVE_SINCE);
     }
 
     #[test]

@@ -40,7 +40,7 @@ impl Pool {
             .next()
             .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
         let tls = match cfg.target.tls {
-            true => Some(Tls::new(&cfg.driver, &cfg.target.host)?),
+            true => Some(Tls::new(&cfg.driver, &cfg.target.host, &[b"http/1.1"])?),
             false => None,
         };
         let count = match &load.schedule {

@@ -84,6 +84,17 @@ impl Table {
 }
 
 fn entry(e: &Entry, host: &str) -> Result<Vec<Request>, String> {
+    let (lines, body) = lines(e)?;
+    lines
+        .iter()
+        .map(|(method, path, at)| {
+            request(method, path, &e.headers, &body, host).map_err(|m| format!("{at}{m}"))
+        })
+        .collect()
+}
+
+/// An entry's requests as (method, path, where: "" or "file F line N: "), and its body.
+fn lines(e: &Entry) -> Result<(Vec<(String, String, String)>, Vec<u8>), String> {
     let body = match (&e.body, &e.body_file) {
         (Some(_), Some(_)) => return Err("give body or body_file, not both".into()),
         (Some(b), None) => b.as_bytes().to_vec(),
@@ -98,7 +109,7 @@ fn entry(e: &Entry, host: &str) -> Result<Vec<Request>, String> {
     }
     let Some(file) = &e.file else {
         let path = e.path.as_deref().ok_or("give a path (or a file of requests)")?;
-        return Ok(vec![request(&e.method, path, &e.headers, &body, host)?]);
+        return Ok((vec![(e.method.clone(), path.to_string(), String::new())], body));
     };
     if e.path.is_some() {
         return Err("give path or file, not both".into());
@@ -121,14 +132,71 @@ fn entry(e: &Entry, host: &str) -> Result<Vec<Request>, String> {
             Some((m, p)) => (m, p.trim()),
             None => (e.method.as_str(), line),
         };
-        let r = request(method, path, &e.headers, &body, host)
-            .map_err(|m| format!("file {file} line {}: {m}", n + 1))?;
-        out.push(r);
+        out.push((
+            method.to_string(),
+            path.to_string(),
+            format!("file {file} line {}: ", n + 1),
+        ));
     }
     if out.is_empty() {
         return Err(format!("file {file} has no requests"));
     }
-    Ok(out)
+    Ok((out, body))
+}
+
+/// Headers HTTP/2 forbids (RFC 9113 section 8.2.2: connection-specific) or sets itself
+/// (`host` is the `:authority` pseudo-header): left out of HTTP/2 requests.
+const NOT_IN_H2: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+/// The table as HTTP/2 requests (the same entries, validated as HTTP/1.1's are); each
+/// request's body shared, not copied.
+pub fn h2_table(driver: &DriverConfig) -> Result<super::h2::H2Table, String> {
+    use super::h2::H2Request;
+    let mut entries = Vec::with_capacity(driver.requests.len());
+    for (i, e) in driver.requests.iter().enumerate() {
+        let what = format!("driver.requests[{i}]");
+        if !(e.weight.is_finite() && e.weight > 0.0) {
+            return Err(format!("{what}.weight must be > 0"));
+        }
+        let (lines, body) = lines(e).map_err(|m| format!("{what}: {m}"))?;
+        let body = bytes::Bytes::from(body);
+        let mut headers = Vec::new();
+        for (name, value) in &e.headers {
+            if NOT_IN_H2.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+                continue;
+            }
+            let k = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("{what}: header name {name:?} is not an HTTP token"))?;
+            let v = http::HeaderValue::from_str(value)
+                .map_err(|_| format!("{what}: header {name}: bad value"))?;
+            headers.push((k, v));
+        }
+        let mut requests = Vec::with_capacity(lines.len());
+        for (method, path, at) in lines {
+            // The same checks as HTTP/1.1's (a token method, a path without controls...).
+            request(&method, &path, &e.headers, &[], "h").map_err(|m| format!("{what}: {at}{m}"))?;
+            let mut headers = headers.clone();
+            if !body.is_empty() || ["POST", "PUT", "PATCH"].contains(&method.as_str()) {
+                headers.push((http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len())));
+            }
+            requests.push(H2Request {
+                method: http::Method::from_bytes(method.as_bytes())
+                    .map_err(|_| format!("{what}: {at}bad method"))?,
+                path,
+                headers,
+                body: body.clone(),
+            });
+        }
+        entries.push((e.weight, requests));
+    }
+    super::h2::H2Table::new(entries)
 }
 
 fn read_bounded(path: &str, max: usize, what: &str) -> Result<Vec<u8>, String> {

@@ -45,11 +45,28 @@ pub enum Reason {
     /// Still waiting for a connection, connecting or in flight when the run ended: its
     /// duration (or a stop request) and then the 1 s grace had passed.
     Stopped = 15,
+    /// HTTP/2: the server's GOAWAY ended the stream after it was sent (it may have been
+    /// processed).
+    GoAway = 16,
+    /// HTTP/2: a RST_STREAM from the server (other than REFUSED_STREAM).
+    Reset = 17,
+    /// HTTP/2: the server refused the stream unprocessed (REFUSED_STREAM, or above a
+    /// GOAWAY's last stream id) twice: it was sent once more after the first refusal.
+    Refused = 18,
+    /// HTTP/2: a protocol error by the server (bad frames, a failed h2 handshake, no h2 by
+    /// ALPN on a new connection).
+    H2Protocol = 19,
+    /// A 4xx status (the request's fault, says the server).
+    Status4xx = 20,
+    /// A 5xx status (the server's fault).
+    Status5xx = 21,
+    /// Another status that is not 2xx (a 3xx: redirects are not followed).
+    StatusOther = 22,
 }
 
 impl Reason {
     /// Every reason by name, for `knee-node describe` (0 is "none").
-    pub const ALL: [(&'static str, Reason); 15] = [
+    pub const ALL: [(&'static str, Reason); 22] = [
         ("malformed", Reason::Malformed),
         ("header_too_large", Reason::HeaderTooLarge),
         ("body_too_large", Reason::BodyTooLarge),
@@ -65,7 +82,24 @@ impl Reason {
         ("tls", Reason::Tls),
         ("max_outstanding", Reason::MaxOutstanding),
         ("stopped", Reason::Stopped),
+        ("goaway", Reason::GoAway),
+        ("reset", Reason::Reset),
+        ("refused", Reason::Refused),
+        ("h2_protocol", Reason::H2Protocol),
+        ("status_4xx", Reason::Status4xx),
+        ("status_5xx", Reason::Status5xx),
+        ("status_other", Reason::StatusOther),
     ];
+
+    /// The reason of a response's status: None for 2xx (ok).
+    pub fn of_status(status: u16) -> Option<Reason> {
+        match status {
+            200..=299 => None,
+            400..=499 => Some(Reason::Status4xx),
+            500..=599 => Some(Reason::Status5xx),
+            _ => Some(Reason::StatusOther),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -31,8 +31,9 @@ pub struct Tls {
 }
 
 impl Tls {
-    /// The client config for `host` (a DNS name or an IP address).
-    pub fn new(driver: &DriverConfig, host: &str) -> Result<Tls, String> {
+    /// The client config for `host` (a DNS name or an IP address), offering `alpn` (the
+    /// protocols in order of preference, e.g. `h2`, `http/1.1`).
+    pub fn new(driver: &DriverConfig, host: &str, alpn: &[&[u8]]) -> Result<Tls, String> {
         let server_name =
             ServerName::try_from(host.to_string()).map_err(|e| format!("https target host {host:?}: {e}"))?;
         let provider = Arc::new(crypto::ring::default_provider());
@@ -49,6 +50,7 @@ impl Tls {
                 .with_root_certificates(roots(driver.tls_ca_file.as_deref())?)
                 .with_no_client_auth()
         };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         if !driver.tls_resume {
             config.resumption = Resumption::disabled();
         }
@@ -153,9 +155,19 @@ mod tests {
 
     #[test]
     fn server_names_and_ca_files() {
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "127.0.0.1").is_ok());
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "::1").is_ok());
-        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "bad host!").is_err());
+        assert!(Tls::new(
+            &driver(serde_json::json!({"tls_insecure": true})),
+            "127.0.0.1",
+            &[]
+        )
+        .is_ok());
+        assert!(Tls::new(&driver(serde_json::json!({"tls_insecure": true})), "::1", &[]).is_ok());
+        assert!(Tls::new(
+            &driver(serde_json::json!({"tls_insecure": true})),
+            "bad host!",
+            &[]
+        )
+        .is_err());
         let dir = std::env::temp_dir().join(format!("knee-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let empty = dir.join("empty.pem");
@@ -163,6 +175,7 @@ mod tests {
         let err = Tls::new(
             &driver(serde_json::json!({"tls_ca_file": empty.to_str().unwrap()})),
             "localhost",
+            &[],
         )
         .err()
         .unwrap();
@@ -170,6 +183,7 @@ mod tests {
         let err = Tls::new(
             &driver(serde_json::json!({"tls_ca_file": "/nonexistent/ca.pem"})),
             "localhost",
+            &[],
         )
         .err()
         .unwrap();

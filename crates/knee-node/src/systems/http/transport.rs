@@ -141,6 +141,14 @@ impl Transport {
         }
     }
 
+    /// The protocol the server chose by ALPN (TLS only; None: it chose none).
+    pub fn alpn(&self) -> Option<&[u8]> {
+        match self {
+            Transport::Plain(_) => None,
+            Transport::Tls { tls, .. } => tls.alpn_protocol(),
+        }
+    }
+
     /// Whether TLS holds bytes not yet written to the socket.
     pub fn unsent(&self) -> bool {
         matches!(self, Transport::Tls { tls, .. } if tls.wants_write())
