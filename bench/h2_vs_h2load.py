@@ -309,9 +309,11 @@ def stall(plan: Plan, knee: Path, h2load: str, server: GoH2c, workdir: Path) -> 
         flush=True,
     )
     return {
+        "knee_p90_ns": float(done["latency"]["p90_ns"]),
         "knee_p99_ns": float(done["latency"]["p99_ns"]),
         "knee_max_ns": float(done["latency"]["max_ns"]),
         "knee_ok": float(done["ok"]),
+        "h2load_p90_ns": h2["p90_ns"],
         "h2load_p99_ns": h2["p99_ns"],
         "h2load_max_ns": h2["max_ns"],
         "h2load_ok": float(ok),
@@ -377,7 +379,8 @@ def main() -> int:
     st = m["stall"]
     summary["stall_p99_ratio"] = st["knee_p99_ns"] / st["h2load_p99_ns"]
     print(
-        f"stall of {st['stall_s']:g} s: p99 knee {st['knee_p99_ns'] / 1e6:.1f} ms, h2load "
+        f"stall of {st['stall_s']:g} s: p90 knee {st['knee_p90_ns'] / 1e6:.1f} ms, h2load "
+        f"{st['h2load_p90_ns'] / 1e6:.1f} ms; p99 knee {st['knee_p99_ns'] / 1e6:.1f} ms, h2load "
         f"{st['h2load_p99_ns'] / 1e6:.1f} ms; max knee {st['knee_max_ns'] / 1e6:.1f} ms, h2load "
         f"{st['h2load_max_ns'] / 1e6:.1f} ms (knee's count from the intended send)"
     )
