@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _find_parser(sub)
     _http_parser(sub)
+    _grpc_parser(sub)
     sub.add_parser(
         "cleanup",
         help="remove the namespaces, links and cgroups of runs whose runner was killed",
@@ -114,6 +115,8 @@ def _find_parser(sub: Any) -> None:
 
 
 def _http_parser(sub: Any) -> None:
+    from knee.loadcli import add_load_options, add_run_options, add_tls_options
+
     h = sub.add_parser(
         "http",
         help="load an HTTP/1.1 service (http:// or https://) at a rate (or a sweep of rates) "
@@ -123,29 +126,7 @@ def _http_parser(sub: Any) -> None:
         "report, as `knee run` does (docs/http.md).",
     )
     h.add_argument("url", help="http://HOST:PORT/PATH?QUERY or https://...")
-    rate = h.add_mutually_exclusive_group()
-    rate.add_argument(
-        "--rate",
-        type=float,
-        help="requests per second (Poisson arrivals); with none of --rate, --rates and "
-        "--clients, knee searches for the capacity (docs/find.md)",
-    )
-    rate.add_argument("--rates", help="a sweep: comma-separated rates, e.g. 100,200,500,1000")
-    rate.add_argument("--clients", type=int, help="closed loop: this many clients, no pause")
-    h.add_argument("--duration", default="30s", help="per rate, warm-up included (30s, 2m)")
-    h.add_argument("--warmup", default="1s", help="left out of the statistics (default 1s)")
-    h.add_argument(
-        "--connections",
-        type=int,
-        help="keep-alive connections (default 8; a search: 64, so that the service's own "
-        "concurrency and not the connections sets the capacity)",
-    )
-    h.add_argument(
-        "--slo",
-        help="latency objective, e.g. 'p99<50ms': with a rate, a threshold (exit code 5 "
-        "when missed at 95%% confidence); with none, the search also finds the SLO capacity",
-    )
-    h.add_argument("--timeout", default="5s", help="per request (default 5s)")
+    add_load_options(h, "requests")
     h.add_argument("-X", "--method", default="GET")
     h.add_argument("-H", "--header", action="append", default=[], help="'Name: value'")
     h.add_argument("--body", help="request body, or @FILE")
@@ -155,24 +136,51 @@ def _http_parser(sub: Any) -> None:
         help="Server-Timing entries that add up to server time (comma-separated)",
     )
     h.add_argument("--detail", help="the Server-Timing entry kept as the detail (e.g. db)")
-    h.add_argument(
-        "--insecure",
-        action="store_true",
-        help="https: accept any certificate (a local service's self-signed one)",
-    )
-    h.add_argument(
-        "--cacert", metavar="FILE", help="https: also trust the CA certificates in this PEM file"
-    )
+    add_tls_options(h)
     h.add_argument(
         "--no-tls-resume",
         action="store_true",
         help="https: a full TLS handshake on every new connection (default: resume sessions)",
     )
     _search_options(h)
-    h.add_argument("--name", default="http", help="the run directory's name (default http)")
-    h.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
-    h.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    h.add_argument("--no-report", action="store_true", help="do not write report.html")
+    add_run_options(h, "http")
+
+
+def _grpc_parser(sub: Any) -> None:
+    from knee.loadcli import add_load_options, add_run_options, add_tls_options
+
+    g = sub.add_parser(
+        "grpc",
+        help="load a gRPC service with unary calls at a rate (or a sweep, or a search for its "
+        "capacity) and write a report",
+        description="Call METHOD of TARGET at --rate (or each of --rates; with neither, search "
+        "for the capacity), the request message built from --data through the service's "
+        ".proto; latency from each call's intended send time. Flags follow ghz and grpcurl "
+        "(docs/grpc.md).",
+    )
+    g.add_argument(
+        "target", help="HOST:PORT or http://HOST:PORT (h2c, plaintext), https://HOST:PORT (TLS)"
+    )
+    g.add_argument(
+        "--proto", action="append", default=[], metavar="FILE", help="the service's .proto file"
+    )
+    g.add_argument(
+        "-i",
+        "--import-paths",
+        action="append",
+        default=[],
+        metavar="DIRS",
+        help="comma-separated folders where the .proto's imports are (its own folder is one)",
+    )
+    g.add_argument("--protoset", metavar="FILE", help="a compiled FileDescriptorSet instead")
+    g.add_argument("--call", required=True, help="package.Service/Method (a unary method)")
+    g.add_argument("-d", "--data", default="{}", help="the request message as JSON, or @FILE")
+    g.add_argument("-m", "--metadata", help='metadata as a JSON object, e.g. \'{"k":"v"}\'')
+    g.add_argument("-H", "--header", action="append", default=[], help="metadata 'key: value'")
+    add_load_options(g, "calls")
+    add_tls_options(g)
+    _search_options(g)
+    add_run_options(g, "grpc")
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -345,24 +353,48 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 def _http(args: argparse.Namespace, console: Console) -> int:
     """`knee http`: a spec built from the arguments, run as `knee run` runs one, or, with
     no rate, searched as `knee find` searches one."""
-    import tempfile
-
-    from knee.httpcli import HttpArgsError, http_spec, searching
-    from knee.toml_writer import dump_toml
+    from knee.httpcli import HttpArgsError, http_spec
 
     try:
         doc = http_spec(args)
     except HttpArgsError as e:
         print(f"knee http: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    with tempfile.TemporaryDirectory(prefix="knee-http-") as tmp:
+    return _run_doc(doc, args, console, "knee http")
+
+
+def _grpc(args: argparse.Namespace, console: Console) -> int:
+    """`knee grpc`: as `knee http`, the call checked first (`knee-node grpc-check`), so a
+    .proto that does not compile, an unknown method or --data that does not match is one
+    line before anything starts."""
+    from knee.grpccli import GrpcArgsError, check_call, grpc_spec
+    from knee.runner import node_binary
+
+    try:
+        doc = grpc_spec(args)
+        check_call(str(node_binary()), doc["driver"])
+    except GrpcArgsError as e:
+        print(f"knee grpc: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    return _run_doc(doc, args, console, "knee grpc")
+
+
+def _run_doc(doc: dict[str, Any], args: argparse.Namespace, console: Console, prog: str) -> int:
+    """A one-line command's spec run as `knee run` runs one, or, with no rate, searched as
+    `knee find` searches one."""
+    import tempfile
+
+    from knee.loadcli import searching
+    from knee.toml_writer import dump_toml
+
+    with tempfile.TemporaryDirectory(prefix="knee-load-") as tmp:
         spec = Path(tmp) / f"{args.name}.toml"
         spec.write_text(dump_toml(doc))
         run_args = argparse.Namespace(
             **vars(args), spec=spec, preset=None, series=None, keep_scratch=False
         )
         if searching(args):
-            return _find(run_args, console, prog="knee http")
+            return _find(run_args, console, prog=prog)
         return _run(run_args, console)
 
 
@@ -429,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         return _compare(args, console)
     if args.command == "http":
         return _http(args, console)
+    if args.command == "grpc":
+        return _grpc(args, console)
     if args.command == "find":
         return _find(args, console)
     if args.command == "cleanup":

@@ -119,3 +119,12 @@ HTTP_ARGS = {code: name for name, code in SYSTEMS["http"]["args"].items()}
 HTTP_MAX_ENTRIES = _size("http", "max_entries")
 HTTP_MAX_FILE_LINES = _size("http", "max_file_lines")
 HTTP_MAX_REQUEST_BODY_BYTES = _size("http", "max_request_body_bytes")
+
+# ------------------------------------------------------------------ grpc
+
+#: Why a gRPC call failed (its sample's `arg`, read as `fail_reason`; 0: it did not):
+#: http's reasons and gRPC's own (grpc_status, grpc_no_status, http_status, not_grpc).
+GRPC_ARGS = {code: name for name, code in SYSTEMS["grpc"]["args"].items()}
+#: gRPC's status codes by number (the samples' `flags`, read as `grpc_status`).
+GRPC_CODES: dict[int, str] = dict(enumerate(SYSTEMS["grpc"]["constants"]["codes"]))
+GRPC_MAX_METADATA = _size("grpc", "max_metadata")

@@ -6,7 +6,9 @@ and neither imports the other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +102,22 @@ def from_node(
 Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
 Rule = Callable[[Sections], None]
 """Checks (and may complete) the fully defaulted sections of one point; raises RuleError."""
+
+
+#: The folder of the spec file being loaded (knee.spec.load_spec sets it): a rule may find
+#: a file the spec names relative to it when it is not relative to where knee runs.
+SPEC_DIR: ContextVar[str | None] = ContextVar("SPEC_DIR", default=None)
+
+
+def spec_relative(path: str) -> str:
+    """`path` made absolute: relative to where knee runs, else to the spec's folder when
+    only there does it exist."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return os.path.abspath(path)
+    spec_dir = SPEC_DIR.get()
+    if spec_dir is not None and os.path.exists(os.path.join(spec_dir, path)):
+        return os.path.abspath(os.path.join(spec_dir, path))
+    return os.path.abspath(path)
 
 
 class RuleError(Exception):

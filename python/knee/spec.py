@@ -22,6 +22,7 @@ from knee.params import (
     EXPERIMENT,
     LOAD,
     REQUIRED,
+    SPEC_DIR,
     Param,
     Point,
     Rule,
@@ -472,6 +473,7 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
     path = os.fspath(path)
     doc = _read(path)
     origins: set[str] = set()
+    token = SPEC_DIR.set(os.path.dirname(os.path.abspath(path)))
     try:
         presets = _take_presets(doc)
         _normalize(doc)
@@ -486,6 +488,8 @@ def load_spec(path: str | os.PathLike[str], preset: str | None = None) -> Spec:
     except RuleError as err:
         suffix = f" (from preset {preset!r})" if _from_preset(err.key, origins) else ""
         raise SpecError(path, err.key, err.message + suffix) from None
+    finally:
+        SPEC_DIR.reset(token)
     return Spec(
         path,
         preset,

@@ -5,6 +5,8 @@
 //! knee-node serve <system> [--name NAME] [--config JSON|@FILE]
 //! knee-node load  <system> [--name NAME]  --config JSON|@FILE
 //! knee-node gemm-rate [N] [REPS]      GFLOP/s of the matrix product, for bench/
+//! knee-node grpc-check --config JSON   a grpc driver's call built as the node would (one
+//!                                     JSON line), or its mistake in one line
 //! knee-node describe                  the contract with knee, as JSON (systems: ops, flags,
 //!                                     columns, config keys; load keys; statuses; events)
 //! knee-node clock                     CLOCK_MONOTONIC ns for each line on stdin (clock offset
@@ -22,6 +24,7 @@ const USAGE: &str = "usage: knee-node --version
        knee-node serve <system> [--name NAME] [--config JSON|@FILE]
        knee-node load <system> [--name NAME] --config JSON|@FILE
        knee-node gemm-rate [N] [REPS]
+       knee-node grpc-check --config JSON|@FILE
        knee-node describe
        knee-node clock";
 
@@ -56,6 +59,11 @@ fn run(args: &[String]) -> Result<(), String> {
             }
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),
+        Some("grpc-check") => {
+            let (_, config) = options(&args[1..])?;
+            println!("{}", systems::grpc::check(&config)?);
+            Ok(())
+        }
         Some("describe") => {
             println!("{}", knee_node::describe::describe());
             Ok(())

@@ -21,6 +21,7 @@ from knee.systems.base import (
 _MODULES = (
     "chat",
     "echo",
+    "grpc",
     "http",
     "matrix",
     "share",

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod echo;
+pub mod grpc;
 pub mod http;
 pub mod matrix;
 pub mod share;
@@ -44,6 +45,7 @@ pub struct System {
 pub const SYSTEMS: &[System] = &[
     chat::SYSTEM,
     echo::SYSTEM,
+    grpc::SYSTEM,
     http::SYSTEM,
     matrix::SYSTEM,
     share::SYSTEM,

@@ -15,8 +15,8 @@
 //!   `judge.rs`: the http target's verdict on an HTTP/2 response;
 //! - `client.rs`: the role on the load harness (it picks HTTP/1.1 or HTTP/2 at setup).
 
-mod client;
-mod config;
+pub(crate) mod client;
+pub(crate) mod config;
 mod conn;
 mod engine;
 pub(crate) mod h2;
@@ -26,7 +26,7 @@ mod pool;
 mod requests;
 pub mod response;
 pub mod timing;
-mod tls;
+pub(crate) mod tls;
 mod transport;
 
 pub const SYSTEM: super::System = super::System {

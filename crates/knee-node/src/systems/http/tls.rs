@@ -34,24 +34,41 @@ impl Tls {
     /// The client config for `host` (a DNS name or an IP address), offering `alpn` (the
     /// protocols in order of preference, e.g. `h2`, `http/1.1`).
     pub fn new(driver: &DriverConfig, host: &str, alpn: &[&[u8]]) -> Result<Tls, String> {
+        Tls::with(
+            driver.tls_insecure,
+            driver.tls_ca_file.as_deref(),
+            driver.tls_resume,
+            host,
+            alpn,
+        )
+    }
+
+    /// As [`Tls::new`], from the settings themselves (gRPC's driver has its own config).
+    pub fn with(
+        insecure: bool,
+        ca_file: Option<&str>,
+        resume: bool,
+        host: &str,
+        alpn: &[&[u8]],
+    ) -> Result<Tls, String> {
         let server_name =
             ServerName::try_from(host.to_string()).map_err(|e| format!("https target host {host:?}: {e}"))?;
         let provider = Arc::new(crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
-        let mut config = if driver.tls_insecure {
+        let mut config = if insecure {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
                 .with_no_client_auth()
         } else {
             builder
-                .with_root_certificates(roots(driver.tls_ca_file.as_deref())?)
+                .with_root_certificates(roots(ca_file)?)
                 .with_no_client_auth()
         };
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        if !driver.tls_resume {
+        if !resume {
             config.resumption = Resumption::disabled();
         }
         Ok(Tls {

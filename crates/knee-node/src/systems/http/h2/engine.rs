@@ -599,9 +599,12 @@ impl Engine<'_> {
                 s.arg = Reason::Timeout as u32;
             }
             Ok(reply) => {
-                let v = self
-                    .judge
-                    .judge(&reply.head, reply.body_bytes, reply.trailers.as_ref());
+                let v = self.judge.judge_body(
+                    &reply.head,
+                    &reply.body_head,
+                    reply.body_bytes,
+                    reply.trailers.as_ref(),
+                );
                 s.received_ns = now;
                 s.bytes_in = reply.bytes_in;
                 s.flags = v.flags;
@@ -821,7 +824,13 @@ impl Engine<'_> {
     }
 
     fn record(&self, s: &Sample) {
-        self.ctx.recorder.record(s);
+        if s.arg == 0 {
+            self.ctx.recorder.record(s);
+            return;
+        }
+        let mut s = *s;
+        s.flags = self.judge.failure_flags(s.arg, s.flags);
+        self.ctx.recorder.record(&s);
     }
 
     fn log(&mut self, line: &str) {

@@ -137,6 +137,27 @@ pub(crate) struct Verdict {
 /// and its trailers (None: the response had none).
 pub(crate) trait Judge {
     fn judge(&self, head: &http::response::Parts, body_bytes: u64, trailers: Option<&HeaderMap>) -> Verdict;
+
+    /// As `judge`, with the body's first bytes (at most `stream::BODY_HEAD_BYTES`): what
+    /// the engine calls; a judge that reads its body's framing (gRPC's message prefix)
+    /// overrides it.
+    fn judge_body(
+        &self,
+        head: &http::response::Parts,
+        _body_head: &[u8],
+        body_bytes: u64,
+        trailers: Option<&HeaderMap>,
+    ) -> Verdict {
+        self.judge(head, body_bytes, trailers)
+    }
+
+    /// The `flags` of a sample that failed with `reason` (its `arg`) where `flags` is what
+    /// the engine knows (the HTTP status when a head came, else 0): http keeps it; gRPC
+    /// gives the status code a gRPC client library would. Called on every sample with a
+    /// reason as it is recorded (the judge's own verdicts included: it keeps its own).
+    fn failure_flags(&self, _reason: u32, flags: u16) -> u16 {
+        flags
+    }
 }
 
 /// The engine's own bounds and windows.

@@ -19,10 +19,16 @@ use super::super::response::Reason;
 /// others on its connection (it is polled again at once).
 const MAX_CHUNKS_PER_POLL: usize = 64;
 
+/// The body's first bytes kept for the judge (gRPC reads its message prefix there); the
+/// rest is counted, never kept.
+pub const BODY_HEAD_BYTES: usize = 16;
+
 /// A whole response.
 pub struct Reply {
     pub head: http::response::Parts,
     pub body_bytes: u64,
+    /// The body's first bytes, at most `BODY_HEAD_BYTES`.
+    pub body_head: Vec<u8>,
     pub trailers: Option<HeaderMap>,
     /// Header fields (name and value), body and trailer bytes.
     pub bytes_in: u64,
@@ -59,6 +65,7 @@ pub struct Stream {
     recv: Option<RecvStream>,
     data_done: bool,
     body_bytes: u64,
+    body_head: Vec<u8>,
     bytes_in: u64,
 }
 
@@ -74,6 +81,7 @@ impl Stream {
             recv: None,
             data_done: false,
             body_bytes: 0,
+            body_head: Vec::new(),
             bytes_in: 0,
         }
     }
@@ -112,6 +120,8 @@ impl Stream {
                 Poll::Ready(None) => self.data_done = true,
                 Poll::Ready(Some(Ok(chunk))) => {
                     let n = chunk.len();
+                    let keep = (BODY_HEAD_BYTES - self.body_head.len()).min(n);
+                    self.body_head.extend_from_slice(&chunk[..keep]);
                     self.body_bytes += n as u64;
                     self.bytes_in += n as u64;
                     let _ = recv.flow_control().release_capacity(n);
@@ -141,6 +151,7 @@ impl Stream {
         Polled::Done(Ok(Reply {
             head,
             body_bytes: self.body_bytes,
+            body_head: std::mem::take(&mut self.body_head),
             trailers,
             bytes_in: self.bytes_in,
         }))
