@@ -6,9 +6,11 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,3 +216,81 @@ def echo_closed_loop(
         server.terminate()  # our own child, by its handle
         server.wait(timeout=10)
     return samples
+
+
+def ensure_h2_peers() -> tuple[str, Path]:
+    """h2load (Debian's nghttp2-client) and ghz (built from the Go module proxy), installed
+    by `scripts/h2-peers install` when either is missing: (h2load, ghz)."""
+    script = BENCH_DIR.parent / "scripts" / "h2-peers"
+    where = subprocess.run([str(script), "dir"], capture_output=True, text=True, check=True)
+    ghz = Path(where.stdout.strip()) / "ghz"
+    if shutil.which("h2load") is None or not os.access(ghz, os.X_OK):
+        print("installing h2load and ghz (scripts/h2-peers install)", file=sys.stderr)
+        proc = subprocess.run([str(script), "install"], timeout=900, check=False)
+        if proc.returncode != 0:
+            raise BenchError("scripts/h2-peers install failed (its output above says why)")
+    h2load = shutil.which("h2load")
+    if h2load is None or not os.access(ghz, os.X_OK):
+        raise BenchError("h2load or ghz is still missing after scripts/h2-peers install")
+    return h2load, ghz
+
+
+class Freeze:
+    """Freezes processes (SIGSTOP) `at_s` seconds after `start()` for `for_s` seconds, then
+    thaws them (SIGCONT), on a thread of its own: a server stalled mid-run. The processes
+    are the bench's own children. `stop()` (or leaving the `with`) always thaws them."""
+
+    def __init__(self, pids: list[int], at_s: float, for_s: float) -> None:
+        self.pids, self.at_s, self.for_s = pids, at_s, for_s
+        self.frozen_s = 0.0  # how long they were stopped, measured
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _signal(self, sig: int) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _run(self) -> None:
+        if self._cancel.wait(self.at_s):
+            return
+        t0 = time.monotonic()
+        self._signal(signal.SIGSTOP)
+        try:
+            self._cancel.wait(self.for_s)
+        finally:
+            self._signal(signal.SIGCONT)
+            self.frozen_s = time.monotonic() - t0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._cancel.set()
+        self._thread.join(timeout=self.for_s + 5)
+        self._signal(signal.SIGCONT)  # thawed whatever happened
+
+    def __enter__(self) -> "Freeze":
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def percentiles_ns(latency_ns: Any) -> dict[str, float]:
+    """p50, p90, p99 and max of an array of latencies in ns (numpy, vectorized)."""
+    import numpy as np
+
+    a = np.asarray(latency_ns, dtype=np.float64)
+    if a.size == 0:
+        raise BenchError("no latencies to summarize")
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {
+        "p50_ns": float(p50),
+        "p90_ns": float(p90),
+        "p99_ns": float(p99),
+        "max_ns": float(a.max()),
+    }

@@ -33,6 +33,8 @@ BENCHES = [
     "bottleneck_truth",
     "find_accuracy",
     "slices_goals",
+    "h2_vs_h2load",
+    "grpc_vs_ghz",
 ]
 #: Seconds a smoke run may take on a busy 2-core machine (they take 1 to 40 s).
 SMOKE_TIMEOUT_S = 240.0
