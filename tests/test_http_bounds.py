@@ -215,22 +215,7 @@ BOUNDED: dict[str, tuple[Callable[[], Any], set[str], Callable[[int], int]]] = {
 }
 
 
-#: The connects made before the start wait up to CONNECT_TIMEOUT_S, and the node's clock
-#: (its `elapsed_s`) starts after them: against a target that never completes a connect,
-#: the process lives the connect timeout longer than its bound (issue 36, D: pool.rs).
-PRE_START_CONNECTS = pytest.mark.xfail(
-    strict=True,
-    reason="connects before the start wait up to 5 s outside the run's time bound "
-    "(crates/knee-node/src/systems/http/pool.rs, Pool::connect_all)",
-)
-#: The servers whose connects never complete.
-NEVER_CONNECTS = ("never_accepts", "full_backlog")
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=PRE_START_CONNECTS) if n in NEVER_CONNECTS else n for n in BOUNDED],
-)
+@pytest.mark.parametrize("name", list(BOUNDED))
 def test_a_hostile_target_cannot_hold_the_run(
     run_load: RunLoad, serve: Callable[..., Any], name: str
 ) -> None:
@@ -247,7 +232,6 @@ def test_a_hostile_target_cannot_hold_the_run(
     assert seen["stopped"] >= fewest_stopped(len(r)), tally(r)
 
 
-@PRE_START_CONNECTS
 def test_a_stalled_connect_does_not_stall_the_other_connections(
     run_load: RunLoad, serve: Callable[..., Any]
 ) -> None:
@@ -282,12 +266,6 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
     assert server.connections == accepted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the connect loop before the start does not look at the stop flag: SIGTERM waits "
-    "for the connects' 5 s timeout (crates/knee-node/src/systems/http/pool.rs, "
-    "Pool::connect_all)",
-)
 def test_a_stop_during_the_first_connects_ends_the_node_within_its_grace(
     knee_node: str, processes: Processes, load_configs: LoadConfigs, serve: Callable[..., Any]
 ) -> None:

@@ -15,6 +15,11 @@ use crate::{clock, stdio};
 const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Longest single wait while the connects go on.
 const WAIT_NS: u64 = 20_000_000;
+/// The connects before the start wait at most this: a connection still opening then is
+/// handed to the engine, which goes on with it against its own connect deadline. The node's
+/// time bound (duration + grace) starts after this wait, so it stays short: a healthy
+/// target's connects take well under a millisecond on loopback, a TLS handshake a few.
+pub(crate) const PRESTART_WAIT_NS: u64 = 500_000_000;
 
 pub struct Pool {
     pub conns: Vec<Conn>,
@@ -91,6 +96,11 @@ impl Pool {
             if !self.conns.iter().any(Conn::is_opening) {
                 break;
             }
+            // A stop (SIGTERM) or the wait's bound: the run starts with what is made (a stop
+            // then ends it within its grace), the rest going on in the engine.
+            if crate::signals::stop_requested() || now.saturating_sub(start) >= PRESTART_WAIT_NS {
+                break;
+            }
             conn::watch(&self.conns, &mut self.pollfds);
             crate::poll::ppoll_ns(&mut self.pollfds, WAIT_NS);
         }
@@ -98,10 +108,12 @@ impl Pool {
         if made < self.conns.len() {
             stdio::log(&format!(
                 "{} of {} connections to {addr} not made before the start (reset, closed, or not \
-                 within {} ms: a full accept queue?); the run starts, and each is made again \
-                 when a request needs it",
+                 within {} ms: a full accept queue?); the run starts, those still connecting go \
+                 on (each within {} ms of its start), and the others are made again when a \
+                 request needs them",
                 self.conns.len() - made,
                 self.conns.len(),
+                PRESTART_WAIT_NS / 1_000_000,
                 self.connect_timeout_ns / 1_000_000
             ));
         }

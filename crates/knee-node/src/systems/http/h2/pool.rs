@@ -6,6 +6,7 @@
 use h2::client::Builder;
 
 use super::super::conn::Failed;
+use super::super::pool::PRESTART_WAIT_NS;
 use super::conn::{self, Ended, H2Conn};
 use super::H2Setup;
 use crate::{clock, stdio};
@@ -109,6 +110,14 @@ impl H2Pool {
                 }
             }
             if !self.conns.iter().any(H2Conn::is_opening) {
+                break;
+            }
+            // A stop (SIGTERM), or the wait's bound once the protocol is known (cleartext, or a
+            // connection ready): the run starts, those still opening going on in the engine.
+            let known = self.setup.tls.is_none() || self.conns.iter().any(H2Conn::is_ready);
+            if crate::signals::stop_requested()
+                || (known && now.saturating_sub(start) >= PRESTART_WAIT_NS)
+            {
                 break;
             }
             conn::watch(&self.conns, &mut self.pollfds);
