@@ -272,18 +272,19 @@ def test_a_server_that_never_answers_cannot_hold_the_node(run_load: Any, hostile
 
 
 def test_a_hostile_one_stream_server_holds_requests(run_load: Any, hostile: Any) -> None:
-    """SETTINGS_MAX_CONCURRENT_STREAMS 1 and 20 ms per answer: knee never opens a second
-    stream (the server would answer it with a PROTOCOL_ERROR GOAWAY) and records the wait."""
+    """SETTINGS_MAX_CONCURRENT_STREAMS 1 and 20 ms per answer, at 60 requests/s (one every
+    16.7 ms): knee never opens a second stream (the server would answer it with a
+    PROTOCOL_ERROR GOAWAY) and records each request's wait for the one stream."""
     server = hostile("max_streams_1", delay_ms=20)
     run = _load(
         run_load, server.url, {"protocol": "h2c"}, connections=1, duration_s=1.0,
-        schedule={"kind": "constant", "rate_per_s": 40.0},
+        schedule={"kind": "constant", "rate_per_s": 60.0},
     )  # fmt: skip
     r, done = run.records, run.done
     assert set(r["status"]) == {OK}, _reasons(r)
     assert done["max_streams_in_use"] == 1 and done["goaways"] == 0, done
     assert server.snapshot().protocol_errors == 0
-    assert (r["service_ns"] > 0).any(), done
+    assert (r["service_ns"] > 0).mean() > 0.5, done
 
 
 def test_a_body_without_window_is_held_until_its_timeout(run_load: Any, hostile: Any) -> None:

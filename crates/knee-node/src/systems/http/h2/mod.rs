@@ -29,6 +29,9 @@
 //! - [`run_h2`] records one sample per scheduled request in `ctx.recorder` (`queue_ns` the
 //!   wait for its connection to be made, `service_ns` the held wait for a free stream or
 //!   window, `client` the connection) and returns the `done` fields ([`H2Done`]).
+//! - The FIFO of held requests (with the streams in flight) is bounded by
+//!   `ctx.bounds.max_in_flight`: the role's `plan` sets it to `load.max_outstanding` for an
+//!   open loop, as http's does (`client.rs`).
 //! - [`Tls`] (`Tls::with(insecure, ca_file, resume, host, alpn)`): TLS for `H2Setup`, ALPN
 //!   `[b"h2"]` to require h2.
 //! - The engine's own failures (connects, timeouts, GOAWAY, RST_STREAM, refusals, protocol
