@@ -227,7 +227,7 @@ def test_knee_grpc_with_no_rate_finds_a_grpcio_servers_capacity(tmp_path: Path) 
     with grpc_server("grpcio", workers=workers, sleep_ms=sleep_ms) as addr:
         proc = run_knee(
             "grpc", addr, "--proto", str(PROTO), "--call", CALL, "-d", '{"text": "x"}',
-            "--probe", "4s", "--tolerance", "5%", "--budget", "200s", "--min-rate", "20",
+            "--probe", "4s", "--tolerance", "2%", "--budget", "200s", "--min-rate", "20",
             "--out", str(tmp_path / "runs"), "--no-progress", "--json",
             timeout_s=400,
         )  # fmt: skip

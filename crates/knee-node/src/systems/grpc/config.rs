@@ -209,8 +209,12 @@ pub const MAX_REQUEST_MESSAGE_BYTES: usize = MAX_MESSAGE_BYTES;
 mod tests {
     use super::*;
 
+    /// The test .proto in a folder of its own (tests run in parallel: none reads a file
+    /// another is writing).
     fn proto() -> String {
-        let d = std::env::temp_dir().join(format!("knee-grpc-config-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("knee-grpc-config-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         let f = d.join("echo.proto");
         std::fs::write(

@@ -58,7 +58,10 @@ mod tests {
     use prost_reflect::DescriptorPool;
 
     fn desc() -> MessageDescriptor {
-        let d = std::env::temp_dir().join(format!("knee-grpc-msg-{}", std::process::id()));
+        // A folder per call: tests run in parallel, none reads a file another is writing.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("knee-grpc-msg-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(
             d.join("m.proto"),

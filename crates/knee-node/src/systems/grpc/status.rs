@@ -154,7 +154,7 @@ pub fn grpc_timeout(ns: u64) -> String {
         return "0n".into();
     }
     for (per, unit) in UNITS.iter().rev() {
-        if ns % per == 0 && ns / per <= MAX {
+        if ns.is_multiple_of(*per) && ns / per <= MAX {
             return format!("{}{unit}", ns / per);
         }
     }
