@@ -115,9 +115,7 @@ impl H2Pool {
             // A stop (SIGTERM), or the wait's bound once the protocol is known (cleartext, or a
             // connection ready): the run starts, those still opening going on in the engine.
             let known = self.setup.tls.is_none() || self.conns.iter().any(H2Conn::is_ready);
-            if crate::signals::stop_requested()
-                || (known && now.saturating_sub(start) >= PRESTART_WAIT_NS)
-            {
+            if crate::signals::stop_requested() || (known && now.saturating_sub(start) >= PRESTART_WAIT_NS) {
                 break;
             }
             conn::watch(&self.conns, &mut self.pollfds);
