@@ -10,16 +10,18 @@ duration and the 1 s grace whatever the server does."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import constant_offsets
 from hostile_h2_servers import HostileH2Server
 from real_http_servers import RealServer, real_server
-from report_helpers import only_dir, run_knee
+from report_helpers import only_dir, run_knee, smoke_run
 
 import knee
 from knee.contract import HTTP_ARGS
@@ -324,3 +326,23 @@ def test_knee_http_h2c_reports_streams_and_held_per_point(tmp_path: Path, knee_n
     assert h2["http"]["connections_opened"] == 2 and h2["http"]["goaways"] == 0, h2["http"]
     assert h2["held_ns"]["n"] > 20 and h2["held_ns"]["max"] == 0, h2["held_ns"]
     assert h1["http"]["protocol"] == "http/1.1" and h1["http"]["server_max_streams"] is None
+
+
+def test_the_http2_experiment_reports_its_streams_against_nginx_limit(tmp_path: Path) -> None:
+    """experiments/http2-nginx.toml's smoke run (h2c to a real nginx with http2 on, 2
+    connections): each point's summary keeps the done line's HTTP/2 fields (the protocol,
+    nginx's SETTINGS_MAX_CONCURRENT_STREAMS of 128, the peak of streams in use within the
+    2 x 128 limit), every request has its held wait, and the report's http table shows the
+    protocol and the streams used of that limit."""
+    run_dir, _ = smoke_run("http2-nginx", tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    html = (run_dir / "report.html").read_text()
+    for point in summary["points"]:
+        http = point["http"]
+        assert (http["protocol"], http["server_max_streams"]) == ("h2", 128), http
+        assert http["streams_limit_total"] == 2 * 128, http
+        assert 1 <= http["max_streams_in_use"] <= 2 * 128, http
+        assert http["goaways"] == http["resets_received"] == 0, http
+        assert f"<td>{http['max_streams_in_use']} of 256</td>" in html
+    samples = pd.read_parquet(run_dir / "samples.parquet", columns=["held_ns", "status"])
+    assert (samples["held_ns"] >= 0).all() and len(samples) > 0

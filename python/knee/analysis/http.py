@@ -5,7 +5,9 @@ many requests had to wait for their connection to be made, and how long.
 
 An http sample's `flags` is its HTTP status code (0: no response), `arg` its failure reason
 (knee.contract.HTTP_ARGS; 0: none), `service` 1 when the response carried the split,
-`queue_ns` its connect time (TCP connect and TLS handshake; 0 on a connection already open).
+`queue_ns` its connect time (TCP connect and TLS handshake; 0 on a connection already open),
+`held_ns` its wait for a free stream (HTTP/2) or a free connection (HTTP/1.1), from its
+intended time (docs/http2.md; absent from runs written before it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ COLUMNS = [
     "server_ns",
     "detail_ns",
     "queue_ns",
+    "held_ns",
     "sent_ns",
     "warmup",
 ]
@@ -47,6 +50,8 @@ class PointHttp:
     connected: int  # of those, sent on a connection made for them (the others: one open)
     connect_p50_ns: float | None  # their connect time (TCP and TLS)
     connect_max_ns: float | None
+    held: int | None  # requests that waited for a stream or connection (None: not recorded)
+    held_p99_ns: float | None  # the 99th percentile of that wait, over those requests
 
     @property
     def split_share(self) -> float:
@@ -69,6 +74,8 @@ def point_http(run: Run, point: int) -> PointHttp:
     sent = df["sent_ns"].to_numpy(dtype=np.int64) >= 0
     connect = df["queue_ns"].to_numpy(dtype=np.float64)
     connect = connect[sent & (connect > 0)]
+    waits = df["held_ns"].to_numpy(dtype=np.float64) if "held_ns" in df else None
+    held = waits[waits > 0] if waits is not None else None
     return PointHttp(
         point=point,
         requests=len(df),
@@ -85,6 +92,8 @@ def point_http(run: Run, point: int) -> PointHttp:
         connected=len(connect),
         connect_p50_ns=float(order_statistic(connect, 0.5)) if len(connect) else None,
         connect_max_ns=float(connect.max()) if len(connect) else None,
+        held=len(held) if held is not None else None,
+        held_p99_ns=float(order_statistic(held, 0.99)) if held is not None and len(held) else None,
     )
 
 

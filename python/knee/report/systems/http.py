@@ -1,7 +1,9 @@
 """The http system's section: per point, the HTTP status codes of the responses, why the
 other requests failed, the server/network split from Server-Timing, or that it was
 unavailable (no response carried the entries: the split is then unknown, not zero), and
-the requests that waited for a connection to be made, with their connect time.
+the requests that waited for a connection to be made, with their connect time; the protocol
+spoken, and over HTTP/2 the streams in use against the server's limit, the requests held for
+a free stream, and the server's GOAWAYs and resets (docs/http2.md).
 
 Every number comes from `knee.analysis.http`.
 """
@@ -31,6 +33,30 @@ def _connects(p: analysis.PointHttp) -> str:
     return f"{p.connected} of {p.sent}" if p.sent else "-"
 
 
+def _streams(http: dict[str, Any]) -> str:
+    """The most streams in use at once of the limit (connections x the server's
+    SETTINGS_MAX_CONCURRENT_STREAMS, or the client's cap): HTTP/2 only."""
+    if http.get("protocol") != "h2":
+        return "-"
+    limit = http.get("streams_limit_total")
+    return f"{http.get('max_streams_in_use', 0)} of {limit if limit is not None else 'no limit'}"
+
+
+def _held(p: analysis.PointHttp) -> str:
+    if p.held is None:
+        return "-"
+    if not p.held:
+        return "0"
+    return f"{p.held} (p99 {fmt.ms(p.held_p99_ns)} ms)"
+
+
+def _h2_events(http: dict[str, Any]) -> str:
+    if http.get("protocol") != "h2":
+        return "-"
+    keys = (("goaways", "GOAWAY"), ("resets_received", "RST"), ("refused_resent", "resent"))
+    return ", ".join(f"{name} {http.get(k) or 0}" for k, name in keys)
+
+
 def _split(p: analysis.PointHttp) -> str:
     if p.with_split == 0:
         return "unavailable"
@@ -53,9 +79,11 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
     if not pts:
         return [Section("http", TITLE, [intro, note("No samples.")])]
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
+    done = {p["point"]: p.get("http") or {} for p in rr.points}
     rows = [
         [
             labels.get(p.point, str(p.point)),
+            done.get(p.point, {}).get("protocol", "-"),
             p.requests,
             _codes(p),
             _reasons(p),
@@ -65,11 +93,15 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
             _connects(p),
             fmt.ms(p.connect_p50_ns),
             fmt.ms(p.connect_max_ns),
+            _held(p),
+            _streams(done.get(p.point, {})),
+            _h2_events(done.get(p.point, {})),
         ]
         for p in pts
     ]
     cols = [
         Col("point", left=True),
+        Col("protocol", left=True, tip="what the generator spoke: http/1.1 or h2"),
         Col("requests", tip="after warm-up"),
         Col("HTTP statuses", left=True, tip="responses by status code; 2xx are ok"),
         Col("failures", left=True, tip="requests without a usable response, by reason"),
@@ -82,6 +114,17 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
             "connect max (ms)",
             tip="a full accept queue shows here: the kernel retries a SYN after 1 s",
         ),
+        Col(
+            "held",
+            tip="requests that waited for a free stream (HTTP/2) or connection (HTTP/1.1), "
+            "and the p99 of that wait: part of their latency",
+        ),
+        Col(
+            "streams",
+            tip="HTTP/2: the most streams in use at once, of connections x the server's "
+            "SETTINGS_MAX_CONCURRENT_STREAMS (or the client's max_streams)",
+        ),
+        Col("GOAWAY, RST", tip="HTTP/2: GOAWAYs and RST_STREAMs received, refused streams resent"),
     ]
     found = []
     without = [p for p in pts if p.answered and p.with_split == 0]
