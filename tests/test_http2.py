@@ -346,3 +346,15 @@ def test_the_http2_experiment_reports_its_streams_against_nginx_limit(tmp_path: 
         assert f"<td>{http['max_streams_in_use']} of 256</td>" in html
     samples = pd.read_parquet(run_dir / "samples.parquet", columns=["held_ns", "status"])
     assert (samples["held_ns"] >= 0).all() and len(samples) > 0
+
+
+def test_over_http2_the_generator_resource_is_its_streams(tmp_path: Path) -> None:
+    """The explain table's `connections` resource over HTTP/2 is the generator's streams:
+    capacity connections x nginx's 128, its U the mean number of streams held (under 1)."""
+    run_dir, _ = smoke_run("http2-nginx", tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for point in summary["points"]:
+        slots = point["resources"]["connections"]
+        assert slots["capacity"] == 2 * 128, slots
+        assert slots["label"] == "the generator's 256 streams", slots
+        assert 0 < slots["u"] < 1, slots

@@ -19,7 +19,8 @@ reaches U = 1 first as the load rises. Where each busy time comes from:
 - pool: a server's workers, busy X_ok x mean service time (its own split, Little's law).
 - part: a system's named part that reports its own time (chat's database, `detail_ns`).
 - connections: the generator's connections, each busy from its request's connect to its
-  reply (http: one request at a time on each); also the share of time all were busy.
+  reply (http: one request at a time on each); also the share of time all were busy. Over
+  HTTP/2, its streams instead: connections x the server's SETTINGS_MAX_CONCURRENT_STREAMS.
 - machine: this machine's cores, shared by the run's processes (its nodes, the target's
   tree, the runner) when none has a CPU limit of its own: their CPU summed each interval
   (the host rows of knee.monitor), capacity the machine's cores. A target that takes the
@@ -87,6 +88,7 @@ class Inputs:
     link_bytes_per_s: dict[str, float] = field(default_factory=dict)  # host -> tbf rate
     frame: pd.DataFrame | None = None  # the point's samples, for the connections
     connections: int | None = None  # the generator's connections (one request each)
+    slots: str = "connections"  # what they are: "streams" over HTTP/2 (connections x limit)
     timeout_ms: float | None = None
     part: tuple[str, str, float | None] | None = None  # (name, label, capacity) of detail_ns
     host_cores: dict[str, float] = field(default_factory=dict)  # host -> its CPU limit
@@ -370,6 +372,6 @@ def _connections(inp: Inputs, x: float) -> dict[str, Any]:
     times, level = times[order], np.cumsum(steps[order])
     spans = np.diff(times, append=hi)
     all_busy = float(spans[level >= n].sum()) / window_ns
-    out = entry("connections", f"the generator's {n} connections", busy, None, n, "connections", x)
+    out = entry("connections", f"the generator's {n} {inp.slots}", busy, None, n, inp.slots, x)
     out |= {"role": "load", "generator": True, "all_busy_share": all_busy}
     return out

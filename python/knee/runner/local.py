@@ -358,7 +358,7 @@ def _measure_point(
         stats["target"] = target
     if (codes := http_status_counts(frame)) is not None:
         stats["http_statuses"] = codes
-    if system.name == "http":  # HTTP/1.1 or HTTP/2, its streams (docs/http2.md)
+    if system.name in ("http", "grpc"):  # HTTP/1.1 or HTTP/2, its streams (docs/http2.md)
         stats["http"] = http_analysis.done_fields(state.run_dir, point.index, sorted(raws))
     stats["resources"] = point_resources(
         _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
@@ -655,6 +655,20 @@ def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> d
     return {"rss_bytes": usage.get("rss_bytes"), "cpu_percent": cpu_percent}
 
 
+def _h2(stats: dict[str, Any]) -> bool:
+    return (stats.get("http") or {}).get("protocol") == "h2"
+
+
+def _slots(point: Point, system: systems.System, stats: dict[str, Any]) -> int | None:
+    """How many requests the generator can have in flight at once, where a due request waits
+    for one (the `connections` resource): its connections (HTTP/1.1: one request each), or
+    over HTTP/2 its streams, connections x the server's SETTINGS_MAX_CONCURRENT_STREAMS (or
+    the client's cap; None: no limit was set, so no such resource)."""
+    if _h2(stats):
+        return stats["http"].get("streams_limit_total")
+    return point.load["connections"] if system.one_request_per_connection else None
+
+
 def _resource_inputs(
     state: RunState,
     point: Point,
@@ -702,7 +716,8 @@ def _resource_inputs(
         nodes=nodes,
         link_bytes_per_s=links,
         frame=frame,
-        connections=point.load["connections"] if system.one_request_per_connection else None,
+        connections=_slots(point, system, stats),
+        slots="streams" if _h2(stats) else "connections",
         timeout_ms=point.load["timeout_ms"],
         part=system.detail_part(point.server) if system.detail_part else None,
         host_cores={h: c for h in set(where.values()) if (c := state.hosts.cores_of(h))},
