@@ -1,6 +1,7 @@
 """`knee find` and `knee http` with no rate (docs/find.md): the SLO's decisions on samples
 of known quantiles, the search's rules (a probe lengthened while undecided, the brackets,
-the repeats), and real searches: a service of known capacity found within a wide margin,
+the start from the saturated throughput, the SLO judged where it matters, the hold), and
+real searches: a service of known capacity found within a wide margin,
 a generator held to a sliver of a core named as the limit, and `--slo` as a threshold."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
 from knee.find.probe import Decision
-from knee.find.search import REPEATS, Probe, Search, Settings
+from knee.find.search import HOLD, SAT_SHARE, Probe, Search, Settings
 from knee.stats import slo as slo_mod
 
 # ------------------------------------------------------------------ SLO decisions
@@ -93,9 +94,13 @@ class _Target:
         decides_s: float = 0.0,
         slo_limit: float | None = None,
         starved: tuple[float, float] | None = None,
+        saturated: float | None = None,
+        slo_samples: int = 0,
     ) -> None:
         self.capacity, self.margin, self.decides_s = capacity, margin, decides_s
         self.slo_limit = slo_limit  # the SLO met below this rate
+        self.saturated = saturated  # the throughput a probe over capacity shows
+        self.slo_samples = slo_samples  # the SLO undecided on fewer samples
         self.starved = starved  # the generator falls behind between these rates, once
         self.calls: list[tuple[float, float, str]] = []
 
@@ -104,11 +109,15 @@ class _Target:
         near = abs(rate / self.capacity - 1) < self.margin and length_s < self.decides_s
         verdict = "undecided" if near else "stable" if rate < self.capacity else "unstable"
         slo = None if self.slo_limit is None else "met" if rate < self.slo_limit else "missed"
+        if slo is not None and rate * length_s < self.slo_samples:
+            slo = "undecided"
         decision = Decision(verdict, None if verdict == "stable" else "target", slo, "")
         if self.starved and self.starved[0] <= rate <= self.starved[1]:
             self.starved = None
             decision = Decision("undecided", "generator", slo, "starved")
-        stats = {"latency_ok_ns": {"mean": 10e6}, "server_ns": {"mean": 10e6}}
+        stats: dict = {"latency_ok_ns": {"mean": 10e6}, "server_ns": {"mean": 10e6}}
+        if verdict == "unstable" and self.saturated:
+            stats["throughput_per_s"] = self.saturated
         return Probe(len(self.calls) - 1, rate, length_s, phase, decision, stats, length_s)
 
 
@@ -119,15 +128,67 @@ def _settings(**kw: float) -> Settings:
     return Settings(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def test_the_search_brackets_bisects_and_repeats_to_the_tolerance() -> None:
+def test_the_search_brackets_bisects_and_holds_to_the_tolerance() -> None:
     target = _Target(capacity=333.0)
     outcome = Search(_settings(), target).run()
     lo, hi = outcome.capacity.lo, outcome.capacity.hi
     assert outcome.stopped == "done", outcome.detail
     assert lo is not None and hi is not None
     assert lo < 333.0 <= hi and hi / lo - 1 <= 0.05
-    assert [p for p in target.calls if p[2] == "repeat"] == [(lo, 10.0, "repeat")] * REPEATS
+    # One hold at the answer, HOLD times the probe's length, and it is the last probe.
+    assert [p for p in target.calls if p[2] == "hold"] == [(lo, 10.0 * HOLD, "hold")]
+    assert target.calls[-1] == (lo, 10.0 * HOLD, "hold")
     assert target.calls[0][2] == "low" and target.calls[0][0] == 5.0
+
+
+def test_a_hold_that_fails_moves_the_bracket_and_the_bisection_resumes() -> None:
+    """Stable on a probe, unstable when held longer: the held rate becomes the bad end."""
+    # A capacity that shows only on long probes: 333/s on a probe, 300/s on a hold.
+    calls: list[tuple[float, float, str]] = []
+
+    def measure(rate: float, length_s: float, phase: str) -> Probe:
+        calls.append((rate, length_s, phase))
+        cap = 300.0 if length_s >= 10.0 * HOLD else 333.0
+        return _Target(capacity=cap)(rate, length_s, phase)
+
+    outcome = Search(_settings(), measure).run()
+    holds = [c for c in calls if c[2] == "hold"]
+    assert len(holds) >= 2 and holds[0][0] > 300.0 > holds[-1][0], calls
+    assert outcome.stopped == "done", outcome.detail
+    assert outcome.capacity.lo is not None and outcome.capacity.lo < 300.0 <= outcome.capacity.hi
+
+
+def test_the_bisection_starts_from_the_saturated_throughput() -> None:
+    """The first probe over capacity measured the throughput a saturated target completes:
+    the next probes check the bracket just under it, and the search needs fewer probes than
+    from the doubling's bracket alone."""
+    plain = _Target(capacity=333.0)
+    Search(_settings(), plain).run()
+    target = _Target(capacity=333.0, saturated=333.0)
+    outcome = Search(_settings(), target).run()
+    assert outcome.stopped == "done", outcome.detail
+    first_over = next(i for i, c in enumerate(target.calls) if c[0] >= 333.0)
+    after = target.calls[first_over + 1 : first_over + 3]
+    lo_rate = float(f"{333.0 / (1 + SAT_SHARE * 0.05):.4g}")
+    assert after == [(lo_rate, 10.0, "sat"), (333.0, 10.0, "sat")], target.calls
+    assert outcome.capacity.to_json() == [lo_rate, 333.0]
+    assert len(target.calls) < len(plain.calls), (target.calls, plain.calls)
+
+
+def test_the_slo_is_judged_only_where_it_matters() -> None:
+    """The SLO needs 550 samples: probes for the capacity do not run for them (a low probe
+    at 5/s lasts its own 20 s, not 110 s), their undecided SLO moves nothing, and the probes
+    for the SLO and the hold run long enough for it."""
+    target = _Target(capacity=333.0, saturated=333.0, slo_limit=200.0, slo_samples=550)
+    outcome = Search(_settings(slo=True, slo_samples=550), target).run()
+    assert outcome.stopped == "done", outcome.detail
+    low = target.calls[0]
+    assert low[2] == "low" and low[1] == 20.0  # 100 samples at 5/s, not 550
+    for rate, length_s, phase in target.calls:
+        if phase in ("slo", "hold"):
+            assert rate * length_s >= 550, (rate, length_s, phase)
+    assert outcome.slo.lo is not None and outcome.slo.hi is not None
+    assert outcome.slo.lo < 200.0 <= outcome.slo.hi and outcome.slo.hi / outcome.slo.lo <= 1.05
 
 
 def test_an_undecided_probe_is_lengthened_at_the_same_rate_not_re_guessed() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from knee import results
 from knee.find.answers import RATE_KEY, group_answers
+from knee.find.early import early_watch
 from knee.find.probe import decide, overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
 from knee.models import analyze
@@ -41,6 +42,10 @@ DEFAULT_MAX_RATE_PER_S = 1_000_000.0
 #: Without --min-rate, a search whose first rate is not sustainable steps down to this
 #: fraction of it at most.
 FLOOR_DIVISOR = 64.0
+#: Phases whose probes stop once their decision is clear (knee.find.early): not a hold (the
+#: answer's confirmation runs its whole length), nor a lengthened probe (its decision was
+#: not clear at its first length). A probe for the SLO must have decided the SLO too.
+EARLY_PHASES = ("low", "step", "sat", "bisect", "slo")
 
 
 class FindError(ValueError):
@@ -145,9 +150,11 @@ class _Finder:
             point = _probe_point(template, len(self.points), rate, length_s, self.slo)
             self.points.append(point)
             self.session.plan(self.points)
-            watch = overload_watch(rate, low_latency[0] if low_latency else None)
+            watch = self._watch(point, rate, length_s, phase, low_latency)
             started = time.monotonic()
             stats = self.session.run_point(point, watch)
+            if watch.early and stats.get("cut_short") == watch.early:
+                stats["stopped_early"] = stats.pop("cut_short")
             self.stats.append(stats)
             decision = decide(stats)
             probe = Probe(
@@ -161,6 +168,18 @@ class _Finder:
             return probe
 
         return run
+
+    def _watch(
+        self, point: Point, rate: float, length_s: float, phase: str, low_latency: list[float]
+    ) -> _Watch:
+        overload = overload_watch(rate, low_latency[0] if low_latency else None)
+        if phase not in EARLY_PHASES:
+            return _Watch(overload, None)
+        files = lambda: sorted(  # noqa: E731
+            (self.session.run_dir / "raw").glob(f"p{point.index:03d}-*.samples.bin")
+        )
+        slo = slo_mod.parse(self.slo) if self.slo and phase == "slo" else None
+        return _Watch(overload, early_watch(files, length_s, point.load["warmup_s"], slo))
 
     def _drain(self, point: Point, stats: dict[str, Any], capacity: str) -> None:
         """After an overloaded probe against a target knee did not start (its own servers
@@ -212,13 +231,13 @@ class _Finder:
         )
         out["label"] = label
         answer = out["capacity"]["rate_per_s"]
-        repeats = _repeats(outcome.probes, answer)
-        done = [p.stats.get("throughput_per_s") or 0.0 for p in repeats]
-        out["repeats"] = {
+        holds = _holds(outcome.probes, answer)
+        out["hold"] = {
             "rate_per_s": answer,
-            "probes": [p.point for p in repeats],
-            "verdicts": [p.decision.capacity for p in repeats],
-            "throughput_spread_per_s": [min(done), max(done)] if done else None,
+            "probes": [p.point for p in holds],
+            "verdicts": [p.decision.capacity for p in holds],
+            "duration_s": [p.duration_s for p in holds],
+            "throughput_per_s": [p.stats.get("throughput_per_s") for p in holds],
         }
         out["search"] = {
             "stopped": outcome.stopped,
@@ -256,17 +275,33 @@ class _Finder:
         self.session.write_summary()
 
 
-def _repeats(probes: list[Probe], rate: float | None) -> list[Probe]:
-    """Each repeat at `rate` as it ended: the last of a repeat and the probes that
-    lengthened it."""
+class _Watch:
+    """The overload watch (knee.find.probe), then the early one (knee.find.early) if any;
+    `early` keeps why the early one stopped the probe."""
+
+    def __init__(self, overload: Any, early: Any) -> None:
+        self.overload, self.early_watch = overload, early
+        self.early: str | None = None
+
+    def __call__(self, progress: dict[str, Any]) -> str | None:
+        cut = self.overload(progress)
+        if cut is not None or self.early_watch is None:
+            return cut
+        self.early = self.early_watch(progress)
+        return self.early
+
+
+def _holds(probes: list[Probe], rate: float | None) -> list[Probe]:
+    """Each hold at `rate` as it ended: the last of a hold and the probes that lengthened
+    it."""
     out: list[Probe] = []
     for probe in probes:
         if probe.rate_per_s != rate:
             continue
-        if probe.phase == "repeat":
+        if probe.phase == "hold":
             out.append(probe)
         elif probe.phase == "lengthen" and out and out[-1].point == probe.point - 1:
-            out[-1] = probe  # the same repeat, run longer
+            out[-1] = probe  # the same hold, run longer
     return out
 
 

@@ -4,7 +4,7 @@ in words).
 
 A search (`knee find`) has them in summary.json's `find`; a rate sweep gets them from its
 points (`knee.find.answers.from_points`), the same group dicts without the search's
-repeats and path. Each interval is a bracket [lo, hi]: lo the highest rate shown good, hi
+hold and path. Each interval is a bracket [lo, hi]: lo the highest rate shown good, hi
 the lowest shown bad; None at an end means the runs did not reach it.
 """
 
@@ -21,12 +21,12 @@ from knee.resources.bottleneck import explain
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
-    "done": "the bracket is within the tolerance and the repeats agreed",
+    "done": "the bracket is within the tolerance and the hold at the answer passed",
     "budget": "the time budget ran out",
     "generator": "the load generator was the limit",
     "max_rate": "the highest rate allowed was reached",
     "min_rate": "the lowest rate allowed was already over the limit",
-    "repeats": "repeats kept disagreeing with the bracket",
+    "hold": "the hold at the answer kept failing",
 }
 #: What sets the capacity, by who was the limit at the bracket's upper end.
 LIMITS = {
@@ -140,10 +140,10 @@ def search_line(group: dict[str, Any]) -> str:
         f"The search ran {s.get('probes')} probes in {fmt.num(s.get('wall_s'))} s "
         f"and stopped: {why}"
     )
-    reps = group.get("repeats") or {}
-    if reps.get("probes"):
-        verdicts = ", ".join(reps.get("verdicts") or [])
-        text += f"; the answer was repeated {len(reps['probes'])} times ({verdicts})"
+    hold = group.get("hold") or {}
+    if hold.get("probes"):
+        verdicts = ", ".join(hold.get("verdicts") or [])
+        text += f"; the answer was held with {len(hold['probes'])} longer probe(s) ({verdicts})"
     return text + "."
 
 
