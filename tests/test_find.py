@@ -158,21 +158,38 @@ def test_a_hold_that_fails_moves_the_bracket_and_the_bisection_resumes() -> None
     assert outcome.capacity.lo is not None and outcome.capacity.lo < 300.0 <= outcome.capacity.hi
 
 
+def test_a_probe_lengthened_at_the_answer_is_its_hold() -> None:
+    """Near the capacity a probe is undecided on 10 s and lengthened to 20 s: run to its
+    end at the answer's rate, it is as long as a hold, and no further probe is run."""
+    target = _Target(capacity=100.0, margin=0.05, decides_s=15.0, saturated=100.0)
+    outcome = Search(_settings(min_rate_per_s=20.0), target).run()
+    assert outcome.stopped == "done", outcome.detail
+    lo = outcome.capacity.lo
+    assert lo is not None and lo < 100.0 <= (outcome.capacity.hi or 0.0)
+    held = outcome.holds["capacity"]
+    assert (held.rate_per_s, held.phase, held.duration_s) == (lo, "lengthen", 10.0 * HOLD)
+    assert not [c for c in target.calls if c[2] == "hold"], target.calls
+    assert target.calls[-1][0] != lo or target.calls[-1][2] == "lengthen"
+
+
 def test_the_bisection_starts_from_the_saturated_throughput() -> None:
-    """The first probe over capacity measured the throughput a saturated target completes:
-    the next probes check the bracket just under it, and the search needs fewer probes than
-    from the doubling's bracket alone."""
+    """The first probe over capacity measured the throughput a saturated target completes,
+    T: the next probe is at T, then one a step of the tolerance below it (T did not hold)
+    or above it (it did), and the search needs fewer probes than from the doubling's
+    bracket alone."""
     plain = _Target(capacity=333.0)
     Search(_settings(), plain).run()
-    target = _Target(capacity=333.0, saturated=333.0)
-    outcome = Search(_settings(), target).run()
-    assert outcome.stopped == "done", outcome.detail
-    first_over = next(i for i, c in enumerate(target.calls) if c[0] >= 333.0)
-    after = target.calls[first_over + 1 : first_over + 3]
-    lo_rate = float(f"{333.0 / (1 + SAT_SHARE * 0.05):.4g}")
-    assert after == [(lo_rate, 10.0, "sat"), (333.0, 10.0, "sat")], target.calls
-    assert outcome.capacity.to_json() == [lo_rate, 333.0]
-    assert len(target.calls) < len(plain.calls), (target.calls, plain.calls)
+    step = 1 + SAT_SHARE * 0.05
+    for saturated, second in ((333.0, 333.0 / step), (320.0, 320.0 * step)):
+        target = _Target(capacity=333.0, saturated=saturated)
+        outcome = Search(_settings(), target).run()
+        assert outcome.stopped == "done", outcome.detail
+        first_over = next(i for i, c in enumerate(target.calls) if c[0] >= 333.0)
+        after = target.calls[first_over + 1 : first_over + 3]
+        second = float(f"{second:.4g}")
+        assert after == [(saturated, 10.0, "sat"), (second, 10.0, "sat")], target.calls
+        assert outcome.capacity.to_json() == sorted([saturated, second])
+        assert len(target.calls) < len(plain.calls), (target.calls, plain.calls)
 
 
 def test_the_slo_is_judged_only_where_it_matters() -> None:

@@ -8,7 +8,7 @@ when, on two looks in a row, everything its full-length decision weighs is alrea
 of its thresholds by the margins that make a full-length verdict undecided
 (knee.find.probe's MARGINAL_*), with the trend extrapolated to the full length:
 
-- at least EARLY_MIN_SAMPLES OK samples after warm-up;
+- at least EARLY_MIN_SAMPLES OK samples after warm-up (the low probe: EARLY_MIN_SAMPLES_LOW);
 - the trend of OK latency (knee.stats.stability.trend, the same Mann-Kendall test) not
   significant at MARGINAL_P, and its Theil-Sen slope carried over the *full* length under
   MARGINAL_FRACTION of the mean latency;
@@ -38,9 +38,11 @@ from knee.stats import slo as slo_mod
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE, trend
 
 #: A look needs this share of the probe's length run, and this many OK samples after
-#: warm-up (the trend test's 30 batches of a few samples each).
+#: warm-up (the trend test's 30 batches of a few samples each); the low probe, whose
+#: purpose is the low-load latency's mean, EARLY_MIN_SAMPLES_LOW.
 EARLY_AFTER = 0.5
-EARLY_MIN_SAMPLES = 150
+EARLY_MIN_SAMPLES = 100
+EARLY_MIN_SAMPLES_LOW = 50
 #: Looks in a row that must all find the decision clear.
 EARLY_LOOKS = 2
 #: Status code of an OK sample (knee-node's recorder.rs).
@@ -67,6 +69,7 @@ def look(
     length_s: float,
     warmup_s: float,
     slo: slo_mod.Slo | None,
+    min_samples: int = EARLY_MIN_SAMPLES,
 ) -> str | None:
     """Why the probe's decision is already clear (one phrase), or None to keep running."""
     t_s = float(progress.get("t_s") or 0.0)
@@ -77,7 +80,7 @@ def look(
     answered = records["received_ns"] > 0
     ok = post & answered & (records["status"] == STATUS_OK)
     n_ok, failed = int(ok.sum()), int((post & answered & ~ok).sum())
-    if n_ok < EARLY_MIN_SAMPLES or failed > 0.5 * ERROR_SHARE * (n_ok + failed):
+    if n_ok < min_samples or failed > 0.5 * ERROR_SHARE * (n_ok + failed):
         return None
     latency = (records["received_ns"][ok].astype(np.int64) - intended[ok]).astype(np.float64)
     order = np.argsort(intended[ok], kind="stable")
@@ -117,13 +120,14 @@ def early_watch(
     length_s: float,
     warmup_s: float,
     slo: slo_mod.Slo | None,
+    min_samples: int = EARLY_MIN_SAMPLES,
 ) -> Callable[[dict[str, Any]], str | None]:
     """A runner watch that stops a probe whose decision is clear on EARLY_LOOKS looks in a
     row; `files` lists the point's samples files (they appear once the recorders start)."""
     clear = [0]
 
     def watch(progress: dict[str, Any]) -> str | None:
-        why = look(_samples(files()), progress, length_s, warmup_s, slo)
+        why = look(_samples(files()), progress, length_s, warmup_s, slo, min_samples)
         clear[0] = clear[0] + 1 if why else 0
         return why if clear[0] >= EARLY_LOOKS else None
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from knee import results
 from knee.find.answers import RATE_KEY, group_answers
-from knee.find.early import early_watch
+from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
 from knee.find.probe import decide, overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
 from knee.models import analyze
@@ -160,8 +160,11 @@ class _Finder:
             probe = Probe(
                 point.index, rate, length_s, phase, decision, stats, time.monotonic() - started
             )
-            if phase == "low" and (mean := (stats.get("latency_ok_ns") or {}).get("mean")):
-                low_latency.append(float(mean) / 1e9)
+            # The cut's bound counts low-load latencies: the median, which one stall at the
+            # start of the low probe (a cold target on a busy machine) does not move.
+            latency = stats.get("latency_ok_ns") or {}
+            if phase == "low" and (typical := latency.get("p50") or latency.get("mean")):
+                low_latency.append(float(typical) / 1e9)
             self.path.append({"group": label, **probe.to_json()})
             self._write(partial=True)
             self._drain(point, stats, decision.capacity)
@@ -179,7 +182,9 @@ class _Finder:
             (self.session.run_dir / "raw").glob(f"p{point.index:03d}-*.samples.bin")
         )
         slo = slo_mod.parse(self.slo) if self.slo and phase == "slo" else None
-        return _Watch(overload, early_watch(files, length_s, point.load["warmup_s"], slo))
+        least = EARLY_MIN_SAMPLES_LOW if phase == "low" else EARLY_MIN_SAMPLES
+        early = early_watch(files, length_s, point.load["warmup_s"], slo, least)
+        return _Watch(overload, early)
 
     def _drain(self, point: Point, stats: dict[str, Any], capacity: str) -> None:
         """After an overloaded probe against a target knee did not start (its own servers
@@ -231,10 +236,12 @@ class _Finder:
         )
         out["label"] = label
         answer = out["capacity"]["rate_per_s"]
-        holds = _holds(outcome.probes, answer)
+        holds = [outcome.holds[name] for name in ("capacity", "slo") if name in outcome.holds]
         out["hold"] = {
             "rate_per_s": answer,
+            "answers": [name for name in ("capacity", "slo") if name in outcome.holds],
             "probes": [p.point for p in holds],
+            "phases": [p.phase for p in holds],
             "verdicts": [p.decision.capacity for p in holds],
             "duration_s": [p.duration_s for p in holds],
             "throughput_per_s": [p.stats.get("throughput_per_s") for p in holds],
@@ -289,20 +296,6 @@ class _Watch:
             return cut
         self.early = self.early_watch(progress)
         return self.early
-
-
-def _holds(probes: list[Probe], rate: float | None) -> list[Probe]:
-    """Each hold at `rate` as it ended: the last of a hold and the probes that lengthened
-    it."""
-    out: list[Probe] = []
-    for probe in probes:
-        if probe.rate_per_s != rate:
-            continue
-        if probe.phase == "hold":
-            out.append(probe)
-        elif probe.phase == "lengthen" and out and out[-1].point == probe.point - 1:
-            out[-1] = probe  # the same hold, run longer
-    return out
 
 
 def _primary_model(

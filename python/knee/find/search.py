@@ -161,6 +161,8 @@ class Outcome:
     detail: str
     service_s: float | None  # from the low probe
     first_model_per_s: float | None
+    #: The probe that held each answer ("capacity", "slo") at its final rate.
+    holds: dict[str, Probe] = field(default_factory=dict)
 
 
 def service_time_s(stats: dict[str, Any]) -> float | None:
@@ -182,7 +184,8 @@ class Search:
         self.slo_bracket = Bracket()
         self.service_s: float | None = None
         self.model_per_s: float | None = None
-        self.held: set[tuple[str, float]] = set()  # answers whose hold passed
+        #: Answers whose hold passed, and the probe that held each.
+        self.held: dict[tuple[str, float], Probe] = {}
 
     # ------------------------------------------------------------ one probe, decided
 
@@ -294,6 +297,7 @@ class Search:
             detail,
             self.service_s,
             self.model_per_s,
+            {name: probe for (name, rate), probe in self.held.items() if _final(self, name, rate)},
         )
 
     def _low(self) -> None:
@@ -330,8 +334,9 @@ class Search:
     def _from_saturation(self) -> None:
         """The probes over capacity measured the saturated throughput T (what the target
         completed per second while saturated; the lowest such rate's, one that ran its
-        length preferred to one cut short): probes at T / (1 + SAT_SHARE x tolerance) and
-        at T, each only where it lies inside the bracket, check it."""
+        length preferred to one cut short). A probe at T, then at T x (1 + SAT_SHARE x
+        tolerance) when T holds or at T / (1 + SAT_SHARE x tolerance) when it does not,
+        each only where it lies inside the bracket, check the bracket T suggests."""
         over = [
             p
             for p in self.probes
@@ -343,12 +348,20 @@ class Search:
             return
         first = min(over, key=lambda p: (bool(p.stats.get("cut_short")), p.rate_per_s))
         sat = float(first.stats["throughput_per_s"])
-        for rate in (sat / (1 + SAT_SHARE * self.s.tolerance), sat):
-            lo, hi = self.capacity.lo, self.capacity.hi
-            rate = float(f"{rate:.4g}")
-            inside = lo is not None and hi is not None and lo < rate < hi
-            if inside and not self.capacity.narrow(self.s.tolerance):
-                self._probe(rate, "sat")
+        step = 1 + SAT_SHARE * self.s.tolerance
+        if not self._sat_probe(sat):
+            return
+        self._sat_probe(sat * step if self.capacity.lo == float(f"{sat:.4g}") else sat / step)
+
+    def _sat_probe(self, rate: float) -> bool:
+        """A probe at `rate` when it lies inside the capacity's bracket and the bracket is
+        not narrow yet; whether it ran."""
+        lo, hi = self.capacity.lo, self.capacity.hi
+        rate = float(f"{rate:.4g}")
+        if lo is None or hi is None or not lo < rate < hi or self.capacity.narrow(self.s.tolerance):
+            return False
+        self._probe(rate, "sat")
+        return True
 
     def _slo_down(self) -> None:
         """The SLO not shown met at any rate so far: step down from the lowest rate shown
@@ -385,7 +398,8 @@ class Search:
                 return
 
     def _hold(self) -> bool:
-        """One fresh probe HOLD times as long at each answer; False when one failed (the
+        """One fresh probe HOLD times as long at each answer (a probe lengthened to that
+        length at the answer's rate and run to its end is one); False when one failed (the
         bracket moved and the bisection goes on)."""
         while True:
             targets = [("capacity", self.capacity.lo)]
@@ -396,11 +410,15 @@ class Search:
                 return True
             name, rate = pending[0]
             assert rate is not None
+            held = self._held_already(name, rate)
+            if held is not None:
+                self.held[(name, rate)] = held
+                continue
             slo_before = self.slo_bracket.to_json()
-            self._probe(rate, "hold")
+            probe = self._probe(rate, "hold")
             bracket = self.capacity if name == "capacity" else self.slo_bracket
             if bracket.lo == rate:
-                self.held.add((name, rate))
+                self.held[(name, rate)] = probe
                 if self.slo_bracket.to_json() != slo_before:
                     self._bisect()  # the hold judged the SLO anew: its bracket first
                 continue
@@ -411,6 +429,20 @@ class Search:
             if bracket.lo is None:
                 self._probe(rate / STEP, "step" if name == "capacity" else "slo", name == "slo")
             return False
+
+    def _held_already(self, answer: str, rate: float) -> Probe | None:
+        """A probe at `rate` as long as a hold, run to its end (never stopped early: a
+        lengthened probe or a hold), that showed it good for `answer`; else None."""
+        length = self._length(rate, "hold", self.s.slo)
+        for p in self.probes:
+            if (
+                p.rate_per_s == rate
+                and p.duration_s >= length
+                and not p.stats.get("stopped_early")
+                and _good(p, answer)
+            ):
+                return p
+        return None
 
 
 class GeneratorLimit(Exception):
@@ -424,6 +456,12 @@ class MaxRate(Exception):
 
 class MinRate(Exception):
     pass
+
+
+def _final(search: Search, answer: str, rate: float) -> bool:
+    """Whether `rate` is the answer's final good end."""
+    bracket = search.capacity if answer == "capacity" else search.slo_bracket
+    return bracket.lo == rate
 
 
 def _good(probe: Probe, answer: str) -> bool:
