@@ -272,15 +272,17 @@ def _answers(stdout: str) -> dict:
 
 def test_knee_http_with_no_rate_finds_a_known_capacity(tmp_path: Path, knee_node: str) -> None:
     """gunicorn, W sync workers in front of an app that sleeps D: at most W / D per second.
-    Found within a wide margin (the sleep overshoots, each request is a new connection)."""
+    Found within a wide margin (the sleep overshoots, each request is a new connection),
+    by the default search: probes that stop once their decision is clear, a bisection from
+    the saturated throughput, and a hold at the answer."""
     truth = SLEEP_WORKERS / (SLEEP_MS / 1e3)
     with real_server("gunicorn-sleep", tmp_path / "srv", knee_node) as server:
         proc = run_knee(
             "http",
             server.url + "/",
-            "--probe", "4s", "--tolerance", "10%", "--budget", "200s",
-            "--min-rate", "20", "--out", str(tmp_path / "runs"), "--no-progress", "--json",
-            timeout_s=400,
+            "--budget", "240s", "--min-rate", "20", "--out", str(tmp_path / "runs"),
+            "--no-progress", "--json",
+            timeout_s=480,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     group = _answers(proc.stdout)["groups"][0]
@@ -290,11 +292,48 @@ def test_knee_http_with_no_rate_finds_a_known_capacity(tmp_path: Path, knee_node
     run_dir = only_run_dir(tmp_path / "runs")
     path = json.loads((run_dir / "find.json").read_text())
     assert path["status"] == "complete"
-    assert path["probes"][0]["phase"] == "low"
-    phases = {p["phase"] for p in path["probes"]}
+    probes = path["probes"]
+    assert probes[0]["phase"] == "low"
+    phases = {p["phase"] for p in probes}
     assert {"low", "step"} <= phases
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert len(summary["points"]) == len(path["probes"])
+    assert len(summary["points"]) == len(probes)
+    # A probe whose decision was clear stopped before its length, with why; its samples and
+    # window are below what its length would hold.
+    early = [p for p in probes if p["stopped_early"]]
+    assert early, [(p["phase"], p["rate_per_s"], p["decision"]["reason"]) for p in probes]
+    for p in early:
+        assert p["stopped_early"].startswith("decided early"), p
+        assert p["decision"]["capacity"] == "stable" and not p["cut_short"], p
+        assert p["window_s"] < p["duration_s"] and p["samples"] < p["rate_per_s"] * p["duration_s"]
+        assert p["phase"] not in ("hold", "lengthen")
+    # The bisection starts from the saturated throughput of the probes over capacity (the
+    # lowest rate's that ran its length, else the lowest cut short), at 4 significant digits.
+    over = [
+        p
+        for p in probes
+        if p["decision"]["capacity"] == "unstable"
+        and p["decision"]["limit"] == "target"
+        and p["throughput_per_s"]
+    ]
+    sat = [i for i, p in enumerate(probes) if p["phase"] == "sat"]
+    if over and sat:
+        first_sat = sat[0]
+        before = [p for p in over if p["point"] < probes[first_sat]["point"]]
+        source = min(before, key=lambda p: (bool(p["cut_short"]), p["rate_per_s"]))
+        assert probes[first_sat]["rate_per_s"] == float(f"{source['throughput_per_s']:.4g}")
+        assert all(p["phase"] not in ("bisect", "hold") for p in probes[:first_sat])
+    # The answer: a bracket [a rate shown stable, a rate shown not], within the tolerance,
+    # and held by a probe twice a probe's length at its lower end, run to its end.
+    lo, hi = capacity["interval_per_s"]
+    assert capacity["decided"] and hi / lo - 1 <= 0.05, capacity
+    stable = {p["rate_per_s"] for p in probes if p["decision"]["capacity"] == "stable"}
+    not_stable = {p["rate_per_s"] for p in probes if p["decision"]["capacity"] != "stable"}
+    assert lo in stable and hi in not_stable
+    hold = group["hold"]
+    assert hold["rate_per_s"] == lo and hold["verdicts"][0] == "stable", hold
+    held = next(p for p in probes if p["point"] == hold["probes"][0])
+    assert held["duration_s"] >= 20.0 and not held["stopped_early"]
     # Why: the listener's 2 prefork workers, busy by their Server-Timing, not their CPU.
     assert {p["target"]["workers"] for p in summary["points"]} == {SLEEP_WORKERS}
     named = group["bottleneck"]["bottleneck"]
@@ -377,3 +416,56 @@ def test_a_bad_slo_is_refused_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "experiment.slo" in proc.stderr and "p99<50ms" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ a probe that decides early
+
+
+def _records(latency_ms: np.ndarray, rate_per_s: float, failed: int = 0) -> np.ndarray:
+    """Sample records as knee-node flushes them: one every 1 / rate s, OK but `failed`."""
+    from knee.results import SAMPLE_DTYPE
+
+    n = len(latency_ms)
+    r = np.zeros(n, dtype=SAMPLE_DTYPE)
+    intended = (1e9 + np.arange(n) * 1e9 / rate_per_s).astype(np.uint64)
+    r["intended_ns"] = intended
+    r["sent_ns"] = intended
+    r["received_ns"] = intended + (latency_ms * 1e6).astype(np.uint64)
+    r["status"][n - failed :] = 3
+    return r
+
+
+def test_an_early_look_stops_only_a_probe_clear_of_every_threshold() -> None:
+    from knee.find.early import look
+
+    rng = np.random.default_rng(7)
+    rate, t_s = 100.0, 7.0
+    flat = rng.exponential(20.0, int(rate * t_s)) + 1.0
+    progress = {
+        "t_s": t_s,
+        "sent": rate * t_s,
+        "completed": rate * t_s - 2,
+        "target_rate_per_s": rate,
+    }
+    why = look(_records(flat, rate), progress, 10.0, 1.0, None)
+    assert why is not None and why.startswith("decided early at 7 s of 10 s"), why
+    # Before half the length, or on too few samples: keep running.
+    assert look(_records(flat, rate), {**progress, "t_s": 4.0}, 10.0, 1.0, None) is None
+    assert look(_records(flat[:80], rate), progress, 10.0, 1.0, None) is None
+    # Latency that grows (a queue building): keep running, whatever else says.
+    growing = flat + np.linspace(0.0, 60.0, len(flat))
+    assert look(_records(growing, rate), progress, 10.0, 1.0, None) is None
+    # Requests due and not over (a backlog), failures, late sends: keep running.
+    assert (
+        look(_records(flat, rate), {**progress, "completed": rate * t_s - 60}, 10.0, 1.0, None)
+        is None
+    )
+    assert look(_records(flat, rate, failed=20), progress, 10.0, 1.0, None) is None
+    assert look(_records(flat, rate), {**progress, "late_sends": 100}, 10.0, 1.0, None) is None
+    # A probe for the SLO stops only once the SLO is decided, met or missed.
+    met = look(_records(flat, rate), progress, 10.0, 1.0, slo_mod.parse("p99<1s"))
+    assert met is not None and met.endswith("SLO met")
+    missed = look(_records(flat, rate), progress, 10.0, 1.0, slo_mod.parse("p99<5ms"))
+    assert missed is not None and missed.endswith("SLO missed")
+    straddles = look(_records(flat, rate), progress, 10.0, 1.0, slo_mod.parse("p99<95ms"))
+    assert straddles is None
