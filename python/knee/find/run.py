@@ -132,6 +132,7 @@ class _Finder:
         self.points: list[Point] = []
         self.stats: list[dict[str, Any]] = []
         self.path: list[dict[str, Any]] = []  # find.json's probes
+        self.path_probes: list[Probe] = []  # each one's probe: its brackets come after it
         self.groups: list[dict[str, Any]] = []  # answers so far
         self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
         self.skipped: list[str] = []  # series with no open-loop rate to search
@@ -166,6 +167,7 @@ class _Finder:
             if phase == "low" and (typical := latency.get("p50") or latency.get("mean")):
                 low_latency.append(float(typical) / 1e9)
             self.path.append({"group": label, **probe.to_json()})
+            self.path_probes.append(probe)
             self._write(partial=True)
             self._drain(point, stats, decision.capacity)
             return probe
@@ -275,6 +277,8 @@ class _Finder:
         }
 
     def _write(self, partial: bool) -> None:
+        for entry, probe in zip(self.path, self.path_probes, strict=True):
+            entry["brackets"] = probe.brackets  # set by the search once the probe is decided
         answers = self.answers()
         doc = {"version": 1, "status": "running" if partial else "complete", "probes": self.path}
         results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
