@@ -156,6 +156,23 @@ def test_a_hold_that_fails_moves_the_bracket_and_the_bisection_resumes() -> None
     assert len(holds) >= 2 and holds[0][0] > 300.0 > holds[-1][0], calls
     assert outcome.stopped == "done", outcome.detail
     assert outcome.capacity.lo is not None and outcome.capacity.lo < 300.0 <= outcome.capacity.hi
+    # With the saturated throughput measured, the failed hold's (290/s) restarts the
+    # check: the next probe is at it.
+    calls.clear()
+
+    def saturating(rate: float, length_s: float, phase: str) -> Probe:
+        calls.append((rate, length_s, phase))
+        cap = 300.0 if length_s >= 10.0 * HOLD else 333.0
+        return _Target(capacity=cap, saturated=290.0 if cap == 300.0 else 333.0)(
+            rate, length_s, phase
+        )
+
+    outcome = Search(_settings(), saturating).run()
+    first_hold = next(i for i, c in enumerate(calls) if c[2] == "hold")
+    assert calls[first_hold + 1] == (290.0, 10.0, "sat"), calls
+    # Every later hold is at a rate below the first: the bracket only moves down.
+    assert all(c[0] < calls[first_hold][0] for c in calls[first_hold + 1 :] if c[2] == "hold")
+    assert outcome.capacity.hi is not None and outcome.capacity.hi <= calls[first_hold][0]
 
 
 def test_a_probe_lengthened_at_the_answer_is_its_hold() -> None:

@@ -12,8 +12,8 @@ of its thresholds by the margins that make a full-length verdict undecided
 - the trend of OK latency (knee.stats.stability.trend, the same Mann-Kendall test) not
   significant at MARGINAL_P, and its Theil-Sen slope carried over the *full* length under
   MARGINAL_FRACTION of the mean latency;
-- the requests due and not over (progress line) under MARGINAL_FRACTION of the backlog rule
-  over the requests sent so far;
+- the requests sent and not over (progress line) under MARGINAL_FRACTION of the backlog
+  rule over the requests sent so far (sends that wait count as late sends);
 - failures under half the error share, late sends under half the generator's share;
 - with an SLO that this probe must judge: its decision (knee.stats.slo) met or missed.
 
@@ -93,11 +93,11 @@ def look(
     growth_ns = found["slope_ns_per_s"] * window_s  # carried over the full length
     if growth_ns > MARGINAL_FRACTION * mean_ns:
         return None
+    # In flight: sent and not over. Sends that wait (for a connection the target holds, or
+    # the generator's own pace) show as late sends, below.
     sent = float(progress.get("sent") or 0)
-    target = float(progress.get("target_rate_per_s") or 0.0)
-    due = max(sent, target * t_s)
-    outstanding = due - float(progress.get("completed") or 0)
-    if outstanding > MARGINAL_FRACTION * max(BACKLOG_MIN, BACKLOG_SHARE * due):
+    outstanding = sent - float(progress.get("completed") or 0)
+    if outstanding > MARGINAL_FRACTION * max(BACKLOG_MIN, BACKLOG_SHARE * sent):
         return None
     if sent and float(progress.get("late_sends") or 0) / sent > 0.5 * GENERATOR_LATE_SHARE:
         return None
@@ -111,7 +111,7 @@ def look(
     return (
         f"decided early at {t_s:.0f} s of {length_s:.0f} s: {n_ok} OK samples, no growing "
         f"trend (p = {found['p']:.2g}, {growth_ns / 1e6:+.3g} ms over the full length), "
-        f"{outstanding:.0f} due and not over{slo_part}"
+        f"{outstanding:.0f} in flight{slo_part}"
     )
 
 

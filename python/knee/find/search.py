@@ -279,6 +279,9 @@ class Search:
                 self._bisect()
                 if self._hold():
                     break
+                # A hold that failed was over capacity and measured what the target
+                # completes now: the bracket is checked from it again.
+                self._from_saturation()
             else:
                 stopped, detail = "hold", "the hold at the answer kept failing"
         except OutOfBudget as e:
