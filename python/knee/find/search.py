@@ -54,9 +54,10 @@ LENGTHEN_MAX = 4.0
 #: hold that fails may reopen the bisection.
 HOLD = 2.0
 MAX_ROUNDS = 2
-#: The saturated throughput T's bracket is checked at T / (1 + SAT_SHARE x tolerance) and
-#: at T: within the tolerance when both hold (SAT_SHARE < 1: the rates' 4 significant
-#: digits must not push it over).
+#: The saturated throughput T's bracket is checked at T, then a step of SAT_SHARE x
+#: tolerance above it (T held) or below it (it did not): within the tolerance when both
+#: probes decide as expected (SAT_SHARE < 1: the rates' 4 significant digits must not push
+#: it over).
 SAT_SHARE = 0.9
 #: Probes per search at most (a bound on the path whatever the budget).
 MAX_PROBES = 60
