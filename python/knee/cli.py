@@ -104,7 +104,7 @@ def _find_parser(sub: Any) -> None:
         "find",
         help="search a spec's open-loop rate for its capacity, SLO capacity and knee",
         description="Each group of the spec's points (every swept setting but the rate) gets "
-        "a search: a low-load probe, a model, geometric steps, bisection, repeats. Writes a "
+        "a search: a low-load probe, a model, geometric steps, bisection, a hold. Writes a "
         "run directory with find.json and its report (docs/find.md).",
     )
     f.add_argument("spec", type=Path, help="experiment spec (TOML)")

@@ -98,7 +98,7 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
         "rate_per_s": lo,
         "interval_per_s": [lo, hi],
         # A sweep's closed bracket is decided; a search's answer may be made "partial" by
-        # the search (knee.find.run: stopped before its repeats finished).
+        # the search (knee.find.run: stopped before its hold held).
         "state": "decided" if closed else "undecided",
         "decided": closed,
         "limited_by": limit,

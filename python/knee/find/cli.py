@@ -81,13 +81,12 @@ def _interval(answer: dict[str, Any] | None) -> str:
 
 
 def state(answer: dict[str, Any] | None) -> str:
-    """'' for a decided answer; else its state and, when partial, the repeats done."""
+    """'' for a decided answer; else its state and, when partial, that its hold did not run."""
     st = (answer or {}).get("state")
     if not answer or st in (None, "decided"):
         return ""
     if st == "partial":
-        done, need = answer.get("repeats_done"), answer.get("repeats_needed")
-        return f"(partial: {done} of {need} repeats) "
+        return "(partial: not held) "
     return f"({st}) "
 
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from knee import results
 from knee.find.answers import RATE_KEY, group_answers
+from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
 from knee.find.probe import decide, overload_watch
-from knee.find.search import REPEATS, OutOfBudget, Probe, Search, Settings
+from knee.find.search import OutOfBudget, Probe, Search, Settings
 from knee.find.search import good as search_good
 
 # The functions, by name: `from knee.models import analyze` is the package's function of
@@ -51,6 +52,10 @@ DEFAULT_MAX_RATE_PER_S = 1_000_000.0
 #: Without --min-rate, a search whose first rate is not sustainable steps down to this
 #: fraction of it at most.
 FLOOR_DIVISOR = 64.0
+#: Phases whose probes stop once their decision is clear (knee.find.early): not a hold (the
+#: answer's confirmation runs its whole length), nor a lengthened probe (its decision was
+#: not clear at its first length). A probe for the SLO must have decided the SLO too.
+EARLY_PHASES = ("low", "step", "sat", "bisect", "slo")
 
 
 class FindError(ValueError):
@@ -142,6 +147,7 @@ class _Finder:
         self.points: list[Point] = []
         self.stats: list[dict[str, Any]] = []
         self.path: list[dict[str, Any]] = []  # find.json's probes
+        self.path_probes: list[Probe] = []  # each one's probe: its brackets come after it
         self.groups: list[dict[str, Any]] = []  # answers so far
         self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
         self.skipped: list[str] = []  # series with no open-loop rate to search
@@ -161,17 +167,23 @@ class _Finder:
             point = _probe_point(template, len(self.points), rate, length_s, self.slo)
             self.points.append(point)
             self.session.plan(self.points)
-            watch = overload_watch(rate, low_latency[0] if low_latency else None)
+            watch = self._watch(point, rate, length_s, phase, low_latency)
             started = time.monotonic()
             stats = self.session.run_point(point, watch)
+            if watch.early and stats.get("cut_short") == watch.early:
+                stats["stopped_early"] = stats.pop("cut_short")
             self.stats.append(stats)
             decision = decide(stats)
             probe = Probe(
                 point.index, rate, length_s, phase, decision, stats, time.monotonic() - started
             )
-            if phase == "low" and (mean := (stats.get("latency_ok_ns") or {}).get("mean")):
-                low_latency.append(float(mean) / 1e9)
+            # The cut's bound counts low-load latencies: the median, which one stall at the
+            # start of the low probe (a cold target on a busy machine) does not move.
+            latency = stats.get("latency_ok_ns") or {}
+            if phase == "low" and (typical := latency.get("p50") or latency.get("mean")):
+                low_latency.append(float(typical) / 1e9)
             self.path.append({"group": label, **probe.to_json()})
+            self.path_probes.append(probe)
             self._write(partial=True)
             if phase == "low" and (what := every_request_failed(stats)):
                 hint = (
@@ -184,6 +196,20 @@ class _Finder:
             return probe
 
         return run
+
+    def _watch(
+        self, point: Point, rate: float, length_s: float, phase: str, low_latency: list[float]
+    ) -> _Watch:
+        overload = overload_watch(rate, low_latency[0] if low_latency else None)
+        if phase not in EARLY_PHASES:
+            return _Watch(overload, None)
+        files = lambda: sorted(  # noqa: E731
+            (self.session.run_dir / "raw").glob(f"p{point.index:03d}-*.samples.bin")
+        )
+        slo = slo_mod.parse(self.slo) if self.slo and phase == "slo" else None
+        least = EARLY_MIN_SAMPLES_LOW if phase == "low" else EARLY_MIN_SAMPLES
+        early = early_watch(files, length_s, point.load["warmup_s"], slo, least)
+        return _Watch(overload, early)
 
     def _drain(self, point: Point, stats: dict[str, Any], capacity: str) -> None:
         """After an overloaded probe against a target knee did not start (its own servers
@@ -241,13 +267,15 @@ class _Finder:
         if model_error and out.get("knee"):
             out["knee"]["why"] += f" (no model: the model fit failed: {model_error})"
         answer = out["capacity"]["rate_per_s"]
-        repeats = _repeats(outcome.probes, answer)
-        done = [p.stats.get("throughput_per_s") or 0.0 for p in repeats]
-        out["repeats"] = {
+        holds = [outcome.holds[name] for name in ("capacity", "slo") if name in outcome.holds]
+        out["hold"] = {
             "rate_per_s": answer,
-            "probes": [p.point for p in repeats],
-            "verdicts": [p.decision.capacity for p in repeats],
-            "throughput_spread_per_s": [min(done), max(done)] if done else None,
+            "answers": [name for name in ("capacity", "slo") if name in outcome.holds],
+            "probes": [p.point for p in holds],
+            "phases": [p.phase for p in holds],
+            "verdicts": [p.decision.capacity for p in holds],
+            "duration_s": [p.duration_s for p in holds],
+            "throughput_per_s": [p.stats.get("throughput_per_s") for p in holds],
         }
         out["search"] = {
             "stopped": outcome.stopped,
@@ -257,10 +285,9 @@ class _Finder:
             "service_s": outcome.service_s,
             "first_model_per_s": outcome.first_model_per_s,
         }
-        mark_state(out["capacity"], outcome, repeats, "capacity")
+        mark_state(out["capacity"], outcome, "capacity")
         if out.get("slo_capacity"):
-            slo_rate = out["slo_capacity"]["rate_per_s"]
-            mark_state(out["slo_capacity"], outcome, _repeats(outcome.probes, slo_rate), "slo")
+            mark_state(out["slo_capacity"], outcome, "slo")
         if outcome.stopped == "generator":
             out["capacity"]["limited_by"] = "generator"
             out["capacity"]["detail"] = (
@@ -283,6 +310,8 @@ class _Finder:
         }
 
     def _write(self, partial: bool) -> None:
+        for entry, probe in zip(self.path, self.path_probes, strict=True):
+            entry["brackets"] = probe.brackets  # set by the search once the probe is decided
         answers = self.answers()
         status = "failed" if self.failed else "running" if partial else "complete"
         doc = {"version": 1, "status": status, "probes": self.path}
@@ -293,36 +322,46 @@ class _Finder:
         self.session.write_summary()
 
 
-def mark_state(answer: dict[str, Any], outcome: Any, repeats: list[Probe], name: str) -> None:
-    """An answer's state after its search (docs/find.md, "The answers"): `decided` when
-    the search ended as planned (the bracket within the tolerance, REPEATS fresh probes
-    agreeing); `partial` when its bracket is closed but the search stopped first (the budget,
-    repeats that kept disagreeing, the generator): the bracket reached, with the repeats
-    done; `undecided` when an end of the bracket is open."""
-    done = sum(1 for p in repeats if search_good(p, name))
-    answer["repeats_done"] = done
-    answer["repeats_needed"] = REPEATS
-    if answer["state"] != "decided" or outcome.stopped == "done":
+def mark_state(answer: dict[str, Any], outcome: Any, name: str) -> None:
+    """An answer's state after its search (docs/find.md, "The answers"): `decided` when its
+    bracket is within the tolerance and its hold held (a probe HOLD times the probe length at
+    the answer's rate, run to its end, showed it good); `partial` when its bracket is closed
+    but the search stopped first (the budget, the generator, a hold that kept failing): the
+    bracket reached, `held` false; `undecided` when an end of the bracket is open."""
+    rate = answer.get("rate_per_s")
+    hold = next(
+        (
+            p
+            for p in outcome.holds.values()
+            if rate is not None and p.rate_per_s == rate and search_good(p, name)
+        ),
+        None,
+    )
+    answer["held"] = hold is not None
+    answer["hold_probe"] = hold.point if hold is not None else None
+    if answer["state"] != "decided" or hold is not None:
         return
     answer["state"], answer["decided"] = "partial", False
     answer["partial"] = (
-        f"the search stopped ({outcome.stopped}: {outcome.detail}) after {done} of {REPEATS} "
-        "repeats: the bracket reached"
+        f"the search stopped ({outcome.stopped}: {outcome.detail}) before the hold at "
+        f"{rate:.4g}/s: the bracket reached"
     )
 
 
-def _repeats(probes: list[Probe], rate: float | None) -> list[Probe]:
-    """Each repeat at `rate` as it ended: the last of a repeat and the probes that
-    lengthened it."""
-    out: list[Probe] = []
-    for probe in probes:
-        if probe.rate_per_s != rate:
-            continue
-        if probe.phase == "repeat":
-            out.append(probe)
-        elif probe.phase == "lengthen" and out and out[-1].point == probe.point - 1:
-            out[-1] = probe  # the same repeat, run longer
-    return out
+class _Watch:
+    """The overload watch (knee.find.probe), then the early one (knee.find.early) if any;
+    `early` keeps why the early one stopped the probe."""
+
+    def __init__(self, overload: Any, early: Any) -> None:
+        self.overload, self.early_watch = overload, early
+        self.early: str | None = None
+
+    def __call__(self, progress: dict[str, Any]) -> str | None:
+        cut = self.overload(progress)
+        if cut is not None or self.early_watch is None:
+            return cut
+        self.early = self.early_watch(progress)
+        return self.early
 
 
 def primary_model(

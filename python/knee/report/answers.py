@@ -4,7 +4,7 @@ in words).
 
 A search (`knee find`) has them in summary.json's `find`; a rate sweep in its `answers`
 (computed by `knee run` with `knee.find.answers.from_points`: the same group dicts without
-the search's repeats and path; a run written before that gets them computed here). Each
+the search's hold and path; a run written before that gets them computed here). Each
 interval is a bracket [lo, hi]: lo the highest rate shown good, hi the lowest shown bad;
 None at an end means the runs did not reach it.
 """
@@ -22,12 +22,12 @@ from knee.resources.bottleneck import explain
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
-    "done": "the bracket is within the tolerance and the repeats agreed",
+    "done": "the bracket is within the tolerance and the hold at the answer passed",
     "budget": "the time budget ran out",
     "generator": "the load generator was the limit",
     "max_rate": "the highest rate allowed was reached",
     "min_rate": "the lowest rate allowed was already over the limit",
-    "repeats": "repeats kept disagreeing with the bracket",
+    "hold": "the hold at the answer kept failing",
 }
 #: What sets the capacity, by who was the limit at the bracket's upper end.
 LIMITS = {
@@ -85,9 +85,8 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
         return "no point decided"
     if answer.get("state") == "partial" and lo is not None and hi is not None:
         why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
-        done, need = answer.get("repeats_done"), answer.get("repeats_needed")
         return (
-            f"partial: the search stopped {why} after {done} of {need} repeats; the bracket "
+            f"partial: the search stopped {why} before the hold at {rate(lo)}; the bracket "
             f"reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
         )
     # A search written before answers had a state: `decided` false on a closed bracket.
@@ -153,10 +152,10 @@ def search_line(group: dict[str, Any]) -> str:
         f"The search ran {s.get('probes')} probes in {fmt.num(s.get('wall_s'))} s "
         f"and stopped: {why}"
     )
-    reps = group.get("repeats") or {}
-    if reps.get("probes"):
-        verdicts = ", ".join(reps.get("verdicts") or [])
-        text += f"; the answer was repeated {len(reps['probes'])} times ({verdicts})"
+    hold = group.get("hold") or {}
+    if hold.get("probes"):
+        verdicts = ", ".join(hold.get("verdicts") or [])
+        text += f"; the answer was held with {len(hold['probes'])} longer probe(s) ({verdicts})"
     return text + "."
 
 

@@ -78,6 +78,8 @@ def probe_table(probes: list[dict[str, Any]]) -> str:
         length = fmt.num(p.get("duration_s"))
         if p.get("cut_short"):
             length += f" (cut short after {fmt.num(p.get('wall_s'))} s of wall time)"
+        elif p.get("stopped_early"):
+            length += f" (stopped early after {fmt.num(p.get('wall_s'))} s: its decision was clear)"
         rows.append(
             [
                 i + 1,
