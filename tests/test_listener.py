@@ -13,6 +13,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -75,6 +76,11 @@ def _get(server: RealServer) -> int:
 def gunicorn(tmp_path_factory: pytest.TempPathFactory, knee_node: str) -> Iterator[RealServer]:
     """gunicorn with SLEEP_WORKERS sync workers serving tests/http_apps/sleep_app.py."""
     with real_server("gunicorn-sleep", tmp_path_factory.mktemp("gunicorn"), knee_node) as s:
+        # The master listens before it forks its workers: on a loaded machine the port can
+        # answer while a worker is not forked yet. Wait (at most 10 s) until both are.
+        deadline = time.monotonic() + 10.0
+        while len(_found(s).pids) < SLEEP_WORKERS + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield s
 
 
