@@ -123,6 +123,8 @@ def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str
     power = measured_knee(points, _rate)
     model_x = (model or {}).get("x")
     fits = bool((model or {}).get("fits"))
+    interval: list[float] | None
+
     if power is not None and power["edge"] is None:
         method, x, interval = "power", power["x"], _between_neighbours(points, power)
         why = (

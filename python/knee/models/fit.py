@@ -216,9 +216,15 @@ def pooled_mean_ci(dists: Sequence[dict[str, Any]]) -> tuple[float, float] | Non
     """The 95% interval of the count-weighted mean of several points' means, from each
     mean's own interval (batch means): each side's half-width combined as independent,
     sqrt(sum (w_i h_i)^2) with w_i = n_i / N. None when a point has no interval."""
-    rows = [(d.get("n") or 0, d.get("mean"), (d.get("ci") or {}).get("mean")) for d in dists]
-    rows = [(int(n), float(m), ci) for n, m, ci in rows if n and m is not None]
-    if not rows or any(ci is None for _, _, ci in rows):
+    got = [(d.get("n") or 0, d.get("mean"), (d.get("ci") or {}).get("mean")) for d in dists]
+    rows: list[tuple[int, float, Sequence[float]]] = []
+    for n, m, ci in got:  # a loop over the few points
+        if not n or m is None:
+            continue
+        if ci is None:
+            return None
+        rows.append((int(n), float(m), ci))
+    if not rows:
         return None
     total = sum(n for n, _, _ in rows)
     mean = sum(n * m for n, m, _ in rows) / total

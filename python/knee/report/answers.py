@@ -84,7 +84,11 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     if lo is None and hi is None:
         return "no point decided"
     if answer.get("state") == "partial" and lo is not None and hi is not None:
-        why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
+        why = (
+            "within the budget"
+            if stopped == "budget"
+            else f"({STOPPED.get(str(stopped), stopped)})"
+        )
         return (
             f"partial: the search stopped {why} before the hold at {rate(lo)}; the bracket "
             f"reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
@@ -92,7 +96,11 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     # A search written before answers had a state: `decided` false on a closed bracket.
     undecided = stopped is not None and not answer.get("decided") and "state" not in answer
     if undecided and lo is not None and hi is not None:
-        why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
+        why = (
+            "within the budget"
+            if stopped == "budget"
+            else f"({STOPPED.get(str(stopped), stopped)})"
+        )
         return f"not decided {why}: the bracket reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
     if lo is None:
         return f"below {rate(hi)} (no rate measured was shown good)"

@@ -170,7 +170,7 @@ def reference(points: list[dict[str, Any]], below: float | None = None) -> dict[
 
 def _named(name: str, r: dict[str, Any]) -> dict[str, Any]:
     keys = ("kind", "label", "u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s", "capacity")
-    out = {"resource": name, **{k: r.get(k) for k in keys}}
+    out: dict[str, Any] = {"resource": name, **{k: r.get(k) for k in keys}}
     out["capacity_unit"] = r.get("capacity_unit")
     if r.get("threads"):
         out["threads"] = r["threads"]

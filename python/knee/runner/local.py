@@ -468,7 +468,7 @@ def _current_primary(state: RunState, nodes: PointNodes) -> str | None:
     for name in nodes.plans:
         node = state.nodes.get(name)
         view = node.latest.get("primary") if node is not None else None
-        if view is None or name in nodes.frozen or not node.alive():
+        if node is None or view is None or name in nodes.frozen or not node.alive():
             continue
         if view.get("primary") == view.get("replica"):
             claims.append((int(view["replica"]), name))
@@ -588,7 +588,7 @@ def _drive(
             break
         if deadline is not None and now > deadline:
             raise state.nodes[nodes.recorders[0]].failure(
-                f"did not finish within {bound_s + STUCK_MARGIN_S:g} s"
+                f"did not finish within {(bound_s or 0) + STUCK_MARGIN_S:g} s"
             )
         if now >= next_sample:
             next_sample += SAMPLE_INTERVAL_S
@@ -607,8 +607,8 @@ def _sample(state: RunState, point: int) -> None:
         node = state.nodes.get(name)
         if node is None:
             if name == TARGET_NODE:  # the service knee measures but did not start
-                row = {"t_s": t_s, "point": point, "node": name, "role": TARGET_ROLE, **usage}
-                state.timeseries.append(row)
+                target = {"t_s": t_s, "point": point, "node": name, "role": TARGET_ROLE, **usage}
+                state.timeseries.append(target)
             continue
         counters = node.latest.get("stats") or node.latest.get("progress") or {}
         row: dict[str, Any] = {"t_s": t_s, "point": point, "node": name, "role": node.role}
@@ -704,9 +704,9 @@ def _resource_inputs(
             pool=workers,  # prefork workers; their busy time from Server-Timing
         )
     links = {
-        name: float(host.rate_mbit) * 1e6 / 8
+        name: float(rate_mbit) * 1e6 / 8
         for name, host in state.hosts.hosts.items()
-        if getattr(host, "rate_mbit", None)
+        if (rate_mbit := getattr(host, "rate_mbit", None))
     }
     return resource_usage.Inputs(
         point=point.index,

@@ -123,7 +123,7 @@ def stability(
     mean_ns = float(latency_ok_ns.mean()) if len(latency_ok_ns) else 0.0
     growth_ns = found["slope_ns_per_s"] * window_s if found else None
     reasons: list[str] = []
-    if _grows(found, window_s, mean_ns) is not None and found is not None:
+    if _grows(found, window_s, mean_ns) is not None and found and growth_ns is not None:
         reasons.append(
             f"latency grows {found['slope_ns_per_s'] / 1e6:.3g} ms/s "
             f"(+{growth_ns / 1e6:.3g} ms over the point)"

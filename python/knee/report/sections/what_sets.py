@@ -22,6 +22,7 @@ from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Cell, Col, Finding, Html, Row, esc, finding, findings, note, table
 from knee.report.kit import plural as plural_of
+from knee.report.kit.figure import AxisKind
 from knee.resources.bottleneck import generator, ranked
 from knee.resources.usage import ROW_S
 
@@ -218,7 +219,7 @@ def u_figure(
     ends = [min(numeric), max(numeric)] if x_axis.scale != "category" and numeric else xs
     one = [1.0] * len(ends)
     traces.append(Trace("line", "U = 1", ends, one, color=GREY, dash=True, markers=False))
-    bold = " Bold: the bottleneck named above." if first else ""
+    bold_note = " Bold: the bottleneck named above." if first else ""
     return Figure(
         fig_id,
         title,
@@ -227,7 +228,7 @@ def u_figure(
         traces,
         caption="Each resource's mean utilization over each point's measured window "
         "(bars: its 95% interval where the samples give one); dashed: U = 1, the resource "
-        f"fully busy.{bold}",
+        f"fully busy.{bold_note}",
     )
 
 
@@ -440,9 +441,9 @@ def series_columns(points: list[dict[str, Any]]) -> tuple[list[Column], Axis]:
     values = [(p.get("swept") or {}).get(keys[0]) for p in points] if len(keys) == 1 else []
     if values and all(isinstance(v, int | float) for v in values):
         short = keys[0].partition(".")[2] or keys[0]
-        order = sorted(zip(values, points, strict=True), key=lambda vp: vp[0])
-        kind = "count" if all(isinstance(v, int) for v in values) else "value"
-        cols = [Column(p, v, _where(short, v)) for v, p in order]
+        pairs = sorted(zip(values, points, strict=True), key=lambda vp: float(vp[0] or 0))
+        kind: AxisKind = "count" if all(isinstance(v, int) for v in values) else "value"
+        cols = [Column(p, v, _where(short, v)) for v, p in pairs]
         return cols, Axis(short, kind=kind)
     if all(p.get("target_rate_per_s") for p in points):
         order = sorted(points, key=_rate)
