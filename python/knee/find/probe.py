@@ -23,6 +23,7 @@ from typing import Any
 
 from knee.resources.usage import MACHINE
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
+from knee.stats.summary import Check, PointStats, Stability
 
 #: Late sends do not bias latency (it is measured from the intended send time); they make
 #: the generator the limit when this share of the sends (those late with connections
@@ -70,20 +71,20 @@ class Decision:
         }
 
 
-def _check(stats: dict[str, Any], name: str) -> dict[str, Any]:
-    return next((c for c in stats.get("checks") or [] if c.get("name") == name), {})
+def _check(stats: PointStats, name: str) -> Check | None:
+    return next((c for c in stats.get("checks") or [] if c["name"] == name), None)
 
 
-def failed_share(stats: dict[str, Any]) -> float:
+def failed_share(stats: PointStats) -> float:
     """The share of post-warm-up requests that did not end OK."""
-    rates = stats.get("status_rates") or {}
-    return 1.0 - float(rates.get("ok", 1.0)) if stats.get("count") else 0.0
+    ok = (stats.get("status_rates") or {}).get("ok", 1.0)
+    return 1.0 - float(1.0 if ok is None else ok) if stats.get("count") else 0.0
 
 
-def decide(stats: dict[str, Any]) -> Decision:
+def decide(stats: PointStats) -> Decision:
     """The probe's decision from its statistics (summary.json's point)."""
-    slo = (stats.get("slo") or {}).get("verdict")
-    stability = stats.get("stability") or {}
+    slo = stats["slo"].get("verdict") if stats.get("slo") else None
+    stability = stats.get("stability")
     sender = _check(stats, "sender")
     if _own_sender_fail(sender) and generator_cpu(stats)["cause"] == "own_cpu":
         # Its CPU was full, or its own quota throttled it: it sent late, and it read the
@@ -92,15 +93,15 @@ def decide(stats: dict[str, Any]) -> Decision:
         return _generator(stats, sender, slo)
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
-    verdict = stability.get("verdict")
-    if verdict == "unstable":  # its failures are what a queue past capacity leaves
+    verdict = stability.get("verdict") if stability else None
+    if stability and verdict == "unstable":  # its failures: what a queue past capacity leaves
         return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     share = failed_share(stats)
     if share > ERROR_SHARE:  # keeping up in time, but failing: shedding load, or broken
         return Decision(
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
-    if _behind(stats) and sender.get("limit") == "target":
+    if _behind(stats) and sender and sender.get("limit") == "target":
         sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
         return Decision(
             "unstable",
@@ -121,8 +122,9 @@ def decide(stats: dict[str, Any]) -> Decision:
             f"the machine's cores from the generator ({generator_cpu(stats)['detail']}): "
             "the target is at its capacity, set by the shared cores",
         )
-    if verdict != "stable":
-        return Decision("undecided", None, slo, stability.get("detail", "too few samples"))
+    if not stability or verdict != "stable":
+        detail = stability.get("detail", "too few samples") if stability else "too few samples"
+        return Decision("undecided", None, slo, detail)
     marginal = _marginal(stats, stability)
     if marginal:
         return Decision(
@@ -139,7 +141,7 @@ REMEDY = {
 }
 
 
-def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -> Decision:
+def _generator(stats: PointStats, sender: Check | None, slo: str | None) -> Decision:
     why = generator_cpu(stats)
     detail = why["detail"]
     remedy = REMEDY.get(str(why["cause"]), "give it more load.generators, or more connections")
@@ -148,12 +150,12 @@ def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -
         "generator",
         slo,
         "the generator is the limit here (its sends fell behind the schedule while it had "
-        f"connections free{': ' + detail if detail else ''}): {sender.get('detail', '')}; "
-        + remedy,
+        f"connections free{': ' + detail if detail else ''}): "
+        f"{sender.get('detail', '') if sender else ''}; " + remedy,
     )
 
 
-def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
+def generator_limited(stats: PointStats, sender: Check | None) -> bool:
     """The sender check failed for the generator's own sake (not a target that held its
     connections), and by enough to matter: the rate sent below the target beyond its
     interval, or GENERATOR_LATE_SHARE of the sends late; and the kernel does not put the
@@ -171,7 +173,7 @@ def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
     return sent > 0 and late / sent > GENERATOR_LATE_SHARE
 
 
-def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
+def generator_cpu(stats: PointStats) -> dict[str, Any]:
     """What the kernel says of the generator's sends, from what the runner sampled of its
     own processes (summary.json's `resources`): `cause` is
 
@@ -223,22 +225,25 @@ def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _own_sender_fail(sender: dict[str, Any]) -> bool:
+def _own_sender_fail(sender: Check | None) -> bool:
     """The sender check failed, and not for a target that held the connections."""
+    if sender is None:
+        return False
     return sender.get("verdict") == "fail" and sender.get("limit", "generator") == "generator"
 
 
-def _behind(stats: dict[str, Any]) -> bool:
+def _behind(stats: PointStats) -> bool:
     """The rate sent fell below the target beyond its 95% interval."""
     target, ci = stats.get("target_rate_per_s"), stats.get("achieved_rate_ci_per_s")
     return bool(target and ci and ci[1] < target)
 
 
-def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:
+def _marginal(stats: PointStats, stability: Stability) -> str:
     """Signs of overload at half their threshold or more, as one phrase ('' when none)."""
     signs = []
     p, growth = stability.get("trend_p"), stability.get("growth_ns")
-    mean = ((stats.get("latency_ok_ns") or {}).get("mean")) or 0.0
+    ok = stats.get("latency_ok_ns")
+    mean = (ok["mean"] if ok else None) or 0.0
     if (
         p is not None
         and growth is not None

@@ -12,13 +12,14 @@ None at an end means the runs did not reach it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from knee.find.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
 from knee.resources.bottleneck import explain
+from knee.stats.summary import PointStats
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
@@ -54,8 +55,9 @@ def of(rr: ReportRun) -> RunAnswers | None:
     if isinstance(written, dict):  # a sweep's, written by `knee run`
         groups = list(written.get("groups") or [])
         return RunAnswers("sweep", written.get("slo"), groups, None) if groups else None
-    groups = from_points(rr.points, rr.slo)  # a run written before `answers` was
-    return RunAnswers("sweep", rr.slo, groups, None) if groups else None
+    # A run written before `answers` was: its points as summary.json holds them.
+    found = from_points(cast(list[PointStats], rr.points), rr.slo)
+    return RunAnswers("sweep", rr.slo, [dict(g) for g in found], None) if found else None
 
 
 def rate(value: float | None) -> str:
@@ -191,7 +193,9 @@ def bottleneck(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str,
     computed from its points for a search written before the answers named one."""
     if "bottleneck" in group:
         return group["bottleneck"]
-    return explain(points, group.get("capacity"), group.get("saturated_throughput"))
+    return explain(
+        cast(list[PointStats], points), group.get("capacity"), group.get("saturated_throughput")
+    )
 
 
 def set_by(bn: dict[str, Any]) -> Html:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from knee import contract, env, results, run_params, systems
 from knee.analysis import chaos
-from knee.analysis import http as http_analysis
+from knee.analysis.point import TARGET_NODE, TARGET_ROLE, MeasuredPoint, analyse_point
 from knee.find.answers import from_points
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.cgroups import process_cpu_limit
@@ -39,17 +39,14 @@ from knee.monitor import HOST_NODE, HOST_ROLE, Monitor
 from knee.params import Point
 from knee.resources import usage as resource_usage
 from knee.resources.listener import find_listener
-from knee.resources.usage import point_resources
 from knee.run_params import PointParams
 from knee.runner import interrupt
 from knee.runner.display import Display
 from knee.runner.node import Node, node_binary
 from knee.spec import PRIMARY, Spec
-from knee.stats import point_stats, slo
-from knee.stats.interference import add_interference
+from knee.stats.point import PointSettings
 from knee.stats.progress import merged_progress
-from knee.stats.replies import http_status_counts
-from knee.stats.slo import point_slo
+from knee.stats.summary import PointStats
 from knee.systems import NodePlan
 from knee.toml_writer import dump_toml
 
@@ -68,7 +65,7 @@ class RunState:
     hosts: RunHosts  # where nodes run (knee.hosts)
     events: list[dict[str, Any]] = field(default_factory=list)
     timeseries: list[dict[str, Any]] = field(default_factory=list)
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[PointStats] = field(default_factory=list)
     raws: list[results.RawFile] = field(default_factory=list)
     nodes: dict[str, Node] = field(default_factory=dict)
     monitor: Monitor = field(default_factory=Monitor)
@@ -184,7 +181,7 @@ class Session:
         it)."""
         run_params.write_plan(self.run_dir, self.spec.experiment, self.spec.events, points)
 
-    def run_point(self, point: Point, watch: Watch | None = None) -> dict[str, Any]:
+    def run_point(self, point: Point, watch: Watch | None = None) -> PointStats:
         """Runs one point and returns its statistics (also added to summary.json)."""
         _run_point(self.spec, point, self.state, self.display, watch)
         return self.state.points[-1]
@@ -335,41 +332,43 @@ def _measure_point(
         state.event("check", point.index, detail=str(check.get("verdict", "")))
     if not state.keep_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
-    stats = point_stats(
-        frame,
-        schedule=point.load["schedule"],
-        target_rate_per_s=systems.target_rate_per_s(point.load),
-        late_ms=point.load["late_ms"],
-        timeout_ms=point.load["timeout_ms"],
-        cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
-        queue_name=system.queue_name,
-        connections=point.load["connections"] if system.one_request_per_connection else None,
-        system=system.name,
-    )
     warmup_end_s = min(r.warmup_end_ns - r.run_start_ns for r in raws.values()) / 1e9
-    stats.update(
-        point=point.index,
+    measured = MeasuredPoint(
+        run_dir=state.run_dir,
+        index=point.index,
         series=point.series,
         label=point.label,
         swept=point.swept,
-        target_rate_per_s=systems.target_rate_per_s(point.load),
+        settings=PointSettings(
+            schedule=point.load["schedule"],
+            target_rate_per_s=systems.target_rate_per_s(point.load),
+            late_ms=point.load["late_ms"],
+            timeout_ms=point.load["timeout_ms"],
+            cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
+            queue_name=system.queue_name,
+            connections=point.load["connections"] if system.one_request_per_connection else None,
+            system=system.name,
+        ),
+        frame=frame,
+        recorders=list(raws),
+        warmup_end_s=warmup_end_s,
+        rows=state.timeseries,
+        nodes=_nodes_seen(state, system, plans, where),
+        link_bytes_per_s={
+            name: float(rate_mbit) * 1e6 / 8
+            for name, host in state.hosts.hosts.items()
+            if (rate_mbit := getattr(host, "rate_mbit", None))
+        },
+        part=system.detail_part(point.server) if system.detail_part else None,
+        host_cores={h: c for h in set(where.values()) if (c := state.hosts.cores_of(h))},
+        timeout_ms=point.load["timeout_ms"],
+        http=system.name in ("http", "grpc"),
+        slo=point.slo,
+        target=target,
+        check=check,
+        cut=cut,
     )
-    if target is not None:
-        stats["target"] = target
-    if (codes := http_status_counts(frame)) is not None:
-        stats["http_statuses"] = codes
-    if system.name in ("http", "grpc"):  # HTTP/1.1 or HTTP/2, its streams (docs/http2.md)
-        stats["http"] = http_analysis.done_fields(state.run_dir, point.index, sorted(raws))
-    stats["resources"] = point_resources(
-        _resource_inputs(state, point, system, plans, where, stats, frame, warmup_end_s)
-    )
-    if check is not None:
-        stats["check"] = check
-    if cut is not None:
-        stats["cut_short"] = cut
-    if point.experiment.get("slo"):
-        stats["slo"] = point_slo(frame, slo.parse(point.experiment["slo"]), stats)
-    add_interference(stats, state.timeseries, point.index, warmup_end_s)
+    stats = analyse_point(measured)
     state.points.append(stats)
     results.write_json(
         state.run_dir / results.SUMMARY, _summary(spec, state, "running", state.extra)
@@ -655,32 +654,14 @@ def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> d
     return {"rss_bytes": usage.get("rss_bytes"), "cpu_percent": cpu_percent}
 
 
-def _h2(stats: dict[str, Any]) -> bool:
-    return (stats.get("http") or {}).get("protocol") == "h2"
-
-
-def _slots(point: Point, system: systems.System, stats: dict[str, Any]) -> int | None:
-    """How many requests the generator can have in flight at once, where a due request waits
-    for one (the `connections` resource): its connections (HTTP/1.1: one request each), or
-    over HTTP/2 its streams, connections x the server's SETTINGS_MAX_CONCURRENT_STREAMS (or
-    the client's cap; None: no limit was set, so no such resource)."""
-    if _h2(stats):
-        return stats["http"].get("streams_limit_total")
-    return point.load["connections"] if system.one_request_per_connection else None
-
-
-def _resource_inputs(
+def _nodes_seen(
     state: RunState,
-    point: Point,
     system: systems.System,
     plans: list[systems.NodePlan],
     where: dict[str, str],
-    stats: dict[str, Any],
-    frame: Any,
-    after_s: float,
-) -> resource_usage.Inputs:
-    """What knee.resources.usage needs of a point: each node's role, name in the system's
-    words, CPU limit and pool; each emulated link's rate; the generator's connections."""
+) -> dict[str, resource_usage.NodeInfo]:
+    """The point's nodes as knee.resources.usage sees them: each one's role, name in the
+    system's words, CPU limit and pool."""
     nodes: dict[str, resource_usage.NodeInfo] = {}
     for plan in plans:
         pool = None
@@ -694,39 +675,7 @@ def _resource_inputs(
             generator=plan.role == "load",
             host=where[plan.name],
         )
-    target = stats.get("target") or {}
-    if target.get("found"):
-        workers = target.get("workers")
-        nodes[TARGET_NODE] = resource_usage.NodeInfo(
-            role=TARGET_ROLE,
-            label=f"the target {target['name']}",
-            cpu_cores=target.get("cpu_cores"),  # its affinity or cgroup quota; None: all
-            pool=workers,  # prefork workers; their busy time from Server-Timing
-        )
-    links = {
-        name: float(rate_mbit) * 1e6 / 8
-        for name, host in state.hosts.hosts.items()
-        if (rate_mbit := getattr(host, "rate_mbit", None))
-    }
-    return resource_usage.Inputs(
-        point=point.index,
-        after_s=after_s,
-        rows=state.timeseries,
-        stats=stats,
-        nodes=nodes,
-        link_bytes_per_s=links,
-        frame=frame,
-        connections=_slots(point, system, stats),
-        slots="streams" if _h2(stats) else "connections",
-        timeout_ms=point.load["timeout_ms"],
-        part=system.detail_part(point.server) if system.detail_part else None,
-        host_cores={h: c for h in set(where.values()) if (c := state.hosts.cores_of(h))},
-    )
-
-
-#: The node name and role of the process tree serving an external target, in timeseries.
-TARGET_NODE = "target"
-TARGET_ROLE = "target"
+    return nodes
 
 
 def _watch_target(

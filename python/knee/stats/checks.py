@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from knee.stats.distribution import QUANTILES, SUPPORT_SAMPLES, supported
-
-Check = dict[str, Any]
+from knee.stats.summary import Check
 
 #: Most late sends (after warm-up) a generator may have before its check fails.
 LATE_SHARE_MAX = 0.01

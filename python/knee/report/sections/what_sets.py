@@ -12,8 +12,9 @@ resource's U."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from knee.find.answers import RATE_KEY
 from knee.report import answers, fmt
@@ -25,6 +26,7 @@ from knee.report.kit import plural as plural_of
 from knee.report.kit.figure import AxisKind
 from knee.resources.bottleneck import generator, ranked
 from knee.resources.usage import ROW_S
+from knee.stats.summary import PointStats
 
 ID = "what-sets"
 TITLE = "What sets the knee"
@@ -343,7 +345,7 @@ def usage_table(cols: list[Column], names: list[str], first: str | None) -> Html
         cells: list[Any] = [label_of(name, points), _capacity(name, points)]
         cells += [_cell(_usage(p).get(name)) for p in points]
         rows.append(Row(cells, BOLD_ROW if name == first else ""))
-    gens = [generator(p) for p in points]
+    gens = [generator(cast(PointStats, p)) for p in points]  # summary.json's points
     open_loop = any(p.get("target_rate_per_s") for p in points)
     said: list[str] = []
     for key, what, shown, meaning in GENERATOR_ROWS:
@@ -510,7 +512,7 @@ def _busiest(col: Column) -> Html | None:
     return answers.emphasized(text + ".", label)
 
 
-def _folded_label(r: dict[str, Any]) -> str:
+def _folded_label(r: Mapping[str, Any]) -> str:
     """A CPU with its pool folded in (knee.resources.bottleneck.ranked) says so."""
     label = str(r.get("label"))
     if r.get("threads"):
@@ -518,7 +520,7 @@ def _folded_label(r: dict[str, Any]) -> str:
     return label
 
 
-def how_busy(r: dict[str, Any]) -> str:
+def how_busy(r: Mapping[str, Any]) -> str:
     u = float(r.get("u") or 0.0)
     pct = f"{100 * u:.0f}%"
     kind = r.get("kind")
