@@ -1,0 +1,359 @@
+"""`--live` (docs/live.md): one real run with the page open in headless Chromium while its
+points run, /metrics scraped and parsed by prometheus_client's own parser, clients that hang
+or flood, and the server gone when the run ends. One run, shared by the tests below."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+from report_helpers import chromium
+
+import knee
+from knee.live import Live
+from knee.live.options import DEFAULT_AFTER_S, address, expected_run_s, wanted
+from knee.live.samples import BUCKETS_S
+from knee.live.server import MAX_CLIENTS
+from knee.spec import load_spec
+
+SPEC = """
+[experiment]
+name = "live-test"
+system = "echo"
+
+[load]
+schedule = "poisson"
+rate_per_s = 300
+duration_s = 7
+warmup_s = 0.5
+
+[sweep]
+"load.rate_per_s" = [200, 300]
+"""
+#: The run's bound: two 7 s points and their statistics, on a busy machine.
+RUN_TIMEOUT_S = 120.0
+#: report_helpers' Chromium resolves no name; the page is on a loopback address.
+LOOPBACK = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+URL = re.compile(r"live page:\s+(http://127\.0\.0\.1:\d+/)")
+
+
+def _get(url: str, timeout_s: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        return r.read()
+
+
+def _state(url: str) -> dict[str, Any]:
+    return json.loads(_get(url + "state.json"))
+
+
+def _wait_for(what: str, check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@dataclass
+class LiveRun:
+    spec: Path
+    run_dir: Path
+    url: str
+    code: int
+    stdout: str
+    dom: str
+    shot: Path
+    state_while_running: dict[str, Any]
+    metrics_after_point_0: str
+    busy_status: int
+    hung: list[socket.socket] = field(default_factory=list)
+    refused_after_end: bool = False
+
+
+def _chromium(url: str, tmp: Path, args: list[str], name: str) -> subprocess.CompletedProcess:
+    # The page polls every second: virtual time lets it poll a few times, then the DOM is
+    # dumped (or the screenshot taken).
+    return chromium(["--virtual-time-budget=4000", LOOPBACK, *args, url], tmp / f"profile-{name}")
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
+    tmp = tmp_path_factory.mktemp("live")
+    spec = tmp / "spec.toml"
+    spec.write_text(SPEC)
+    cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(tmp / "runs")]
+    proc = subprocess.Popen(
+        [*cmd, "--live", "--no-report", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    hung: list[socket.socket] = []
+    try:
+        url = _wait_for(
+            "the page's URL",
+            lambda: next((m.group(1) for ln in list(lines) if (m := URL.search(ln))), None),
+        )
+        # The first point runs and has a few seconds of data.
+        running = _wait_for(
+            "the first point's data",
+            lambda: (s := _state(url))["current"] and len(s["current"]["seconds"]) >= 2 and s,
+        )
+        dom_res: list[subprocess.CompletedProcess] = []
+        shot = tmp / "live.png"
+        shooter = threading.Thread(
+            target=lambda: dom_res.append(
+                _chromium(url, tmp, [f"--screenshot={shot}", "--window-size=1400,1400"], "shot")
+            )
+        )
+        shooter.start()
+        dom = _chromium(url, tmp, ["--dump-dom"], "dom")
+        shooter.join(timeout=150)
+        assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+        assert dom_res and dom_res[0].returncode == 0
+        # Point 0 ended: its counters are final on /metrics while point 1 runs.
+        _wait_for("the first point's end", lambda: _state(url)["points"])
+        metrics_text = _get(url + "metrics").decode()
+        # A flood: every slot held by a client that sends nothing; one more is refused.
+        host, port = address(url.removeprefix("http://").rstrip("/"))
+        flood = [socket.create_connection((host, port)) for _ in range(MAX_CLIENTS)]
+        time.sleep(0.3)
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", "/state.json")
+        busy_status = conn.getresponse().status
+        conn.close()
+        hung.extend(flood)
+        # A client that asks for the chart library and never reads its 3 MB.
+        slow = socket.create_connection((host, port))
+        slow.sendall(b"GET /plotly.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        hung.append(slow)
+        code = proc.wait(timeout=RUN_TIMEOUT_S)
+        reader.join(timeout=5)
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            refused = False
+        except ConnectionRefusedError:
+            refused = True
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    run_dir = next(d for d in (tmp / "runs").iterdir() if d.is_dir())
+    return LiveRun(
+        spec=spec,
+        run_dir=run_dir,
+        url=url,
+        code=code,
+        stdout="".join(lines),
+        dom=dom.stdout.decode(errors="replace"),
+        shot=shot,
+        state_while_running=running,
+        metrics_after_point_0=metrics_text,
+        busy_status=busy_status,
+        hung=hung,
+        refused_after_end=refused,
+    )
+
+
+def _attrs(dom: str, element_id: str) -> dict[str, str]:
+    tag = re.search(rf'<[a-z0-9]+ [^>]*id="{element_id}"[^>]*>', dom)
+    assert tag, f"#{element_id} is missing"
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', tag.group(0)))
+
+
+def test_the_page_draws_the_running_point_in_chromium(live_run: LiveRun) -> None:
+    dom = live_run.dom
+    body = dict(re.findall(r'([\w-]+)="([^"]*)"', re.search(r"<body([^>]*)>", dom).group(1)))
+    assert body["data-errors"] == "0"
+    assert int(body["data-polls"]) >= 1
+    # The running point: its label and counts, its charts drawn with its seconds.
+    label = _attrs(dom, "point-label")
+    assert int(label["data-sent"]) > 0 and int(label["data-completed"]) > 0
+    assert re.search(r'id="point-label"[^>]*>main rate_per_s=(200|300) \(point [12]\)<', dom)
+    for chart in ("chart-rates", "chart-latency", "chart-queue", "chart-failures"):
+        attrs = _attrs(dom, chart)
+        assert attrs.get("data-drawn") == "1", chart
+        assert int(attrs["data-values"]) > 0, chart
+    assert _attrs(dom, "chart-resources")["data-drawn"] == "1"
+    assert "busiest now: " in dom
+    with Image.open(live_run.shot) as im:
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    assert pixels.std() > 10, "the screenshot is blank"
+    assert (pixels < 200).mean() > 0.02, "almost nothing is drawn"
+
+
+def test_the_state_follows_the_running_point(live_run: LiveRun) -> None:
+    s = live_run.state_while_running
+    assert s["status"] == "running" and s["experiment"] == "live-test"
+    cur = s["current"]
+    assert cur["index"] == 0 and cur["target_per_s"] == 200
+    rows = cur["seconds"]
+    assert rows[-1]["sent_per_s"] > 0 and rows[-1]["target_per_s"] == 200
+    assert any(r["p50_ms"] is not None and r["p99_ms"] >= r["p50_ms"] for r in rows)
+    assert {"load", "server", "machine"} <= set(s["resources"])
+    assert s["busiest"] in s["resources"]
+
+
+def test_metrics_parse_and_match_the_points_samples(live_run: LiveRun) -> None:
+    families = {f.name: f for f in text_string_to_metric_families(live_run.metrics_after_point_0)}
+    run = knee.open_run(live_run.run_dir)
+    samples = run.samples
+    p0 = samples[(samples["point"] == 0) & (samples["node"] == "load")]
+
+    def value(family: str, suffix: str = "", **labels: str) -> float:
+        found = [
+            s.value
+            for s in families[family].samples
+            if s.name == family + suffix
+            and s.labels.get("point") == "0"
+            and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+        assert len(found) == 1, (family, suffix, labels, found)
+        return found[0]
+
+    assert families["knee_requests_sent"].type == "counter"
+    assert value("knee_requests_sent", "_total", node="load") == (p0["sent_ns"] >= 0).sum()
+    assert value("knee_requests_completed", "_total", node="load") == len(p0)
+    late_ms = load_spec(live_run.spec, None).points[0].load["late_ms"]
+    sent = p0["sent_ns"] >= 0
+    late = sent & (p0["sent_ns"] - p0["intended_ns"] > late_ms * 1e6)
+    assert value("knee_sends_late", "_total", node="load") == late.sum()
+    assert value("knee_sends_held", "_total", node="load") == 0  # echo holds nothing
+    ok = p0[p0["status"] == "ok"]
+    latency = families["knee_request_latency_seconds"]
+    assert latency.type == "histogram"
+    for le in BUCKETS_S:
+        count = value("knee_request_latency_seconds", "_bucket", node="load", le=repr(le))
+        assert count == (ok["latency_ns"] <= round(le * 1e9)).sum(), le
+    assert value("knee_request_latency_seconds", "_count", node="load") == len(ok)
+    assert value("knee_request_latency_seconds", "_sum", node="load") == pytest.approx(
+        ok["latency_ns"].sum() / 1e9
+    )
+    failed = p0[p0["status"] != "ok"]["status"].value_counts()
+    for reason, count in failed[failed > 0].items():
+        assert value("knee_requests_failed", "_total", node="load", reason=reason) == count
+    labels = next(s.labels for s in families["knee_backlog_requests"].samples)
+    assert labels == {"experiment": "live-test", "point": labels["point"], "series": "main"}
+    resources = {s.labels["resource"] for s in families["knee_resource_utilization"].samples}
+    assert {"load", "server", "machine"} <= resources
+
+
+def test_a_flood_is_refused_and_hung_clients_do_not_hold_the_runs_end(
+    live_run: LiveRun,
+) -> None:
+    assert live_run.busy_status == 503
+    # The run ended (exit 0) while the flood's sockets and a client that read nothing were
+    # still connected: nothing waited for them. The server is gone: nothing listens.
+    assert live_run.code == 0 and len(live_run.hung) == MAX_CLIENTS + 1
+    assert live_run.refused_after_end
+    for s in live_run.hung:
+        s.settimeout(5)
+        try:
+            while s.recv(65536):  # what was sent before the close, then the end
+                pass
+        except ConnectionResetError:
+            pass
+        s.close()
+
+
+def test_the_url_is_printed_at_the_start(live_run: LiveRun) -> None:
+    assert live_run.stdout.splitlines()[0].startswith(f"live page:     {live_run.url}")
+
+
+# ------------------------------------------------------------------ options, no run
+
+
+def test_live_is_on_when_asked_or_for_a_long_run_on_a_terminal(tmp_path: Path) -> None:
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC)
+    points = load_spec(spec_path, None).points
+    expected = expected_run_s(points)
+    assert expected is not None and 14 < expected < DEFAULT_AFTER_S
+
+    class Args:
+        live: str | None = None
+        no_live = False
+
+    args = Args()
+    assert wanted(args, expected, tty=True) is None  # under a minute
+    assert wanted(args, 61.0, tty=True) == ("127.0.0.1", 0)
+    assert wanted(args, 61.0, tty=False) is None  # not a terminal
+    args.no_live = True
+    assert wanted(args, 61.0, tty=True) is None
+    args.no_live, args.live = False, "127.0.0.1:0"
+    assert wanted(args, 1.0, tty=False) == ("127.0.0.1", 0)
+    assert address("9100") == ("127.0.0.1", 9100)
+    assert address("127.0.0.2:9100") == ("127.0.0.2", 9100)
+
+
+def test_the_page_draws_a_search_and_links_the_report(tmp_path: Path) -> None:
+    """A search's path, brackets and answers as find.json has them, and the report's link,
+    drawn by the page (a Live fed directly, no run)."""
+    live = Live(("127.0.0.1", 0), "search-test", "http", "search")
+    url = live.start()
+    try:
+        probe = {"decision": {"capacity": "stable", "slo": None}, "phase": "low"}
+        live.search(
+            {
+                "status": "running",
+                "probes": [
+                    {**probe, "point": 0, "rate_per_s": 10.0, "brackets": {"capacity": [10, None]}},
+                    {**probe, "point": 1, "rate_per_s": 80.0, "brackets": {"capacity": [80, None]}},
+                    {
+                        **probe,
+                        "point": 2,
+                        "rate_per_s": 640.0,
+                        "decision": {"capacity": "unstable"},
+                        "brackets": {"capacity": [80, 640]},
+                    },
+                ],
+                "answers": {
+                    "groups": [
+                        {
+                            "label": "main",
+                            "capacity": {
+                                "rate_per_s": 300.0,
+                                "interval_per_s": [290.0, 310.0],
+                                "state": "decided",
+                            },
+                        }
+                    ]
+                },
+            }
+        )
+        report = tmp_path / "report.html"
+        live.report_written(report)
+        state = _state(url)
+        assert [p["rate_per_s"] for p in state["search"]["probes"]] == [10.0, 80.0, 640.0]
+        assert state["report"] == str(report)
+        res = chromium(
+            ["--virtual-time-budget=3000", LOOPBACK, "--dump-dom", url], tmp_path / "profile"
+        )
+        dom = res.stdout.decode(errors="replace")
+        assert _attrs(dom, "chart-search")["data-drawn"] == "1"
+        assert int(_attrs(dom, "chart-search")["data-values"]) == 3 + 3 + 1  # probes, brackets
+        assert "300/s [290, 310] (decided)" in dom
+        assert f'href="file://{report}"' in dom
+    finally:
+        live.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), 2)
