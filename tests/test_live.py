@@ -26,8 +26,12 @@ from report_helpers import chromium
 import knee
 from knee.live import Live
 from knee.live.options import DEFAULT_AFTER_S, address, expected_run_s, wanted
-from knee.live.samples import BUCKETS_S
+from knee.live.samples import BUCKETS_S, Tail, failure_names, has_held
 from knee.live.server import MAX_CLIENTS
+from knee.live.state import HISTORY_S, METRICS_POINTS, LiveState, NodeLive
+from knee.params import Point
+from knee.results import SAMPLE_DTYPE
+from knee.runner.display import warnings_of
 from knee.spec import load_spec
 
 SPEC = """
@@ -38,13 +42,13 @@ system = "echo"
 [load]
 schedule = "poisson"
 rate_per_s = 300
-duration_s = 7
+duration_s = 8
 warmup_s = 0.5
 
 [sweep]
 "load.rate_per_s" = [200, 300]
 """
-#: The run's bound: two 7 s points and their statistics, on a busy machine.
+#: The run's bound: two 8 s points and their statistics, on a busy machine.
 RUN_TIMEOUT_S = 120.0
 #: report_helpers' Chromium resolves no name; the page is on a loopback address.
 LOOPBACK = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
@@ -80,6 +84,7 @@ class LiveRun:
     shot: Path
     state_while_running: dict[str, Any]
     metrics_after_point_0: str
+    state_after_point_0: dict[str, Any]
     busy_status: int
     hung: list[socket.socket] = field(default_factory=list)
     refused_after_end: bool = False
@@ -130,7 +135,7 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
         assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
         assert dom_res and dom_res[0].returncode == 0
         # Point 0 ended: its counters are final on /metrics while point 1 runs.
-        _wait_for("the first point's end", lambda: _state(url)["points"])
+        after_0 = _wait_for("the first point's end", lambda: (s := _state(url))["points"] and s)
         metrics_text = _get(url + "metrics").decode()
         # A flood: every slot held by a client that sends nothing; one more is refused.
         host, port = address(url.removeprefix("http://").rstrip("/"))
@@ -168,6 +173,7 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
         shot=shot,
         state_while_running=running,
         metrics_after_point_0=metrics_text,
+        state_after_point_0=after_0,
         busy_status=busy_status,
         hung=hung,
         refused_after_end=refused,
@@ -188,7 +194,7 @@ def test_the_page_draws_the_running_point_in_chromium(live_run: LiveRun) -> None
     # The running point: its label and counts, its charts drawn with its seconds.
     label = _attrs(dom, "point-label")
     assert int(label["data-sent"]) > 0 and int(label["data-completed"]) > 0
-    assert re.search(r'id="point-label"[^>]*>main rate_per_s=(200|300) \(point [12]\)<', dom)
+    assert re.search(r'id="point-label"[^>]*>main rate_per_s=(200|300) \(point [12](, ended)?\)<', dom)
     for chart in ("chart-rates", "chart-latency", "chart-queue", "chart-failures"):
         attrs = _attrs(dom, chart)
         assert attrs.get("data-drawn") == "1", chart
@@ -211,6 +217,14 @@ def test_the_state_follows_the_running_point(live_run: LiveRun) -> None:
     assert any(r["p50_ms"] is not None and r["p99_ms"] >= r["p50_ms"] for r in rows)
     assert {"load", "server", "machine"} <= set(s["resources"])
     assert s["busiest"] in s["resources"]
+    # The first point, finished, on the latency-against-load figure with its verdict.
+    done = live_run.state_after_point_0["points"][0]
+    stats = knee.open_run(live_run.run_dir).points[0]
+    assert done["label"] == "main rate_per_s=200"
+    assert done["done_per_s"] == stats["throughput_per_s"]
+    assert done["p99_ms"] == stats["latency_ns"]["p99"] / 1e6
+    flags = ", ".join(warnings_of(stats))  # UNSTABLE, a sender's or the machine's warning
+    assert done["verdict"] == (flags or stats["stability"]["verdict"])
 
 
 def test_metrics_parse_and_match_the_points_samples(live_run: LiveRun) -> None:
@@ -253,6 +267,7 @@ def test_metrics_parse_and_match_the_points_samples(live_run: LiveRun) -> None:
         assert value("knee_requests_failed", "_total", node="load", reason=reason) == count
     labels = next(s.labels for s in families["knee_backlog_requests"].samples)
     assert labels == {"experiment": "live-test", "point": labels["point"], "series": "main"}
+    assert value("knee_requests_in_flight", node="load") >= 0
     resources = {s.labels["resource"] for s in families["knee_resource_utilization"].samples}
     assert {"load", "server", "machine"} <= resources
 
@@ -287,7 +302,7 @@ def test_live_is_on_when_asked_or_for_a_long_run_on_a_terminal(tmp_path: Path) -
     spec_path.write_text(SPEC)
     points = load_spec(spec_path, None).points
     expected = expected_run_s(points)
-    assert expected is not None and 14 < expected < DEFAULT_AFTER_S
+    assert expected == 2 * (8 + 2) < DEFAULT_AFTER_S  # each point's duration and 2 s
 
     class Args:
         live: str | None = None
@@ -353,7 +368,92 @@ def test_the_page_draws_a_search_and_links_the_report(tmp_path: Path) -> None:
         assert int(_attrs(dom, "chart-search")["data-values"]) == 3 + 3 + 1  # probes, brackets
         assert "300/s [290, 310] (decided)" in dom
         assert f'href="file://{report}"' in dom
+        # A page still polling gets the last state before the server stops.
+        seen: list[str] = []
+        stop = threading.Event()
+
+        def follow() -> None:
+            while not stop.wait(0.2):
+                try:
+                    seen.append(_state(url)["status"])
+                except OSError:
+                    return
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        _wait_for("a poll", lambda: seen)
     finally:
         live.stop()
+        stop.set()
+        follower.join(timeout=10)
+    assert seen[-1] == "ended"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), 2)
+
+
+def test_memory_is_bounded_by_rings() -> None:
+    """The resources' seconds and /metrics' ended points are rings of fixed sizes."""
+    state = LiveState("bounded", "echo", "run")
+    row = {"node": "server", "role": "serve", "cpu_percent": 50.0}
+    for t in range(HISTORY_S + 100):
+        state.sampled([{**row, "t_s": float(t)}])
+    assert len(state.resources["server"]) == HISTORY_S
+    state.run_started(Path("/nonexistent"), 0)
+    for i in range(METRICS_POINTS + 6):
+        load = {"schedule": "poisson", "rate_per_s": 1.0 + i}
+        point = Point(i, "main", {"load.rate_per_s": 1.0 + i}, {}, {}, load, {})
+        state.point_started(point, None)
+        state.point_finished(point, {"latency_ns": {}})
+    ended = [p["point"] for p in state.metric_nodes()[1]["points"]]
+    assert ended == list(range(6, METRICS_POINTS + 6))
+
+
+def test_the_backlog_counts_sends_due_beyond_the_arrivals_spread(tmp_path: Path) -> None:
+    node = NodeLive("load", Tail(tmp_path / "none.bin", 0, None, False))
+    node.due, node.line = 100.0, {"sent": 90, "completed": 80}
+    assert node.in_flight() == 10
+    assert node.behind("constant") == 9  # 99 due (the last one may be this instant's)
+    assert node.behind("poisson") == 0  # 10 short is within 3 sqrt(100) = 30
+    node.line = {"sent": 50, "completed": 50}
+    assert node.behind("poisson") == 20
+
+
+def test_a_samples_file_is_counted_as_it_grows(tmp_path: Path) -> None:
+    """Records appended in two flushes, a partial record left for the next look: counts by
+    status or by http's fail_reason, late and held sends, the latency histogram."""
+    reasons = failure_names("http")
+    assert reasons is not None and has_held("http") and not has_held("echo")
+    records = np.zeros(6, dtype=SAMPLE_DTYPE)
+    records["intended_ns"] = 1_000_000
+    records["sent_ns"] = [1_000_100, 1_000_100, 3_000_000, 1_000_100, 0, 1_000_100]
+    records["received_ns"] = [1_200_000, 1_050_000_000, 3_100_000, 0, 0, 1_300_000]
+    status = {name: i for i, name in enumerate(knee.contract.STATUSES)}
+    records["status"] = [status[s] for s in ("ok", "ok", "ok", "timeout", "drop", "error")]
+    by_name = {v: k for k, v in reasons.items()}
+    records["arg"] = [0, 0, 0, by_name["timeout"], 0, by_name["status_5xx"]]
+    records["service_ns"] = [0, 0, 1_500_000, 0, 0, 0]  # http: held_ns
+    path = tmp_path / "p000-load.samples.bin"
+    tail = Tail(path, late_ns=1_000_000, reasons=reasons, held=True)
+    path.write_bytes(records[:2].tobytes() + records[2].tobytes()[:50])
+    assert list(tail.look()) == [200_000, 1_049_000_000]
+    path.write_bytes(records.tobytes())
+    assert list(tail.look()) == [2_100_000]
+    assert tail.records == 6 and tail.sent == 5 and tail.ok == 3
+    assert tail.late == 1 and tail.held_sends == 1
+    assert tail.failures == {"timeout": 1, "drop": 1, "status_5xx": 1}
+    expected = np.bincount(
+        np.searchsorted(np.array(BUCKETS_S) * 1e9, [200_000, 1_049_000_000, 2_100_000]),
+        minlength=len(BUCKETS_S) + 1,
+    )
+    assert tail.buckets.tolist() == expected.tolist()
+
+
+def test_a_failing_hook_never_fails_the_run(tmp_path: Path) -> None:
+    live = Live(("127.0.0.1", 0), "broken", "echo", "run")
+    live.run_started(tmp_path, 1)
+    load = {"schedule": "poisson", "rate_per_s": 10.0}
+    live.point_started(Point(0, "main", {}, {}, {}, load, {}), None)
+    live.node_lines({"load": {"t_s": "not a number"}})  # raises inside: caught
+    assert live.broken and "ValueError" in live.broken
+    live.node_lines({"load": {"t_s": 1.0}})  # the page no longer follows; nothing raises
+    live.server.server_close()

@@ -225,7 +225,6 @@ def _start_live(
 ) -> Any:
     """The live page (knee.live), started and its URL printed; None when off; False when
     its address cannot be used (said in one line)."""
-    from knee.live import Live
     from knee.live.options import LiveArgsError, wanted
 
     prog = f"knee {args.command}"
@@ -234,6 +233,8 @@ def _start_live(
         asked = wanted(args, expected_s, sys.stdout.isatty())
         if asked is None:
             return None
+        from knee.live import Live
+
         where = asked
         live = Live(where, spec.experiment["name"], spec.experiment["system"], kind)
     except LiveArgsError as e:
