@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ warmup_s = 0.5
 [sweep]
 "load.rate_per_s" = [200, 300]
 """
-#: The run's bound: two 8 s points and their statistics, on a busy machine.
+#: The run's bound: two 8 s points, their statistics and the report, on a busy machine.
 RUN_TIMEOUT_S = 120.0
 #: report_helpers' Chromium resolves no name; the page is on a loopback address.
 LOOPBACK = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
@@ -88,6 +89,7 @@ class LiveRun:
     busy_status: int
     hung: list[socket.socket] = field(default_factory=list)
     refused_after_end: bool = False
+    last_state: dict[str, Any] = field(default_factory=dict)
 
 
 def _chromium(url: str, tmp: Path, args: list[str], name: str) -> subprocess.CompletedProcess:
@@ -103,7 +105,7 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
     spec.write_text(SPEC)
     cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(tmp / "runs")]
     proc = subprocess.Popen(
-        [*cmd, "--live", "--no-report", "--no-progress"],
+        [*cmd, "--live", "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -155,7 +157,23 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
         slow = socket.create_connection((host, port))
         slow.sendall(b"GET /plotly.js HTTP/1.1\r\nHost: x\r\n\r\n")
         hung.append(slow)
+        # A page that follows the run to its end, as an open browser tab does.
+        last: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            while True:
+                try:
+                    last[:] = [_state(url)]
+                except urllib.error.HTTPError:  # 503 while the flood holds every slot
+                    pass
+                except OSError:  # nothing listens: the server stopped
+                    return
+                time.sleep(0.3)
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
         code = proc.wait(timeout=RUN_TIMEOUT_S)
+        follower.join(timeout=10)
         reader.join(timeout=5)
         try:
             socket.create_connection((host, port), timeout=2).close()
@@ -182,6 +200,7 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
         busy_status=busy_status,
         hung=hung,
         refused_after_end=refused,
+        last_state=last[0],
     )
 
 
@@ -294,6 +313,13 @@ def test_a_flood_is_refused_and_hung_clients_do_not_hold_the_runs_end(
         except ConnectionResetError:
             pass
         s.close()
+
+
+def test_an_open_page_gets_the_last_state_and_the_reports_link(live_run: LiveRun) -> None:
+    last = live_run.last_state
+    assert last["status"] == "ended"
+    assert last["report"] == str((live_run.run_dir / "report.html").resolve())
+    assert [p["index"] for p in last["points"]] == [0, 1]
 
 
 def test_the_url_is_printed_at_the_start(live_run: LiveRun) -> None:
