@@ -489,3 +489,19 @@ def test_a_failing_hook_never_fails_the_run(tmp_path: Path) -> None:
     assert live.broken and "ValueError" in live.broken
     live.node_lines({"load": {"t_s": 1.0}})  # the page no longer follows; nothing raises
     live.server.server_close()
+
+
+def test_a_links_u_is_its_busier_direction_over_its_rate() -> None:
+    """An emulated host's link rows (cumulative interface bytes, as the runner samples
+    them) against the host's rate_mbit."""
+    state = LiveState("links", "echo", "run", {"h1": 1e6})  # 8 Mbit/s: 1 MB/s each way
+    rows = [(1.0, 0, 0), (2.0, 250_000, 500_000), (3.0, 1_250_000, 600_000)]
+    for t_s, rx, tx in rows:
+        state.sampled(
+            [{"t_s": t_s, "node": "link:h1", "role": "link", "bytes_rx": rx, "bytes_tx": tx}]
+        )
+    state.sampled(
+        [{"t_s": 3.0, "node": "link:other", "role": "link", "bytes_rx": 1, "bytes_tx": 1}]
+    )
+    assert [u for _, u in state.resources["link:h1"]] == [0.5, 1.0]
+    assert "link:other" not in state.resources  # no rate known: no U

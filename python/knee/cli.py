@@ -236,7 +236,12 @@ def _start_live(
         from knee.live import Live
 
         where = asked
-        live = Live(where, spec.experiment["name"], spec.experiment["system"], kind)
+        links = {  # each emulated host's link rate, each way (docs/hosts.md)
+            name: float(host.settings["rate_mbit"]) * 1e6 / 8
+            for name, host in spec.placement.hosts.items()
+            if host.settings.get("rate_mbit")
+        }
+        live = Live(where, spec.experiment["name"], spec.experiment["system"], kind, links)
     except LiveArgsError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return False

@@ -45,8 +45,15 @@ def _guarded(method: F) -> F:
 class Live:
     """`--live`: serves the page at `address` from `start()` until `stop()`."""
 
-    def __init__(self, address: tuple[str, int], experiment: str, system: str, kind: str) -> None:
-        self.state = LiveState(experiment, system, kind)
+    def __init__(
+        self,
+        address: tuple[str, int],
+        experiment: str,
+        system: str,
+        kind: str,
+        link_bytes_per_s: dict[str, float] | None = None,
+    ) -> None:
+        self.state = LiveState(experiment, system, kind, link_bytes_per_s)
         self.server = LiveServer(address, self.state)
         self.broken: str | None = None
 

@@ -99,8 +99,17 @@ class PointLive:
 class LiveState:
     """The run as the page draws it; see the module's doc."""
 
-    def __init__(self, experiment: str, system: str, kind: str) -> None:
+    def __init__(
+        self,
+        experiment: str,
+        system: str,
+        kind: str,
+        link_bytes_per_s: dict[str, float] | None = None,
+    ) -> None:
         self.experiment, self.system, self.kind = experiment, system, kind
+        #: Each emulated host's link rate, each way (its spec's rate_mbit), by host name.
+        self.link_bytes_per_s = dict(link_bytes_per_s or {})
+        self._link_last: dict[str, tuple[float, float, float]] = {}  # t_s, rx, tx bytes
         self._lock = threading.Lock()
         self.version = 0  # bumped on every change: the server's caches key on it
         self.status = "starting"
@@ -198,9 +207,14 @@ class LiveState:
             for row in rows:
                 role = row.get("role")
                 cpu = row.get("cpu_percent")
-                if role == LINK_ROLE or cpu is None:
-                    continue  # a link's U needs its rate, which only its host knows
-                if role == HOST_ROLE:  # the whole machine, in core-percent as a node's CPU
+                if role == LINK_ROLE:
+                    found = self._link(row)
+                    if found is None:
+                        continue
+                    name, u = found
+                elif cpu is None:
+                    continue
+                elif role == HOST_ROLE:  # the whole machine, in core-percent as a node's CPU
                     name, u = "machine", float(cpu) / 100 / self._cores
                 else:
                     cores = row.get("cpu_quota_cores") or self._cores
@@ -212,6 +226,19 @@ class LiveState:
                     ring = self.resources[name] = deque(maxlen=HISTORY_S)
                 ring.append((float(row.get("t_s") or 0.0), u))
             self.version += 1
+
+    def _link(self, row: dict[str, Any]) -> tuple[str, float] | None:
+        """An emulated host's link: the busier direction's bytes since its last row over
+        the link's rate (None: its first row, or a link of no known rate)."""
+        name = str(row.get("node"))
+        rate = self.link_bytes_per_s.get(name.removeprefix("link:"))
+        now = (float(row.get("t_s") or 0.0), float(row["bytes_rx"]), float(row["bytes_tx"]))
+        before = self._link_last.get(name)
+        self._link_last[name] = now
+        if not rate or before is None or now[0] <= before[0]:
+            return None
+        busiest = max(now[1] - before[1], now[2] - before[2])
+        return name, max(0.0, busiest) / (now[0] - before[0]) / rate
 
     def point_finished(self, point: Any, stats: dict[str, Any]) -> None:
         current = self.current
