@@ -505,3 +505,24 @@ def test_a_links_u_is_its_busier_direction_over_its_rate() -> None:
     )
     assert [u for _, u in state.resources["link:h1"]] == [0.5, 1.0]
     assert "link:other" not in state.resources  # no rate known: no U
+
+
+@pytest.mark.parametrize(
+    ("addr", "said"), [("abc:xyz", "expected HOST:PORT or PORT"), ("192.0.2.1:9", "cannot serve")]
+)
+def test_an_address_that_cannot_serve_is_refused_before_anything_runs(
+    tmp_path: Path, addr: str, said: str
+) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    res = subprocess.run(
+        [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--live", addr],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("knee run: --live: ") and said in lines[0]
+    assert not out.exists()
