@@ -225,6 +225,7 @@ def test_the_page_draws_the_running_point_in_chromium(live_run: LiveRun) -> None
         assert attrs.get("data-drawn") == "1", chart
         assert int(attrs["data-values"]) > 0, chart
     assert _attrs(dom, "chart-resources")["data-drawn"] == "1"
+    assert _attrs(dom, "chart-load")["data-drawn"] == "1"
     assert "busiest now: " in dom
     with Image.open(live_run.shot) as im:
         pixels = np.asarray(im.convert("L"), dtype=float)
@@ -295,6 +296,8 @@ def test_metrics_parse_and_match_the_points_samples(live_run: LiveRun) -> None:
     assert value("knee_requests_in_flight", node="load") >= 0
     resources = {s.labels["resource"] for s in families["knee_resource_utilization"].samples}
     assert {"load", "server", "machine"} <= resources
+    node_labels = {"experiment", "point", "series", "node"}
+    assert set(families["knee_requests_in_flight"].samples[0].labels) == node_labels
 
 
 def test_a_flood_is_refused_and_hung_clients_do_not_hold_the_runs_end(
