@@ -94,7 +94,8 @@ def decide(stats: PointStats) -> Decision:
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
     verdict = stability.get("verdict") if stability else None
-    if stability and verdict == "unstable":  # its failures: what a queue past capacity leaves
+    if stability and verdict == "unstable" and stability.get("queueing", True):
+        # Its failures are what a queue past capacity leaves.
         return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     share = failed_share(stats)
     if share > ERROR_SHARE:  # keeping up in time, but failing: shedding load, or broken

@@ -191,6 +191,7 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
                 point_rates["sent"],
                 late_ms,
                 held=point_rates["late_sends_held"],
+                scheduled_per_s=point_rates["scheduled_rate_per_s"],
             ),
             checks.poisson_check(schedule, column("sent_ns")[column("sent_ns") >= 0]),
             checks.autocorrelation_check(latency),

@@ -143,6 +143,7 @@ def stability(
             f"(+{wait_growth_ns / 1e6:.3g} ms over the point): the target holds all "
             f"{connections} connections"
         )
+    queueing = bool(reasons)
     gap = sent_in_window - ok_in_window
     if (
         sent_in_window
@@ -165,9 +166,18 @@ def stability(
         "sent_in_window": sent_in_window,
         "ok_in_window": ok_in_window,
         "ok_share": ok_in_window / sent_in_window if sent_in_window else None,
+        # A sign of a queue (latency, backlog or wait growing), not only failures.
+        "queueing": queueing,
     }
     if reasons:
-        detail = "over capacity: " + "; ".join(reasons) + "; its mean depends on the run's length"
+        # Only a queue makes the mean depend on the run's length; a target that fails
+        # requests without one (it sheds load) does not.
+        tail = (
+            "; its mean depends on the run's length"
+            if queueing
+            else ": failing, with no growing queue"
+        )
+        detail = "over capacity: " + "; ".join(reasons) + tail
         return cast(
             Stability, {"verdict": "unstable", "reasons": reasons, "detail": detail, **figures}
         )

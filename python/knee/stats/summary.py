@@ -56,6 +56,7 @@ class Stability(TypedDict):
     sent_in_window: int
     ok_in_window: int
     ok_share: float | None
+    queueing: bool  # a sign of a queue (latency, backlog or wait growing), not only failures
 
 
 class SloVerdict(TypedDict):
