@@ -179,9 +179,16 @@ def _named(name: str, r: Resource) -> dict[str, Any]:
     out["capacity_unit"] = r.get("capacity_unit")
     if threads := r.get("threads"):
         out["threads"] = threads
-        out["label"] = f"{r['label']} ({int(threads)} worker thread"
-        out["label"] += "s, busy computing)" if threads != 1 else ", busy computing)"
+        out["label"] = folded_label(r)
     return out
+
+
+def folded_label(r: Mapping[str, Any]) -> str:
+    """A resource's label; a CPU with its CPU-bound pool folded in (`ranked`) says so."""
+    label = str(r.get("label"))
+    if threads := r.get("threads"):
+        label += f" ({int(threads)} worker thread{'s' if threads != 1 else ''}, busy computing)"
+    return label
 
 
 def measured(

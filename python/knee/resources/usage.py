@@ -38,16 +38,15 @@ count over the whole window, a few % at most).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from knee.monitor import HOST_ROLE
+from knee.stats.intervals import t_half_width
 from knee.stats.summary import PointStats, Resource
 
 #: The role of a host's link rows in timeseries.parquet.
@@ -112,7 +111,7 @@ def _mean_ci(values: np.ndarray) -> tuple[float, list[float] | None]:
     n = len(values)
     if n < MIN_INTERVALS:
         return mean, None
-    half = float(scipy_stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    half = t_half_width(values)
     return mean, [max(0.0, mean - half), mean + half]
 
 

@@ -24,7 +24,7 @@ from knee.report.html import Section
 from knee.report.kit import Cell, Col, Finding, Html, Row, esc, finding, findings, note, table
 from knee.report.kit import plural as plural_of
 from knee.report.kit.figure import AxisKind
-from knee.resources.bottleneck import generator, ranked
+from knee.resources.bottleneck import folded_label, generator, ranked
 from knee.resources.usage import ROW_S
 from knee.stats.summary import PointStats
 
@@ -505,19 +505,11 @@ def _busiest(col: Column) -> Html | None:
             else ""
         )
         return Html(f"At {esc(col.where)} no resource measured was busy: every U is 0{why}.")
-    label = _folded_label(r)
+    label = folded_label(r)
     text = f"At {col.where} the busiest resource is {label}, {how_busy(r)}"
     if rest and rest[0][1].get("u"):
-        text += f"; next: {_folded_label(rest[0][1])}, {how_busy(rest[0][1])}"
+        text += f"; next: {folded_label(rest[0][1])}, {how_busy(rest[0][1])}"
     return answers.emphasized(text + ".", label)
-
-
-def _folded_label(r: Mapping[str, Any]) -> str:
-    """A CPU with its pool folded in (knee.resources.bottleneck.ranked) says so."""
-    label = str(r.get("label"))
-    if r.get("threads"):
-        label += f" ({plural_of(int(r['threads']), 'worker thread')}, busy computing)"
-    return label
 
 
 def how_busy(r: Mapping[str, Any]) -> str:
