@@ -15,7 +15,7 @@ its whole CPU time to the runner's children times: the part not yet seen in a sa
 last slice) is counted as the nodes', not as foreign.
 
 A process tree sampled as one node (`Monitor.add_tree`: the target of `knee http` on this
-machine, a server and its workers, found by knee.resources.listener) counts in "nodes" too:
+machine, a server and its workers, found by knee.hosts.listener) counts in "nodes" too:
 the target is part of the experiment, not interference. It is not the runner's child, so a
 worker of it that exits between two samples loses its last slice (at most one interval of
 that worker's CPU), which then shows as foreign.

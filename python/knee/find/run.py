@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from knee import results
-from knee.find.answers import RATE_KEY, group_answers
+from knee.analysis.answers import RATE_KEY, group_answers
 from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
-from knee.find.probe import decide, overload_watch
+from knee.find.overload import overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
 from knee.find.search import good as search_good
 
@@ -37,6 +37,7 @@ from knee.runner.display import Display
 from knee.runner.local import Session
 from knee.spec import Spec
 from knee.stats import slo as slo_mod
+from knee.stats.decision import decide
 from knee.stats.replies import every_request_failed
 from knee.stats.slo import Slo
 from knee.stats.summary import Answer, GroupAnswers, PointStats
@@ -355,7 +356,7 @@ def mark_state(answer: Answer, outcome: Any, name: str) -> None:
 
 
 class _Watch:
-    """The overload watch (knee.find.probe), then the early one (knee.find.early) if any;
+    """The overload watch (knee.stats.decision), then the early one (knee.find.early) if any;
     `early` keeps why the early one stopped the probe."""
 
     def __init__(self, overload: Any, early: Any) -> None:

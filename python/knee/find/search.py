@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from knee.find.probe import Decision
+from knee.stats.decision import Decision
 from knee.stats.summary import PointStats
 
 #: Geometric step of the bracketing phase, and where the first step goes against the

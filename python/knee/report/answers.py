@@ -1,9 +1,9 @@
 """The three answers of a run as the report states them: capacity, SLO capacity and the
-knee, each with its interval (knee.find.answers computes them; here they are read and put
+knee, each with its interval (knee.analysis.answers computes them; here they are read and put
 in words).
 
 A search (`knee find`) has them in summary.json's `find`; a rate sweep in its `answers`
-(computed by `knee run` with `knee.find.answers.from_points`: the same group dicts without
+(computed by `knee run` with `knee.analysis.answers.from_points`: the same group dicts without
 the search's hold and path; a run written before that gets them computed here). Each
 interval is a bracket [lo, hi]: lo the highest rate shown good, hi the lowest shown bad;
 None at an end means the runs did not reach it.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from knee.find.answers import from_points
+from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc

@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from knee.find.probe import decide
 from knee.resources.shedding import sentence as shed_sentence
 from knee.resources.shedding import shedding
 from knee.resources.usage import MACHINE
+from knee.stats.decision import decide
 from knee.stats.summary import PointStats, Resource
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is

@@ -11,7 +11,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from knee.find.probe import ERROR_SHARE, decide, failed_share
+from knee.stats.decision import ERROR_SHARE, decide, failed_share
 from knee.stats.summary import PointStats
 
 #: The statuses a service answers when it refuses work it could not take: RFC 6585's 429

@@ -47,7 +47,7 @@ import pandas as pd
 
 from knee.monitor import HOST_ROLE
 from knee.stats.intervals import t_half_width
-from knee.stats.summary import PointStats, Resource
+from knee.stats.summary import MACHINE, PointStats, Resource
 
 #: The role of a host's link rows in timeseries.parquet.
 LINK_ROLE = "link"
@@ -58,8 +58,6 @@ ROW_S = 1.0
 OVERFULL = 1.05
 #: Fewer per-interval samples than this give no interval for U.
 MIN_INTERVALS = 3
-#: The key and role of the machine's shared cores among a point's resources.
-MACHINE = "machine"
 #: Foreign CPU (cores) the machine's label mentions: the interference check's threshold.
 FOREIGN_NOTED = 0.1
 #: The fewest cores counted as left to the run (a guard against dividing by nothing).

@@ -28,8 +28,8 @@ from typing import Any
 
 from knee import env, results, run_params, systems
 from knee.analysis import chaos
+from knee.analysis.answers import from_points
 from knee.analysis.point import TARGET_NODE, MeasuredPoint, analyse_point
-from knee.find.answers import from_points
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import check_nodes
 from knee.params import Point

@@ -1,5 +1,5 @@
 """What the resources' analysis needs to know of a point's nodes, and the external
-target's process tree (knee.resources.listener), watched as the node "target"."""
+target's process tree (knee.hosts.listener), watched as the node "target"."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 from knee import systems
 from knee.analysis.point import TARGET_NODE
 from knee.hosts.cgroups import process_cpu_limit
+from knee.hosts.listener import find_listener
 from knee.params import Point
 from knee.resources import usage as resource_usage
-from knee.resources.listener import find_listener
 from knee.runner.state import RunState
 
 
@@ -42,7 +42,7 @@ def nodes_seen(
 def watch_target(
     state: RunState, point: Point, system: systems.System, where: dict[str, str]
 ) -> dict[str, Any] | None:
-    """Finds the process listening on the point's external target (knee.resources.listener)
+    """Finds the process listening on the point's external target (knee.hosts.listener)
     and samples its tree's CPU as the node "target"; the point's `target` record: what was
     found, or why nothing was. None when the point has no external target."""
     url = system.external_target(point) if system.external_target else None

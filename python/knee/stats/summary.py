@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+#: The key and role of the machine's shared cores among a point's `resources`
+#: (knee.resources.usage).
+MACHINE = "machine"
+
 
 class Distribution(TypedDict):
     """`knee.stats.distribution.distribution`: one set of durations (ns)."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from knee.find.answers import RATE_KEY
+from knee.analysis.answers import RATE_KEY
 from knee.report import answers, fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from knee.find.probe import decide
 from knee.models.measured import measured_knee
 from knee.resources.bottleneck import explain
+from knee.stats.decision import decide
 from knee.stats.intervals import poisson_count_ci
 from knee.stats.summary import Answer, GroupAnswers, Interference, Knee, PointStats
 

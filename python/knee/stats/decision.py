@@ -1,4 +1,5 @@
-"""One probe's decision, read from its point's statistics (docs/find.md, "A probe").
+"""The decision on one point, read from its statistics (docs/find.md, "A probe"): what a
+search's probe needs, and what a curve's answers (knee.analysis.answers) read of each point.
 
 A probe is an ordinary point at one open-loop rate. What the search needs from it:
 
@@ -21,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from knee.resources.usage import MACHINE
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
-from knee.stats.summary import Check, PointStats, Stability
+from knee.stats.summary import MACHINE, Check, PointStats, Stability
 
 #: Late sends do not bias latency (it is measured from the intended send time); they make
 #: the generator the limit when this share of the sends (those late with connections
@@ -45,14 +45,6 @@ ERROR_SHARE = 0.01
 #: a backlog over half the backlog rule's.
 MARGINAL_P = 0.05
 MARGINAL_FRACTION = 0.5
-#: An overloaded probe is cut short once the requests due and not yet over exceed both
-#: this many seconds of its rate and CUT_LATENCIES low-load latencies of it (a stable
-#: queue holds about rate x latency: Little's law), and at least CUT_MIN_REQUESTS.
-CUT_BACKLOG_S = 2.0
-CUT_LATENCIES = 20.0
-CUT_MIN_REQUESTS = 100
-#: Seconds after the start before a probe can be cut (its warm-up and first queue).
-CUT_AFTER_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -256,32 +248,3 @@ def _marginal(stats: PointStats, stability: Stability) -> str:
     if sent and backlog > MARGINAL_FRACTION * max(BACKLOG_MIN, BACKLOG_SHARE * sent):
         signs.append(f"{backlog} requests in flight at the end")
     return "; ".join(signs)
-
-
-def overload_watch(rate_per_s: float, low_latency_s: float | None) -> Any:
-    """A runner watch (knee.runner.local.Watch) that cuts a probe short when the requests
-    due and not yet over keep exceeding the bound (module constants) on two progress lines
-    in a row. The backlog a cut probe leaves is then at most the bound plus about 2 s of
-    the rate (the two lines and the stop). The reason goes into the point's `cut_short`."""
-    bound = max(CUT_MIN_REQUESTS, rate_per_s * CUT_BACKLOG_S)
-    if low_latency_s:
-        bound = max(bound, rate_per_s * low_latency_s * CUT_LATENCIES)
-    over = [0]
-
-    def watch(progress: dict[str, Any]) -> str | None:
-        t_s = float(progress.get("t_s") or 0.0)
-        target = progress.get("target_rate_per_s") or rate_per_s
-        due = target * t_s
-        outstanding = due - float(progress.get("completed") or 0)
-        if t_s < CUT_AFTER_S or outstanding <= bound:
-            over[0] = 0
-            return None
-        over[0] += 1
-        if over[0] < 2:
-            return None
-        return (
-            f"{outstanding:.0f} requests due and not over after {t_s:.0f} s "
-            f"(bound {bound:.0f}: the target is not keeping up)"
-        )
-
-    return watch
