@@ -38,8 +38,14 @@ def _rate(point: PointStats) -> float:
 
 def group_key(point: PointStats) -> str:
     """The group a rate point belongs to: its series and every swept value but the rate."""
-    others = {k: v for k, v in (point.get("swept") or {}).items() if k != RATE_KEY}
-    return json.dumps([point.get("series"), others], sort_keys=True)
+    return key_of(point.get("series"), point.get("swept") or {})
+
+
+def key_of(series: str | None, swept: dict[str, Any]) -> str:
+    """A group's key: its series and every swept value but the rate (a spec's values that
+    JSON cannot write, as text)."""
+    others = {k: v for k, v in swept.items() if k != RATE_KEY}
+    return json.dumps([series, others], sort_keys=True, default=str)
 
 
 def group_label(point: PointStats) -> str:
@@ -49,8 +55,7 @@ def group_label(point: PointStats) -> str:
 
 
 def _good(point: PointStats, answer: str) -> bool:
-    d = decide(point)
-    return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
+    return decide(point).good_for(answer)
 
 
 def bracket(points: list[PointStats], answer: str) -> tuple[float | None, float | None]:

@@ -11,7 +11,6 @@ search leaves what it had; summary.json's `find` holds the answers.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from knee import results
-from knee.analysis.answers import RATE_KEY, group_answers
+from knee.analysis.answers import RATE_KEY, group_answers, key_of
 from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
 from knee.find.overload import overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
@@ -99,9 +98,7 @@ def groups_of(spec: Spec, series: str | None) -> tuple[list[list[Point]], list[s
         )
     groups: dict[str, list[Point]] = {}
     for p in searched:
-        others = {k: v for k, v in p.swept.items() if k != RATE_KEY}
-        key = json.dumps([p.series, others], sort_keys=True, default=str)
-        groups.setdefault(key, []).append(p)
+        groups.setdefault(key_of(p.series, p.swept), []).append(p)
     return list(groups.values()), skipped
 
 

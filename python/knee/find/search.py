@@ -472,5 +472,4 @@ def _final(search: Search, answer: str, rate: float) -> bool:
 
 def good(probe: Probe, answer: str) -> bool:
     """Whether a probe showed its rate good for an answer ("capacity" or "slo")."""
-    d = probe.decision
-    return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
+    return probe.decision.good_for(answer)

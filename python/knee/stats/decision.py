@@ -54,6 +54,10 @@ class Decision:
     slo: str | None  # "met" | "missed" | "undecided"; None without an SLO
     reason: str
 
+    def good_for(self, answer: str) -> bool:
+        """Whether the point showed its rate good for an answer ("capacity" or "slo")."""
+        return self.capacity == "stable" and (answer == "capacity" or self.slo == "met")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "capacity": self.capacity,
