@@ -68,7 +68,7 @@ from typing import Any
 from benchlib import BenchError, Row, Section, report  # noqa: E402
 from find_accuracy import Gunicorn, last_json, point_stats, run_knee, write_spec  # noqa: E402
 
-from knee.find.answers import interference  # noqa: E402 (find_accuracy set sys.path)
+from knee.analysis.answers import interference  # noqa: E402 (find_accuracy set sys.path)
 from knee.resources.bottleneck import ON_CPU, explain  # noqa: E402
 from knee.stats.intervals import poisson_count_ci  # noqa: E402
 

@@ -65,8 +65,8 @@ from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, report
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 
-from knee.find.probe import ERROR_SHARE, decide, failed_share  # noqa: E402
 from knee.results import open_run  # noqa: E402
+from knee.stats.decision import ERROR_SHARE, decide, failed_share  # noqa: E402
 from knee.stats.seconds import second_of  # noqa: E402
 
 REPO = BENCH_DIR.parent

@@ -46,6 +46,7 @@ from knee.resources.usage import Inputs, point_resources  # noqa: E402
 from knee.spec import load_spec  # noqa: E402
 from knee.stats import point_stats  # noqa: E402
 from knee.stats.interference import add_interference  # noqa: E402
+from knee.stats.point import PointSettings  # noqa: E402
 from knee.toml_writer import dump_toml  # noqa: E402
 
 DEFAULT_SAMPLES = 50_000_000
@@ -216,10 +217,12 @@ def generate(run_dir: Path, samples: int, seed: int) -> None:
     for point, raw in zip(spec.points, raws, strict=True):
         stats = point_stats(
             results.point_frame(run_dir, [raw]),
-            schedule=point.load["schedule"],
-            target_rate_per_s=point.load["rate_per_s"],
-            late_ms=point.load["late_ms"],
-            timeout_ms=point.load["timeout_ms"],
+            PointSettings(
+                schedule=point.load["schedule"],
+                target_rate_per_s=point.load["rate_per_s"],
+                late_ms=point.load["late_ms"],
+                timeout_ms=point.load["timeout_ms"],
+            ),
         )
         warmup_end_s = (raw.warmup_end_ns - RUN_START_NS) / 1e9
         stats.update(

@@ -31,6 +31,7 @@ import pandas as pd  # noqa: E402
 
 from knee import results  # noqa: E402
 from knee.stats import point_stats  # noqa: E402
+from knee.stats.point import PointSettings  # noqa: E402
 
 POINT_SAMPLES = 1_000_000
 REPEATS = 3
@@ -92,7 +93,9 @@ def main() -> int:
         stats_s, plain_s = [], []
         for _ in range(REPEATS):
             t = time.perf_counter()
-            stats = point_stats(frame, schedule="closed", late_ms=1.0, timeout_ms=5000.0)
+            stats = point_stats(
+                frame, PointSettings(schedule="closed", late_ms=1.0, timeout_ms=5000.0)
+            )
             stats_s.append(time.perf_counter() - t)
             t = time.perf_counter()
             plain_summary(frame)

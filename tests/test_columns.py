@@ -15,7 +15,7 @@ import pytest
 
 from knee import contract, results
 from knee.results import SAMPLE_DTYPE, RawFile
-from knee.stats.point import point_stats
+from knee.stats.point import PointSettings, point_stats
 
 #: Records per file: enough for every statistic to have a value.
 N = 500
@@ -91,8 +91,10 @@ def test_a_run_reads_and_writes_the_columns_its_system_names(
         assert np.array_equal(read[name].to_numpy(), frame[name].to_numpy())
     # The same statistics as under the record's names (the summary's keys stay those).
     hit = {"matrix": 1}.get(system)
-    by_name = point_stats(frame, cache_hit_flag=hit, system=system, connections=2, timeout_ms=50)
-    by_field = point_stats(plain, cache_hit_flag=hit, connections=2, timeout_ms=50)
+    by_name = point_stats(
+        frame, PointSettings(cache_hit_flag=hit, system=system, connections=2, timeout_ms=50)
+    )
+    by_field = point_stats(plain, PointSettings(cache_hit_flag=hit, connections=2, timeout_ms=50))
     assert by_name["detail_ns"] == by_field["detail_ns"] and by_name["detail_ns"]["n"] > 0
     if "service_ns" in renamed:
         # http's service_ns column is the wait for a free stream or connection (held_ns): the

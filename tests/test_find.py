@@ -17,9 +17,9 @@ from real_http_servers import SLEEP_MS, SLEEP_WORKERS, real_server
 from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
-from knee.find.probe import Decision
 from knee.find.search import HOLD, SAT_SHARE, Probe, Search, Settings
 from knee.stats import slo as slo_mod
+from knee.stats.decision import Decision
 
 # ------------------------------------------------------------------ SLO decisions
 
@@ -91,7 +91,7 @@ def test_a_rate_not_offered_is_over_capacity_or_the_generators_limit() -> None:
     """A probe that kept its latency but sent 70/s of 100/s did not show 100/s sustainable:
     over capacity when its sends waited for connections the target held, the generator's
     limit when they were late with connections free (the sender check's `limit`)."""
-    from knee.find.probe import decide
+    from knee.stats.decision import decide
 
     stats = {
         "count": 700,
@@ -111,7 +111,7 @@ def test_a_rate_not_offered_is_over_capacity_or_the_generators_limit() -> None:
 def test_failures_without_a_queue_are_the_errors_limit_and_with_one_the_targets() -> None:
     """Unstable for its OK share alone (a target that sheds load), a probe is limited by
     errors; unstable with a sign of a queue, by the target, whatever its failures."""
-    from knee.find.probe import decide
+    from knee.stats.decision import decide
 
     stats = {
         "count": 1000,
@@ -330,7 +330,7 @@ def test_states_decided_partial_undecided_follow_the_search() -> None:
     """An answer is decided only when its bracket is within the tolerance and its hold
     held; a closed bracket the budget cut before its hold is partial (held false, and why);
     an open one is undecided."""
-    from knee.find.answers import _answer
+    from knee.analysis.answers import _answer
     from knee.find.run import mark_state
     from knee.find.search import OutOfBudget
 

@@ -107,7 +107,7 @@ def test_a_sweep_report_opens_with_its_answers(sweep_run: Path) -> None:
     assert sections.index("what-ran") > sections.index("headline")
     assert "search-path" not in sections  # a sweep has no search path
     points = json.loads((sweep_run / "summary.json").read_text())["points"]
-    from knee.find.answers import from_points
+    from knee.analysis.answers import from_points
 
     (group,) = from_points(points, "p99<80ms")
     text = _section_text(page, "headline")
@@ -126,7 +126,7 @@ def test_a_sweeps_answers_are_in_its_summary_and_the_report_reads_them(
     bottleneck) to summary.json `answers`, in a search's shape; `knee.open_run(path)
     .answers` returns them; the report states what is written there, not a recomputation."""
     import knee
-    from knee.find.answers import from_points
+    from knee.analysis.answers import from_points
 
     summary = json.loads((sweep_run / "summary.json").read_text())
     written = summary["answers"]
@@ -206,7 +206,7 @@ def test_compare_states_the_capacity_difference(
     page = (tmp_path / "cmp" / "compare.html").read_text()
     text = _section_text(page, "answers")
     assert "bracket difference" in text
-    from knee.find.answers import from_points
+    from knee.analysis.answers import from_points
 
     points = json.loads((sweep_run / "summary.json").read_text())["points"]
     (a,) = from_points(points, "p99<80ms")

@@ -19,10 +19,10 @@ from conftest import unavailable
 from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
-from knee.find.probe import GENERATOR_WAIT_PERCENT, decide, generator_cpu
 from knee.monitor import Monitor
 from knee.resources.bottleneck import explain
 from knee.resources.usage import MACHINE
+from knee.stats.decision import GENERATOR_WAIT_PERCENT, decide, generator_cpu
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 

@@ -175,7 +175,7 @@ def closed_port() -> int:
 
 
 def test_setup_copies_knee_node_checked_for_its_architecture(host: SshHost, knee_node: str) -> None:
-    assert host.remote["arch"] in ELF_MACHINES[elf_machine(knee_node)]
+    assert host.uname["arch"] in ELF_MACHINES[elf_machine(knee_node)]
     assert host.remote_dir is not None and host.remote_dir.startswith("/tmp/knee-test.")
     remote = Path(host.binary(knee_node))
     assert remote.parent == Path(host.remote_dir)
@@ -184,7 +184,7 @@ def test_setup_copies_knee_node_checked_for_its_architecture(host: SshHost, knee
     assert (remote.parent / "lifeline.sh").is_file()
     described = host.describe()
     assert described["kind"] == "ssh" and described["address"] == host.address
-    assert described["remote"] == host.remote and described["setup_s"] > 0
+    assert described["remote"] == host.uname and described["setup_s"] > 0
 
 
 def test_a_load_through_ssh_writes_samples_that_fetch_brings_back(

@@ -1,4 +1,4 @@
-"""The process serving a port, found from /proc (knee.resources.listener), and a process tree
+"""The process serving a port, found from /proc (knee.hosts.listener), and a process tree
 sampled as one node (knee.monitor.Monitor.add_tree): against real servers started by
 tests/real_http_servers.py, a server inside a knee emulated host, and a process that starts
 a busy child.
@@ -25,8 +25,8 @@ from real_http_servers import SLEEP_WORKERS, RealServer, free_port, real_server
 
 from knee.hosts import cleanup, netns
 from knee.hosts.base import Limits, Unsupported
+from knee.hosts.listener import Listener, find_listener, tree_pids
 from knee.monitor import Monitor
-from knee.resources.listener import Listener, find_listener, tree_pids
 
 #: Seconds a helper process may take to answer.
 HELPER_TIMEOUT_S = 30.0

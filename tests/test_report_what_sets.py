@@ -25,7 +25,7 @@ from report_helpers import (
 )
 from rich.console import Console
 
-from knee.find.answers import from_points
+from knee.analysis.answers import from_points
 from knee.find.cli import print_answers
 from knee.report import fmt
 from knee.resources.bottleneck import ranked

@@ -17,7 +17,7 @@ from real_http_servers import real_server
 from test_hosts_limits import cgroups_usable
 from test_runner import only_run_dir, run_knee, write_spec
 
-from knee.find.answers import from_points
+from knee.analysis.answers import from_points
 from knee.resources.bottleneck import explain, ranked
 
 MATRIX_SPEC = """

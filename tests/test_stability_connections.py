@@ -22,7 +22,7 @@ from report_helpers import only_dir, run_knee
 from knee import results
 from knee.contract import HTTP_ARGS
 from knee.stats import checks
-from knee.stats.point import point_stats
+from knee.stats.point import PointSettings, point_stats
 from knee.stats.stability import stability
 
 REASON = {name: code for code, name in HTTP_ARGS.items()}
@@ -76,12 +76,14 @@ def _two_busy_then_late(node: str) -> pd.DataFrame:
 
 
 def test_a_late_send_is_held_when_every_connection_was_busy() -> None:
-    s = point_stats(_two_busy_then_late("load"), late_ms=1.0, timeout_ms=5000, connections=2)
+    s = point_stats(
+        _two_busy_then_late("load"), PointSettings(late_ms=1.0, timeout_ms=5000, connections=2)
+    )
     assert s["late_sends"] == 2
     assert s["late_sends_held"] == 1 and s["late_sends_free"] == 1
     assert s["late_send_held_share"] == pytest.approx(1 / 12)
     # Without one request per connection, the split is unknown.
-    plain = point_stats(_two_busy_then_late("load"), late_ms=1.0, timeout_ms=5000)
+    plain = point_stats(_two_busy_then_late("load"), PointSettings(late_ms=1.0, timeout_ms=5000))
     assert plain["late_sends"] == 2 and plain["late_sends_held"] is None
 
 
@@ -92,7 +94,7 @@ def test_a_send_late_for_its_connect_waited_for_the_target() -> None:
     connect_ns = np.zeros(len(frame), dtype=np.int64)
     connect_ns[3] = round(4.5 * MS)
     frame["queue_ns"] = connect_ns
-    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=2)
+    s = point_stats(frame, PointSettings(late_ms=1.0, timeout_ms=5000, connections=2))
     assert s["late_sends"] == 2
     assert s["late_sends_held"] == 2 and s["late_sends_free"] == 0
 
@@ -107,7 +109,9 @@ def test_a_recorded_wait_for_a_stream_or_connection_says_which_sends_were_held()
     held_ns[2] = 90 * MS
     http_names = {"service_ns": "held_ns", "flags": "http_status", "arg": "fail_reason"}
     frame = frame.rename(columns=http_names).assign(held_ns=held_ns)
-    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=1, system="http")
+    s = point_stats(
+        frame, PointSettings(late_ms=1.0, timeout_ms=5000, connections=1, system="http")
+    )
     assert s["late_sends"] == 2
     assert s["late_sends_held"] == 1 and s["late_sends_free"] == 1
     assert s["held_ns"]["max"] == 90 * MS
@@ -115,7 +119,7 @@ def test_a_recorded_wait_for_a_stream_or_connection_says_which_sends_were_held()
     assert s["service_ns"]["max"] == 0
     # Counted against the connection instead, both would have been held.
     counted = frame.rename(columns={v: k for k, v in http_names.items()})
-    by_count = point_stats(counted, late_ms=1.0, timeout_ms=5000, connections=1)
+    by_count = point_stats(counted, PointSettings(late_ms=1.0, timeout_ms=5000, connections=1))
     assert by_count["late_sends_held"] == 2
 
 
@@ -124,7 +128,7 @@ def test_each_generator_has_its_own_connections() -> None:
     had a connection of its own free."""
     other = _frame("load-2", [10, 300], [15, 300], [20, 310], [OK, OK])
     frame = pd.concat([_two_busy_then_late("load-1"), other], ignore_index=True)
-    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=2)
+    s = point_stats(frame, PointSettings(late_ms=1.0, timeout_ms=5000, connections=2))
     assert s["late_sends"] == 3
     assert s["late_sends_held"] == 1 and s["late_sends_free"] == 2
     by_node = {g["node"]: g for g in s["generators"]}
@@ -141,12 +145,12 @@ def test_requests_not_sent_by_the_windows_end_are_backlog() -> None:
     status = [OK] * 7 + [DROP, OK, DROP]
     arg = [0] * 7 + [REASON["max_outstanding"], 0, REASON["stopped"]]
     frame = _frame("load", due, sent, received, status, arg)
-    s = point_stats(frame, late_ms=1.0, timeout_ms=5000, connections=4)
+    s = point_stats(frame, PointSettings(late_ms=1.0, timeout_ms=5000, connections=4))
     assert s["window_s"] == pytest.approx(1.0)
     assert s["backlog_waiting"] == 2 and s["backlog"] == 2
     # Generic: a request sent after the window's end is backlog for every system; only a
     # generator whose connections carry one request each keeps due requests queued unsent.
-    plain = point_stats(frame, late_ms=1.0, timeout_ms=5000)
+    plain = point_stats(frame, PointSettings(late_ms=1.0, timeout_ms=5000))
     assert plain["backlog_waiting"] == 1 and plain["backlog"] == 1
 
 

@@ -33,6 +33,7 @@ from knee.stats.intervals import (
     quantile_ci,
     quantile_rank,
 )
+from knee.stats.point import PointSettings
 from knee.stats.rates import Requests, rates, schedule_window
 from knee.stats.stability import stability
 from knee.stats.tail import clustering, top1
@@ -394,7 +395,8 @@ def test_point_stats_by_hand() -> None:
     frame.loc[:1, "warmup"] = True  # the first 2 requests
     frame = frame.iloc[::-1].reset_index(drop=True)  # completion order differs from send order
     s = point_stats(
-        frame, schedule="constant", target_rate_per_s=100.0, late_ms=1.0, timeout_ms=5.0
+        frame,
+        PointSettings(schedule="constant", target_rate_per_s=100.0, late_ms=1.0, timeout_ms=5.0),
     )
     assert s["count"] == 10 and s["warmup_count"] == 2
     # Every status name is counted, including those only some systems produce.
@@ -443,7 +445,7 @@ def test_a_point_of_warm_up_only_has_every_key() -> None:
     frame = results.samples_frame(
         recs, point=0, series="main", node="load", run_start_ns=0, warmup_end_ns=1 << 62
     )
-    s = point_stats(frame, schedule="poisson", target_rate_per_s=100.0)
+    s = point_stats(frame, PointSettings(schedule="poisson", target_rate_per_s=100.0))
     assert s["count"] == 0 and s["warmup_count"] == 5
     assert s["latency_ns"]["n"] == 0 and s["achieved_rate_ci_per_s"] is None
     verdicts = {c["name"]: c["verdict"] for c in s["checks"]}
@@ -472,7 +474,7 @@ def test_point_of_a_million_samples_is_vectorized() -> None:
     frame = results.samples_frame(
         recs, point=0, series="main", node="load", run_start_ns=0, warmup_end_ns=0
     )
-    s = point_stats(frame, schedule="poisson", target_rate_per_s=1e6)
+    s = point_stats(frame, PointSettings(schedule="poisson", target_rate_per_s=1e6))
     assert s["latency_ns"]["supported"]["p999"] is True
     assert s["latency_ns"]["ci"]["p999"][0] <= s["latency_ns"]["p999"]
     assert s["top1"]["count"] == 10_000
@@ -539,10 +541,7 @@ def test_every_check_has_a_verdict_on_a_real_run(tmp_path: Path) -> None:
     samples = pd.read_parquet(run_dir / "samples.parquet")
     again = point_stats(
         samples[samples["point"] == 0],
-        schedule="poisson",
-        target_rate_per_s=500,
-        late_ms=1.0,
-        timeout_ms=5000.0,
+        PointSettings(schedule="poisson", target_rate_per_s=500, late_ms=1.0, timeout_ms=5000.0),
     )
     assert again["latency_ns"] == open_point["latency_ns"]
     assert again["checks"] == open_point["checks"][:-1]  # the runner adds interference

@@ -117,7 +117,7 @@ def _rust_crates(binary: str) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as e:
         return {"crates": None, "source": None, "reason": f"Cargo.lock unreadable: {e}"}
     versions = {p["name"]: p["version"] for p in packages}
-    node = next((p for p in packages if p["name"] == "knee-node"), {})
+    node: dict[str, Any] = next((p for p in packages if p["name"] == "knee-node"), {})
     # A dependency locked at two versions is written "name version".
     deps = [d.split(" ") for d in node.get("dependencies", [])]
     crates = {d[0]: d[1] if len(d) > 1 else versions.get(d[0]) for d in deps}
@@ -147,7 +147,7 @@ def node_version(binary: str) -> str:
 
 
 def collect(node_binary: str) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in PACKAGES:
         try:
             versions[pkg] = metadata.version(pkg)

@@ -15,7 +15,7 @@ its whole CPU time to the runner's children times: the part not yet seen in a sa
 last slice) is counted as the nodes', not as foreign.
 
 A process tree sampled as one node (`Monitor.add_tree`: the target of `knee http` on this
-machine, a server and its workers, found by knee.resources.listener) counts in "nodes" too:
+machine, a server and its workers, found by knee.hosts.listener) counts in "nodes" too:
 the target is part of the experiment, not interference. It is not the runner's child, so a
 worker of it that exits between two samples loses its last slice (at most one interval of
 that worker's CPU), which then shows as foreign.
@@ -190,7 +190,7 @@ class _Tree:
                 continue  # gone: nothing more of it to count
             self.seen_wait_ns[proc] = read_run_delay_ns(proc.pid) or {}
 
-    def sample(self, now: float) -> tuple[dict[str, float], float]:
+    def sample(self, now: float) -> tuple[dict[str, float | None], float]:
         """The tree's row (cpu_percent since the last sample, rss_bytes and processes now)
         and the CPU seconds it spent since then. A process that exited between two samples
         is gone from the tree: its last slice is lost (at most one interval). RSS is summed,
@@ -220,7 +220,11 @@ class _Tree:
         wall_s, self.t, self.seen_cpu_s = now - self.t, now, seen
         self.seen_wait_ns = seen_wait
         cpu_percent = 100.0 * spent_s / wall_s if wall_s > 0 else 0.0
-        row = {"cpu_percent": cpu_percent, "rss_bytes": rss, "processes": len(seen)}
+        row: dict[str, float | None] = {
+            "cpu_percent": cpu_percent,
+            "rss_bytes": rss,
+            "processes": len(seen),
+        }
         row["cpu_wait_percent"] = _wait_percent(wait_ns, wall_s) if waits else None
         return row, spent_s
 
@@ -276,12 +280,12 @@ class Monitor:
         """Stops sampling the tree `name` (nothing when it is not sampled)."""
         self._trees.pop(name, None)
 
-    def sample(self) -> dict[str, dict[str, float]]:
+    def sample(self) -> dict[str, dict[str, float | None]]:
         """Per node and per tree (add_tree): CPU % since the previous sample (100 = one core
         busy) and resident memory. The host's row for the same interval is left in
         `self.host` (None without /proc/stat)."""
         host_ticks, now = read_host_ticks(), time.monotonic()
-        out: dict[str, dict[str, float]] = {}
+        out: dict[str, dict[str, float | None]] = {}
         nodes_s = 0.0
         for pid, node in list(self._procs.items()):
             try:
@@ -305,7 +309,8 @@ class Monitor:
                 del self._trees[name]  # the root is gone: the tree with it
                 continue
             nodes_s += spent_s
-            processes += int(out[name]["processes"])
+            processes += int(out[name]["processes"] or 0)
+
         self.host = self._host_row(host_ticks, now, nodes_s)
         if self.host is not None:
             # The host, the runner and each process are counted in whole ticks: the foreign

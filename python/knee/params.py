@@ -10,9 +10,12 @@ import os
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from knee import contract
+from knee.stats.slo import Slo
+from knee.stats.slo import parse as parse_slo
 
 
 class _Required:
@@ -224,6 +227,13 @@ class Point:
     #: The series' own [placement] rules (node glob -> host or hosts), instead of the
     #: spec's; empty: the spec's (knee.hosts.spec).
     placement: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def slo(self) -> Slo | None:
+        """The point's latency objective (`experiment.slo`, checked by the spec's rules),
+        read once: every decision on this point uses this object."""
+        text = self.experiment.get("slo")
+        return parse_slo(text) if text else None
 
     @property
     def label(self) -> str:

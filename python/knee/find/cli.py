@@ -33,10 +33,10 @@ def options(args: argparse.Namespace) -> Options:
         probe_s = seconds(args.probe, "--probe")
     except HttpArgsError as e:
         raise FindArgsError(str(e)) from None
-    slo = getattr(args, "slo", None)
-    if slo:
+    slo: slo_mod.Slo | None = None
+    if getattr(args, "slo", None):
         try:
-            slo = slo_mod.parse(slo).text
+            slo = slo_mod.parse(args.slo)
         except slo_mod.SloError as e:
             raise FindArgsError(f"--slo: {e}") from None
     tolerance = _fraction(args.tolerance, "--tolerance")

@@ -6,7 +6,7 @@ watch reads the samples the recorders have flushed so far (every 100 ms,
 knee.results.SAMPLE_DTYPE) once the probe has run EARLY_AFTER of its length, and stops it
 when, on two looks in a row, everything its full-length decision weighs is already clear
 of its thresholds by the margins that make a full-length verdict undecided
-(knee.find.probe's MARGINAL_*), with the trend extrapolated to the full length:
+(knee.stats.decision's MARGINAL_*), with the trend extrapolated to the full length:
 
 - at least EARLY_MIN_SAMPLES OK samples after warm-up (the low probe: EARLY_MIN_SAMPLES_LOW);
 - the trend of OK latency (knee.stats.stability.trend, the same Mann-Kendall test) not
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from knee.find.probe import ERROR_SHARE, GENERATOR_LATE_SHARE, MARGINAL_FRACTION, MARGINAL_P
 from knee.results import SAMPLE_DTYPE
 from knee.stats import slo as slo_mod
+from knee.stats.decision import ERROR_SHARE, GENERATOR_LATE_SHARE, MARGINAL_FRACTION, MARGINAL_P
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE, trend
 
 #: A look needs this share of the probe's length run, and this many OK samples after

@@ -11,18 +11,18 @@ search leaves what it had; summary.json's `find` holds the answers.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from knee import results
-from knee.find.answers import RATE_KEY, group_answers
+from knee.analysis.answers import RATE_KEY, group_answers, key_of
 from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
-from knee.find.probe import decide, overload_watch
+from knee.find.overload import overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
 from knee.find.search import good as search_good
 
@@ -36,7 +36,10 @@ from knee.runner.display import Display
 from knee.runner.local import Session
 from knee.spec import Spec
 from knee.stats import slo as slo_mod
+from knee.stats.decision import decide
 from knee.stats.replies import every_request_failed
+from knee.stats.slo import Slo
+from knee.stats.summary import Answer, GroupAnswers, PointStats
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class EveryRequestFailed(Exception):
 
 @dataclass
 class Options:
-    slo: str | None = None
+    slo: Slo | None = None
     tolerance: float = 0.05
     budget_s: float = 600.0
     min_rate_per_s: float | None = None
@@ -95,14 +98,12 @@ def groups_of(spec: Spec, series: str | None) -> tuple[list[list[Point]], list[s
         )
     groups: dict[str, list[Point]] = {}
     for p in searched:
-        others = {k: v for k, v in p.swept.items() if k != RATE_KEY}
-        key = json.dumps([p.series, others], sort_keys=True, default=str)
-        groups.setdefault(key, []).append(p)
+        groups.setdefault(key_of(p.series, p.swept), []).append(p)
     return list(groups.values()), skipped
 
 
 def _probe_point(
-    template: Point, index: int, rate: float, length_s: float, slo: str | None
+    template: Point, index: int, rate: float, length_s: float, slo: Slo | None
 ) -> Point:
     load = dict(template.load)
     load.update(rate_per_s=rate, duration_s=length_s, requests=None)
@@ -112,8 +113,8 @@ def _probe_point(
     # A fresh schedule per probe: a repeat with the same seed would replay the same
     # arrivals, and its agreement would prove nothing.
     experiment["seed"] = int(template.experiment["seed"]) + index
-    if slo:
-        experiment["slo"] = slo
+    if slo is not None:
+        experiment["slo"] = slo.text
     swept = {**{k: v for k, v in template.swept.items() if k != RATE_KEY}, RATE_KEY: rate}
     return dataclasses.replace(template, index=index, swept=swept, load=load, experiment=experiment)
 
@@ -123,11 +124,11 @@ def _probe_point(
 SLO_SAMPLES_MARGIN = 1.5
 
 
-def slo_samples(slo: str | None) -> int:
+def slo_samples(slo: Slo | None) -> int:
     """The samples a probe should hold for its SLO decision (0 without an SLO)."""
-    if not slo:
+    if slo is None:
         return 0
-    return round(SLO_SAMPLES_MARGIN * slo_mod.min_samples(slo_mod.parse(slo)))
+    return round(SLO_SAMPLES_MARGIN * slo_mod.min_samples(slo))
 
 
 def rate_bounds(group: list[Point], o: Options) -> tuple[float, float]:
@@ -145,11 +146,12 @@ class _Finder:
         self.spec, self.o, self.session = spec, options, session
         self.t0 = time.monotonic()
         self.points: list[Point] = []
-        self.stats: list[dict[str, Any]] = []
+        self.stats: list[PointStats] = []
         self.path: list[dict[str, Any]] = []  # find.json's probes
         self.path_probes: list[Probe] = []  # each one's probe: its brackets come after it
-        self.groups: list[dict[str, Any]] = []  # answers so far
-        self.slo = slo_mod.parse(options.slo).text if options.slo else spec.experiment.get("slo")
+        self.groups: list[GroupAnswers] = []  # answers so far
+        # --slo, else the spec's (the same object its points carry: knee.params.Point.slo).
+        self.slo = options.slo or (spec.points[0].slo if spec.points else None)
         self.skipped: list[str] = []  # series with no open-loop rate to search
         self.failed: str | None = None  # why the search stopped at once (EveryRequestFailed)
 
@@ -179,8 +181,9 @@ class _Finder:
             )
             # The cut's bound counts low-load latencies: the median, which one stall at the
             # start of the low probe (a cold target on a busy machine) does not move.
-            latency = stats.get("latency_ok_ns") or {}
-            if phase == "low" and (typical := latency.get("p50") or latency.get("mean")):
+            latency = stats.get("latency_ok_ns")
+            typical = (latency["p50"] or latency["mean"]) if latency else None
+            if phase == "low" and typical:
                 low_latency.append(float(typical) / 1e9)
             self.path.append({"group": label, **probe.to_json()})
             self.path_probes.append(probe)
@@ -206,19 +209,19 @@ class _Finder:
         files = lambda: sorted(  # noqa: E731
             (self.session.run_dir / "raw").glob(f"p{point.index:03d}-*.samples.bin")
         )
-        slo = slo_mod.parse(self.slo) if self.slo and phase == "slo" else None
+        slo = self.slo if phase == "slo" else None
         least = EARLY_MIN_SAMPLES_LOW if phase == "low" else EARLY_MIN_SAMPLES
         early = early_watch(files, length_s, point.load["warmup_s"], slo, least)
         return _Watch(overload, early)
 
-    def _drain(self, point: Point, stats: dict[str, Any], capacity: str) -> None:
+    def _drain(self, point: Point, stats: PointStats, capacity: str) -> None:
         """After an overloaded probe against a target knee did not start (its own servers
         are new at every point), wait as long as the backlog it left would take at the
         throughput it measured (the target's own queue is not visible), at most
         MAX_DRAIN_S."""
         if capacity == "stable" or not point.server.get("target"):
             return
-        backlog = float((stats.get("stability") or {}).get("backlog") or 0)
+        backlog = float(stats["stability"]["backlog"] if "stability" in stats else 0)
         throughput = float(stats.get("throughput_per_s") or 0.0)
         wait_s = min(MAX_DRAIN_S, backlog / throughput if throughput > 0 else MAX_DRAIN_S)
         if wait_s > 0:
@@ -249,7 +252,7 @@ class _Finder:
             self.groups.append(self._answers(label, outcome))
             self._write(partial=True)
 
-    def _answers(self, label: str, outcome: Any) -> dict[str, Any]:
+    def _answers(self, label: str, outcome: Any) -> GroupAnswers:
         indices = {p.point for p in outcome.probes}
         points = [s for s in self.stats if s["point"] in indices]
         model, model_error = primary_model(points, self.points, self.spec)
@@ -258,14 +261,14 @@ class _Finder:
             log.warning("knee find: %s: the model fit failed: %s", label, model_error)
         out = group_answers(
             points,
-            self.slo,
+            self.slo.text if self.slo else None,
             model,
             {"capacity": outcome.capacity.to_json(), "slo": outcome.slo.to_json()},
         )
         out["label"] = label
         out["model_error"] = model_error
-        if model_error and out.get("knee"):
-            out["knee"]["why"] += f" (no model: the model fit failed: {model_error})"
+        if model_error and (found_knee := out.get("knee")):
+            found_knee["why"] += f" (no model: the model fit failed: {model_error})"
         answer = out["capacity"]["rate_per_s"]
         holds = [outcome.holds[name] for name in ("capacity", "slo") if name in outcome.holds]
         out["hold"] = {
@@ -286,8 +289,8 @@ class _Finder:
             "first_model_per_s": outcome.first_model_per_s,
         }
         mark_state(out["capacity"], outcome, "capacity")
-        if out.get("slo_capacity"):
-            mark_state(out["slo_capacity"], outcome, "slo")
+        if slo_capacity := out.get("slo_capacity"):
+            mark_state(slo_capacity, outcome, "slo")
         if outcome.stopped == "generator":
             out["capacity"]["limited_by"] = "generator"
             out["capacity"]["detail"] = (
@@ -299,7 +302,7 @@ class _Finder:
 
     def answers(self) -> dict[str, Any]:
         return {
-            "slo": self.slo,
+            "slo": self.slo.text if self.slo else None,
             "tolerance": self.o.tolerance,
             "budget_s": self.o.budget_s,
             "elapsed_s": self.elapsed_s(),
@@ -323,7 +326,7 @@ class _Finder:
         self.session.write_summary()
 
 
-def mark_state(answer: dict[str, Any], outcome: Any, name: str) -> None:
+def mark_state(answer: Answer, outcome: Any, name: str) -> None:
     """An answer's state after its search (docs/find.md, "The answers"): `decided` when its
     bracket is within the tolerance and its hold held (a probe HOLD times the probe length at
     the answer's rate, run to its end, showed it good); `partial` when its bracket is closed
@@ -350,7 +353,7 @@ def mark_state(answer: dict[str, Any], outcome: Any, name: str) -> None:
 
 
 class _Watch:
-    """The overload watch (knee.find.probe), then the early one (knee.find.early) if any;
+    """The overload watch (knee.stats.decision), then the early one (knee.find.early) if any;
     `early` keeps why the early one stopped the probe."""
 
     def __init__(self, overload: Any, early: Any) -> None:
@@ -366,14 +369,14 @@ class _Watch:
 
 
 def primary_model(
-    points: list[dict[str, Any]], planned: list[Point], spec: Spec
+    points: list[PointStats], planned: list[Point], spec: Spec
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The primary fitted model of one group's probes and its knee
     (knee.models.analyze.model_knee), or None; and the error of a fit that raised
     ("KeyError: 'series'"), recorded in the answers (`model_error`) rather than dropped."""
     by_index = {p.index: p for p in planned}
 
-    def setting(point: dict[str, Any], key: str) -> Any:
+    def setting(point: Mapping[str, Any], key: str) -> Any:
         section, _, name = key.partition(".")
         known = by_index.get(point.get("point", -1))
         return None if known is None else getattr(known, section, {}).get(name)

@@ -37,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from knee.find.probe import Decision
+from knee.stats.decision import Decision
+from knee.stats.summary import PointStats
 
 #: Geometric step of the bracketing phase, and where the first step goes against the
 #: model's capacity (the one-server model underestimates a pool: the steps correct it).
@@ -77,7 +78,7 @@ class Probe:
     duration_s: float
     phase: str  # "low", "step", "sat", "bisect", "slo", "lengthen", "hold"
     decision: Decision
-    stats: dict[str, Any]
+    stats: PointStats
     wall_s: float
     brackets: dict[str, list[float | None]] = field(default_factory=dict)  # after it
 
@@ -166,13 +167,13 @@ class Outcome:
     holds: dict[str, Probe] = field(default_factory=dict)
 
 
-def service_time_s(stats: dict[str, Any]) -> float | None:
+def service_time_s(stats: PointStats) -> float | None:
     """The service time a low-load probe shows: the server's mean own time where the
     system reports it, else the mean OK latency."""
-    server = (stats.get("server_ns") or {}).get("mean")
+    server = stats["server_ns"]["mean"] if "server_ns" in stats else None
     if server:
         return float(server) / 1e9
-    latency = (stats.get("latency_ok_ns") or {}).get("mean")
+    latency = stats["latency_ok_ns"]["mean"] if "latency_ok_ns" in stats else None
     return float(latency) / 1e9 if latency else None
 
 
@@ -310,7 +311,8 @@ class Search:
         # The first model takes the whole low-load latency as the service time (the server's
         # own time, where reported, leaves out a link or a proxy that may be the limit):
         # the lower, safer guess; the steps correct it upward.
-        latency_ns = (probe.stats.get("latency_ok_ns") or {}).get("mean")
+        ok = probe.stats.get("latency_ok_ns")
+        latency_ns = ok["mean"] if ok else None
         first_s = max(self.service_s or 0.0, float(latency_ns or 0.0) / 1e9)
         if first_s > 0:
             self.model_per_s = self.s.servers / first_s
@@ -351,7 +353,7 @@ class Search:
         if not over:
             return
         first = min(over, key=lambda p: (bool(p.stats.get("cut_short")), p.rate_per_s))
-        sat = float(first.stats["throughput_per_s"])
+        sat = float(first.stats.get("throughput_per_s") or 0.0)  # over: only those with one
         step = 1 + SAT_SHARE * self.s.tolerance
         if not self._sat_probe(sat):
             return
@@ -470,5 +472,4 @@ def _final(search: Search, answer: str, rate: float) -> bool:
 
 def good(probe: Probe, answer: str) -> bool:
     """Whether a probe showed its rate good for an answer ("capacity" or "slo")."""
-    d = probe.decision
-    return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
+    return probe.decision.good_for(answer)

@@ -47,7 +47,7 @@ class Limits:
 
 
 #: The commands an ssh host's lifeline understands, one per line on the node's stdin.
-LIFELINE_SIGNALS = {
+LIFELINE_SIGNALS: dict[int, str] = {
     signals.SIGTERM: "TERM",
     signals.SIGKILL: "KILL",
     signals.SIGSTOP: "STOP",

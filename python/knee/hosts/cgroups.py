@@ -81,8 +81,8 @@ def parse_hierarchies(mountinfo: str, proc_cgroup: str) -> dict[str, Hierarchy]:
     (a v1 mount of a controller wins: the kernel then keeps it out of v2)."""
     own: dict[frozenset[str], str] = {}
     for line in proc_cgroup.splitlines():
-        hier_id, names, path = line.split(":", 2)
-        own[frozenset(names.split(",")) if names else frozenset()] = path
+        hier_id, listed, path = line.split(":", 2)
+        own[frozenset(listed.split(",")) if listed else frozenset()] = path
     out: dict[str, Hierarchy] = {}
     v2: tuple[Path, str] | None = None
     for line in mountinfo.splitlines():
@@ -95,7 +95,7 @@ def parse_hierarchies(mountinfo: str, proc_cgroup: str) -> dict[str, Hierarchy]:
         if fstype == "cgroup2":
             v2 = v2 or (mount, root)
         elif fstype == "cgroup":
-            names = frozenset(superopts.split(",")) - {"rw", "ro"}
+            names: frozenset[str] = frozenset(superopts.split(",")) - {"rw", "ro"}
             mine = names & set(CONTROLLERS)
             if not mine or mine & out.keys():
                 continue  # another hierarchy, or a second mount of one already found
@@ -109,12 +109,12 @@ def parse_hierarchies(mountinfo: str, proc_cgroup: str) -> dict[str, Hierarchy]:
         except OSError:
             available = set()
         # cpu.stat (usage_usec) is in every v2 cgroup: accounting needs no controller.
-        names = ({"cpuacct"} | available) & set(CONTROLLERS) - out.keys()
-        if names:
+        v2_names = ({"cpuacct"} | available) & set(CONTROLLERS) - out.keys()
+        if v2_names:
             hierarchy = Hierarchy(
-                2, mount, _base(mount, root, own.get(frozenset(), root)), frozenset(names), root
+                2, mount, _base(mount, root, own.get(frozenset(), root)), frozenset(v2_names), root
             )
-            out.update(dict.fromkeys(names, hierarchy))
+            out.update(dict.fromkeys(v2_names, hierarchy))
     return out
 
 

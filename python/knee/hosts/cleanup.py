@@ -91,8 +91,8 @@ def note(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | s
     namespaces, cgroup_paths = list(namespaces), [str(c) for c in cgroups]
     for name in namespaces:
         _check_namespace(run_id, name)
-    for path in cgroup_paths:
-        _check_cgroup(run_id, Path(path))
+    for cgroup in cgroup_paths:
+        _check_cgroup(run_id, Path(cgroup))
     with _lock:
         path = record_path(run_id)
         path.parent.mkdir(parents=True, exist_ok=True)

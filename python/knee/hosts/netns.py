@@ -385,7 +385,7 @@ def _probe(wanted: list[str]) -> None:
         _features["nft"] = None if found else "nft not found: install nftables (scripts/host-tools)"
     if _features["root"] or _features["ip"]:
         return
-    todo = [f for f in ("netns", "veth", "tbf", "netem", "numgen") if f in wanted]
+    todo: list[str] = [f for f in ("netns", "veth", "tbf", "netem", "numgen") if f in wanted]
     todo = [f for f in todo if f not in _features]
     if not todo:
         return

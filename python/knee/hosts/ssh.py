@@ -137,7 +137,7 @@ class SshHost(Host):
         self.run_id = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:40] or "run"
         self.local_binary = local_binary  # None: this machine's (node_binary())
         self.remote_dir: str | None = None
-        self.remote: dict[str, str] = {}  # uname: arch, kernel, hostname
+        self.uname: dict[str, str] = {}  # arch, kernel, hostname
         self.clock_offset_ns: int | None = None  # remote CLOCK_MONOTONIC - local
         self.clock_uncertainty_ns: int | None = None
         self.setup_s: float | None = None
@@ -250,8 +250,8 @@ class SshHost(Host):
 
     def _connect_and_check(self, local: Path, machine: int) -> None:
         out = self._run("uname -m; uname -r; uname -n", "connecting").split("\n")
-        self.remote = dict(zip(("arch", "kernel", "hostname"), out, strict=False))
-        arch = self.remote.get("arch", "")
+        self.uname = dict(zip(("arch", "kernel", "hostname"), out, strict=False))
+        arch = self.uname.get("arch", "")
         if arch not in ELF_MACHINES.get(machine, ()):
             built = "/".join(ELF_MACHINES.get(machine, (f"ELF machine {machine}",)))
             raise self._error("architecture", f"the host is {arch}, {local} is built for {built}")
@@ -404,7 +404,7 @@ class SshHost(Host):
             **super().describe(),
             "user": self.user,
             "port": self.port,
-            "remote": self.remote,
+            "remote": self.uname,
             "clock_offset_ns": self.clock_offset_ns,
             "clock_uncertainty_ns": self.clock_uncertainty_ns,
             "setup_s": self.setup_s,

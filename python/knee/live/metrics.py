@@ -86,8 +86,8 @@ def exposition(data: dict[str, Any]) -> str:
     name = "knee_backlog_requests"
     family(name, "gauge", "requests in flight plus sends due by the schedule and not yet made")
     for p in data["points"]:
-        labels = {"experiment": experiment, "point": p["point"], "series": p["series"]}
-        lines.append(f"{name}{_labels(labels)} {_number(p['backlog'])}")
+        point = {"experiment": experiment, "point": p["point"], "series": p["series"]}
+        lines.append(f"{name}{_labels(point)} {_number(p['backlog'])}")
     name = "knee_resource_utilization"
     family(name, "gauge", "U of each resource over the last second (busy / capacity)")
     for resource, u in sorted(data["resources"].items()):

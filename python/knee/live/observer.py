@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from knee.live.server import LiveServer
 from knee.live.state import LiveState
+from knee.stats.summary import PointStats
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class Live:
         self.state.sampled(rows)
 
     @_guarded
-    def point_finished(self, point: Any, stats: dict[str, Any]) -> None:
+    def point_finished(self, point: Any, stats: PointStats) -> None:
         self.state.point_finished(point, stats)
 
     @_guarded

@@ -92,7 +92,8 @@ class LiveServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/"
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -152,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def parse_request(self) -> bool:
-        if len(self.raw_requestline) > MAX_REQUEST_BYTES:
+        # Set by handle_one_request before it calls this (typeshed does not declare it).
+        if len(getattr(self, "raw_requestline", b"")) > MAX_REQUEST_BYTES:
             self.send_error(414)
             return False
         return super().parse_request()

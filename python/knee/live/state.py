@@ -25,6 +25,7 @@ from knee.live.samples import BUCKETS_S, Tail, failure_names, has_held
 from knee.monitor import HOST_ROLE
 from knee.resources.usage import LINK_ROLE, machine_cores
 from knee.runner.display import warnings_of
+from knee.stats.summary import PointStats
 
 #: Seconds of per-second history kept for the running point and for the resources (ten
 #: minutes: a long point's start scrolls off).
@@ -240,13 +241,13 @@ class LiveState:
         busiest = max(now[1] - before[1], now[2] - before[2])
         return name, max(0.0, busiest) / (now[0] - before[0]) / rate
 
-    def point_finished(self, point: Any, stats: dict[str, Any]) -> None:
+    def point_finished(self, point: Any, stats: PointStats) -> None:
         current = self.current
         if current is not None:
             with self._lock:
                 for node in current.nodes.values():  # the records flushed at the end
                     node.tail.drain()
-        latency = stats.get("latency_ns") or {}
+        latency = stats.get("latency_ns")
         done = {
             "index": point.index,
             "label": point.label,
@@ -254,10 +255,10 @@ class LiveState:
             "target_per_s": stats.get("target_rate_per_s"),
             "sent_per_s": stats.get("achieved_rate_per_s"),
             "done_per_s": stats.get("throughput_per_s"),
-            "p50_ms": _ms(latency.get("p50")),
-            "p99_ms": _ms(latency.get("p99")),
+            "p50_ms": _ms(latency["p50"] if latency else None),
+            "p99_ms": _ms(latency["p99"] if latency else None),
             "verdict": ", ".join(warnings_of(stats))
-            or (stats.get("stability") or {}).get("verdict", "-"),
+            or (stats["stability"].get("verdict", "-") if stats.get("stability") else "-"),
         }
         with self._lock:
             self.points.append(done)

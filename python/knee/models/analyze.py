@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,14 +44,14 @@ Model = OpenModel | ClosedModel
 
 
 def analyze(
-    points: list[dict[str, Any]],
+    points: Sequence[Mapping[str, Any]],
     settings: dict[str, Any] | Settings,
     cores: int | None,
 ) -> list[dict[str, Any]]:
     """`settings`: how to read a point's settings (`knee.models.fit.settings_of`): the run
     directory's records, as the report passes them, or a resolved spec."""
     lookup = settings_of(settings)
-    by_series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_series: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for p in points:
         by_series[p["series"]].append(p)
     out = []
@@ -61,7 +62,7 @@ def analyze(
     return out
 
 
-def _x_of(point: dict[str, Any], spec: Settings, closed: bool) -> float | None:
+def _x_of(point: Mapping[str, Any], spec: Settings, closed: bool) -> float | None:
     """The swept load: clients (closed loop) or the offered (target) rate."""
     if closed:
         return float(setting(point, spec, "load.clients") or 1)
@@ -69,14 +70,14 @@ def _x_of(point: dict[str, Any], spec: Settings, closed: bool) -> float | None:
     return float(target) if target else None
 
 
-def _measured_x(point: dict[str, Any], spec: Settings, closed: bool) -> float:
+def _measured_x(point: Mapping[str, Any], spec: Settings, closed: bool) -> float:
     """Where a point lies on the models' axis: its clients, or the rate requests were
     really sent at (the offered rate in runs without an achieved rate)."""
     x = _x_of(point, spec, closed) or 0.0
     return x if closed else float(point.get("achieved_rate_per_s") or x)
 
 
-def _fit_set(stable: list[dict[str, Any]], spec: Settings) -> list[dict[str, Any]]:
+def _fit_set(stable: list[Mapping[str, Any]], spec: Settings) -> list[Mapping[str, Any]]:
     """The stable points a fit group is fitted on: those of its fewest threads that has any.
     More threads than cores stretch each request's service time by waiting for a core, so
     the fewest threads measure the work itself."""
@@ -87,7 +88,7 @@ def _fit_set(stable: list[dict[str, Any]], spec: Settings) -> list[dict[str, Any
 
 
 def _series(
-    series: str, points: list[dict[str, Any]], spec: Settings, cores: int | None
+    series: str, points: Sequence[Mapping[str, Any]], spec: Settings, cores: int | None
 ) -> dict[str, Any] | None:
     schedule = setting(points[0], spec, "load.schedule")
     if schedule not in ("poisson", "closed"):
@@ -102,7 +103,7 @@ def _series(
         and _x_of(p, spec, closed) is not None
     ]
     # Fit groups: the same work per request (threads excluded); model groups add threads.
-    fit_groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    fit_groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     settings: dict[str, dict[str, Any]] = {}
     for p in usable:
         others = {k: v for k, v in p["swept"].items() if k not in (x_key, SERVERS_KEY)}
@@ -121,7 +122,7 @@ def _series(
             [_measured_x(p, spec, closed) for p in fitted],
             cache_entries=max((cache_setting(p, spec) for p in fitted), default=0),
         )
-        by_threads: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_threads: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
         for p in members:
             by_threads[servers(p, spec)].append(p)
         for configured, group in sorted(by_threads.items()):
@@ -194,7 +195,7 @@ def _series(
     }
 
 
-def _servers_source(point: dict[str, Any], spec: Settings, estimate: ServersEstimate) -> str:
+def _servers_source(point: Mapping[str, Any], spec: Settings, estimate: ServersEstimate) -> str:
     """ "declared" (the system's `server.threads`), "estimated" (c = X_sat E[S] from the
     data) or "assumed" (1: nothing to estimate it from)."""
     if declared_servers(point, spec) is not None:
@@ -232,7 +233,7 @@ def _knee_and_capacity_ci(model: Model) -> tuple[list[float] | None, list[float]
 
 def _model_entry(
     model: Model,
-    group: list[dict[str, Any]],
+    group: list[Mapping[str, Any]],
     spec: Settings,
     closed: bool,
     where: dict[str, Any],
@@ -265,7 +266,9 @@ def _model_entry(
     }
 
 
-def _compare(model: Model, point: dict[str, Any], spec: Settings, closed: bool) -> dict[str, Any]:
+def _compare(
+    model: Model, point: Mapping[str, Any], spec: Settings, closed: bool
+) -> dict[str, Any]:
     """A measured point against the model, at the point's own achieved arrival rate (open
     loop) or population (closed loop). An unstable point is compared but never flagged."""
     at = _measured_x(point, spec, closed)
@@ -313,7 +316,7 @@ def _head(where: dict[str, Any]) -> str:
 
 
 def _no_fit_note(
-    group: list[dict[str, Any]],
+    group: list[Mapping[str, Any]],
     closed: bool,
     where: dict[str, Any],
     source: str,
@@ -410,7 +413,7 @@ def _group_note(
     fit: Fit,
     threads: int,
     cores: int | None,
-    group: list[dict[str, Any]],
+    group: list[Mapping[str, Any]],
     entries: list[dict[str, Any]],
     closed: bool,
     where: dict[str, Any],
@@ -545,7 +548,7 @@ def judge_fit(entries: list[dict[str, Any]], sat: Throughput | None) -> Verdict:
     )
 
 
-def model_knee(group: dict[str, Any], models: list[dict[str, Any]]) -> dict[str, Any] | None:
+def model_knee(group: Mapping[str, Any], models: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The knee of one group's primary model, for other code: `group` is an entry of an
     analyze() result's "groups", `models` that result's "models". Returns
 
@@ -575,7 +578,7 @@ def model_knee(group: dict[str, Any], models: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def _busiest_cpu(group: list[dict[str, Any]]) -> tuple[str, float] | None:
+def _busiest_cpu(group: list[Mapping[str, Any]]) -> tuple[str, float] | None:
     best: tuple[str, float] | None = None
     for p in group:
         for node, usage in (p.get("resources") or {}).items():

@@ -5,7 +5,7 @@ steady-state hit ratio when the server has one (docs/statistics.md, "Models").""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ CACHE_KEY = "server.cache"
 
 
 #: A point's value of "section.name" (the point as summary.json has it).
-Settings = Callable[[dict[str, Any], str], Any]
+Settings = Callable[[Mapping[str, Any], str], Any]
 
 
 def settings_of(source: dict[str, Any] | Settings) -> Settings:
@@ -31,7 +31,7 @@ def settings_of(source: dict[str, Any] | Settings) -> Settings:
         return source
     spec = source
 
-    def from_spec(point: dict[str, Any], dotted: str) -> Any:
+    def from_spec(point: Mapping[str, Any], dotted: str) -> Any:
         swept = point.get("swept") or {}
         if dotted in swept:
             return swept[dotted]
@@ -44,35 +44,35 @@ def settings_of(source: dict[str, Any] | Settings) -> Settings:
     return from_spec
 
 
-def setting(point: dict[str, Any], spec: Settings, dotted: str) -> Any:
+def setting(point: Mapping[str, Any], spec: Settings, dotted: str) -> Any:
     return spec(point, dotted)
 
 
-def servers(point: dict[str, Any], spec: Settings) -> int:
+def servers(point: Mapping[str, Any], spec: Settings) -> int:
     value = setting(point, spec, SERVERS_KEY)
     return int(value) if value else 1
 
 
-def declared_servers(point: dict[str, Any], spec: Settings) -> int | None:
+def declared_servers(point: Mapping[str, Any], spec: Settings) -> int | None:
     """The number of servers the system declares (`server.threads`); None for a system
     without the setting (an http service: its concurrency is estimated from the data)."""
     value = setting(point, spec, SERVERS_KEY)
     return int(value) if value else None
 
 
-def cache_setting(point: dict[str, Any], spec: Settings) -> int:
+def cache_setting(point: Mapping[str, Any], spec: Settings) -> int:
     """The entries of the point's result cache; 0 without one."""
     value = setting(point, spec, CACHE_KEY)
     return int(value) if isinstance(value, int | float) and value > 0 else 0
 
 
-def ok_latency(point: dict[str, Any]) -> dict[str, Any]:
+def ok_latency(point: Mapping[str, Any]) -> dict[str, Any]:
     """The distribution of OK latencies: `latency_ok_ns`, or `latency_ns` in runs written
     before the headline distribution counted failures."""
     return point.get("latency_ok_ns") or point.get("latency_ns") or {}
 
 
-def unstable(point: dict[str, Any]) -> bool:
+def unstable(point: Mapping[str, Any]) -> bool:
     """Whether the point's stability verdict says it was not keeping up (over capacity):
     such a point is fitted by no model. Points without a verdict count as stable."""
     return (point.get("stability") or {}).get("verdict") == "unstable"
@@ -207,7 +207,7 @@ def _dist_part(dist: dict[str, Any] | None) -> tuple[int, float, float | None] |
     return int(n), float(mean), dist.get("std")
 
 
-def _service_part(point: dict[str, Any]) -> tuple[int, float, float | None] | None:
+def _service_part(point: Mapping[str, Any]) -> tuple[int, float, float | None] | None:
     part = _dist_part(point.get("service_ns"))
     return part if part is not None and part[1] > 0 else None
 
@@ -216,9 +216,15 @@ def pooled_mean_ci(dists: Sequence[dict[str, Any]]) -> tuple[float, float] | Non
     """The 95% interval of the count-weighted mean of several points' means, from each
     mean's own interval (batch means): each side's half-width combined as independent,
     sqrt(sum (w_i h_i)^2) with w_i = n_i / N. None when a point has no interval."""
-    rows = [(d.get("n") or 0, d.get("mean"), (d.get("ci") or {}).get("mean")) for d in dists]
-    rows = [(int(n), float(m), ci) for n, m, ci in rows if n and m is not None]
-    if not rows or any(ci is None for _, _, ci in rows):
+    got = [(d.get("n") or 0, d.get("mean"), (d.get("ci") or {}).get("mean")) for d in dists]
+    rows: list[tuple[int, float, Sequence[float]]] = []
+    for n, m, ci in got:  # a loop over the few points
+        if not n or m is None:
+            continue
+        if ci is None:
+            return None
+        rows.append((int(n), float(m), ci))
+    if not rows:
         return None
     total = sum(n for n, _, _ in rows)
     mean = sum(n * m for n, m, _ in rows) / total
@@ -228,7 +234,7 @@ def pooled_mean_ci(dists: Sequence[dict[str, Any]]) -> tuple[float, float] | Non
 
 
 def fit_service(
-    points: Sequence[dict[str, Any]], xs: Sequence[float], cache_entries: int = 0
+    points: Sequence[Mapping[str, Any]], xs: Sequence[float], cache_entries: int = 0
 ) -> Fit | None:
     """The fit from the given (stable) points, their loads `xs` alongside: `service_ns`
     pooled by count (mean and variance, between-point differences included), the delay
@@ -267,8 +273,8 @@ def fit_service(
 
 
 def _cache_parts(
-    used: list[tuple[dict[str, Any], float]],
-) -> list[tuple[dict[str, Any], float, dict[str, Any]]]:
+    used: list[tuple[Mapping[str, Any], float]],
+) -> list[tuple[Mapping[str, Any], float, dict[str, Any]]]:
     """Each point's cache figures; a point whose "cache" is null had no hit at all (every
     request a miss: its service times are the misses'). Points without the key (runs
     written before it existed) are left out."""
@@ -291,7 +297,9 @@ def _cache_parts(
     return out
 
 
-def _steady_part(point: dict[str, Any], c: dict[str, Any], entries: int) -> tuple[int, int, bool]:
+def _steady_part(
+    point: Mapping[str, Any], c: dict[str, Any], entries: int
+) -> tuple[int, int, bool]:
     """(requests, hits) of the point's steady state, and whether its cache had surely filled
     by then. A cache of `entries` that stores every miss is full after `entries` misses;
     before each segment of the point (knee.stats.cache) there were the earlier segments'
@@ -307,7 +315,7 @@ def _steady_part(point: dict[str, Any], c: dict[str, Any], entries: int) -> tupl
     return int(c.get("n_steady") or 0), int(c.get("n_hits_steady") or 0), False
 
 
-def _cache_fit(used: list[tuple[dict[str, Any], float]], entries: int) -> CacheFit | None:
+def _cache_fit(used: list[tuple[Mapping[str, Any], float]], entries: int) -> CacheFit | None:
     parts = _cache_parts(used)
     hits = pool(
         (c["n_hits"], c["hit_service_mean_ns"], c.get("hit_service_std_ns"))

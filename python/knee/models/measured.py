@@ -5,12 +5,15 @@ and the loads whose power cannot be told apart from it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from knee.models.fit import ok_latency, unstable
 from knee.stats.intervals import poisson_count_ci
+
+#: A point: summary.json's (knee.stats.summary.PointStats) or a model's row.
+P = TypeVar("P", bound=Mapping[str, Any])
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class Power:
     hi: float
 
 
-def power(point: dict[str, Any]) -> Power | None:
+def power(point: Mapping[str, Any]) -> Power | None:
     """throughput / mean OK latency, with the interval [T_lo / L_hi, T_hi / L_lo] from the
     mean's 95% interval (batch means) and the throughput's: Garwood's exact Poisson interval
     for the OK replies counted in the window (`ok_in_window`, else the OK count), scaled to
@@ -49,9 +52,7 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def measured_knee(
-    points: list[dict[str, Any]], x_of: Callable[[dict[str, Any]], float]
-) -> dict[str, Any] | None:
+def measured_knee(points: Sequence[P], x_of: Callable[[P], float]) -> dict[str, Any] | None:
     """Over the stable points of one group (unstable ones are left out: their mean depends
     on the run's length), the point of highest power, and `interval_x`: the span of the
     loads x whose power interval overlaps the best point's. `edge` says when the best point

@@ -5,7 +5,7 @@ keeps every server busy, so its throughput X_sat is c / E[S], and c = X_sat E[S]
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from knee.models.fit import Fit, ok_latency, unstable
 from knee.stats.intervals import poisson_count_ci
 
 #: A point's load on the models' axis.
-XOf = Callable[[dict[str, Any]], float]
+XOf = Callable[[Mapping[str, Any]], float]
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Throughput:
     ci_per_s: tuple[float, float]
 
 
-def throughput(point: dict[str, Any]) -> Throughput | None:
+def throughput(point: Mapping[str, Any]) -> Throughput | None:
     per_s = point.get("throughput_per_s")
     count = point.get("ok_in_window")
     if not per_s or per_s <= 0:
@@ -37,7 +37,7 @@ def throughput(point: dict[str, Any]) -> Throughput | None:
     return Throughput(int(point["point"]), float(per_s), (per_s * lo / count, per_s * hi / count))
 
 
-def saturated_throughput(points: Sequence[dict[str, Any]]) -> Throughput | None:
+def saturated_throughput(points: Sequence[Mapping[str, Any]]) -> Throughput | None:
     """The highest throughput among the unstable (over-capacity) points: a point only just
     over the edge, or one where overload costs requests (timeouts), completes fewer, so the
     maximum is the best-supported measure of what the servers can complete. None without
@@ -80,7 +80,7 @@ class ServersEstimate:
 
 
 def _service(
-    points: Sequence[dict[str, Any]], fit: Fit | None, x_of: XOf
+    points: Sequence[Mapping[str, Any]], fit: Fit | None, x_of: XOf
 ) -> tuple[float, tuple[float, float] | None, str, str] | None:
     """E[S] (s), its interval, where it came from, and how to say it: the server's own time
     as the fit pooled it (`service_ns`: for http the Server-Timing time), else the mean OK
@@ -102,7 +102,7 @@ def _service(
 
 
 def estimate_servers(
-    points: Sequence[dict[str, Any]], fit: Fit | None, x_of: XOf
+    points: Sequence[Mapping[str, Any]], fit: Fit | None, x_of: XOf
 ) -> ServersEstimate:
     """c = X_sat E[S] for one group of open-loop points (`x_of`: a point's load), rounded to
     an integer of at least 1; its interval multiplies the factors' interval ends (two 95%

@@ -1,9 +1,9 @@
 """The three answers of a run as the report states them: capacity, SLO capacity and the
-knee, each with its interval (knee.find.answers computes them; here they are read and put
+knee, each with its interval (knee.analysis.answers computes them; here they are read and put
 in words).
 
 A search (`knee find`) has them in summary.json's `find`; a rate sweep in its `answers`
-(computed by `knee run` with `knee.find.answers.from_points`: the same group dicts without
+(computed by `knee run` with `knee.analysis.answers.from_points`: the same group dicts without
 the search's hold and path; a run written before that gets them computed here). Each
 interval is a bracket [lo, hi]: lo the highest rate shown good, hi the lowest shown bad;
 None at an end means the runs did not reach it.
@@ -12,13 +12,14 @@ None at an end means the runs did not reach it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from knee.find.answers import from_points
+from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
 from knee.resources.bottleneck import explain
+from knee.stats.summary import PointStats
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
@@ -54,8 +55,9 @@ def of(rr: ReportRun) -> RunAnswers | None:
     if isinstance(written, dict):  # a sweep's, written by `knee run`
         groups = list(written.get("groups") or [])
         return RunAnswers("sweep", written.get("slo"), groups, None) if groups else None
-    groups = from_points(rr.points, rr.slo)  # a run written before `answers` was
-    return RunAnswers("sweep", rr.slo, groups, None) if groups else None
+    # A run written before `answers` was: its points as summary.json holds them.
+    found = from_points(cast(list[PointStats], rr.points), rr.slo)
+    return RunAnswers("sweep", rr.slo, [dict(g) for g in found], None) if found else None
 
 
 def rate(value: float | None) -> str:
@@ -84,7 +86,11 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     if lo is None and hi is None:
         return "no point decided"
     if answer.get("state") == "partial" and lo is not None and hi is not None:
-        why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
+        why = (
+            "within the budget"
+            if stopped == "budget"
+            else f"({STOPPED.get(str(stopped), stopped)})"
+        )
         return (
             f"partial: the search stopped {why} before the hold at {rate(lo)}; the bracket "
             f"reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
@@ -92,7 +98,11 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     # A search written before answers had a state: `decided` false on a closed bracket.
     undecided = stopped is not None and not answer.get("decided") and "state" not in answer
     if undecided and lo is not None and hi is not None:
-        why = "within the budget" if stopped == "budget" else f"({STOPPED.get(stopped, stopped)})"
+        why = (
+            "within the budget"
+            if stopped == "budget"
+            else f"({STOPPED.get(str(stopped), stopped)})"
+        )
         return f"not decided {why}: the bracket reached is [{fmt.num(lo)}, {fmt.num(hi)}]/s"
     if lo is None:
         return f"below {rate(hi)} (no rate measured was shown good)"
@@ -183,7 +193,9 @@ def bottleneck(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str,
     computed from its points for a search written before the answers named one."""
     if "bottleneck" in group:
         return group["bottleneck"]
-    return explain(points, group.get("capacity"), group.get("saturated_throughput"))
+    return explain(
+        cast(list[PointStats], points), group.get("capacity"), group.get("saturated_throughput")
+    )
 
 
 def set_by(bn: dict[str, Any]) -> Html:

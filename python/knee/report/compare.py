@@ -182,7 +182,7 @@ def _what(a: data.ReportRun, b: data.ReportRun) -> Section:
         for p in rr.points
         if p.get("label") not in matched
     ]
-    blocks = [
+    blocks: list[str | Figure] = [
         f'<table><tr><th></th><th class="l">A</th><th class="l">B</th></tr>{rows}</table>',
         f"<p>{len(matched)} points in both runs.</p>",
     ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from knee.report import answers
 from knee.report.data import ReportRun
+from knee.report.figures import Figure
 from knee.report.html import Section
 from knee.report.kit import Col, Html, note, table
 
@@ -30,7 +31,7 @@ def section(a: ReportRun, b: ReportRun) -> Section | None:
     pairs = [(g, by_label[g.get("label")]) for g in got_a.groups if g.get("label") in by_label]
     if not pairs and len(got_a.groups) == 1 and len(got_b.groups) == 1:
         pairs = [(got_a.groups[0], got_b.groups[0])]  # one group each: compare them
-    blocks: list[str] = [
+    blocks: list[str | Figure] = [
         Html(
             "<p>Each answer's interval is a bracket (the highest rate shown good, the lowest "
             "shown not to be). The difference B - A is the <b>bracket difference</b> "

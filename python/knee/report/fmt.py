@@ -14,7 +14,7 @@ def _missing(value: float | None) -> bool:
 
 def num(value: float | None, digits: int = 3) -> str:
     """`digits` significant digits; large values in full ("-" for none or NaN)."""
-    if _missing(value):
+    if value is None or _missing(value):
         return "-"
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
@@ -26,14 +26,14 @@ def ms(ns: float | None, digits: int = 3) -> str:
 
 def duration(ns: float | None, digits: int = 3) -> str:
     """Nanoseconds in the unit in which they read 1 to 999: "2.34 ms", "89.6 µs"."""
-    if _missing(ns):
+    if ns is None or _missing(ns):
         return "-"
     unit = time_unit([ns], "ns")
     return f"{num(ns / NS_PER_UNIT[unit], digits)} {unit}"
 
 
 def pct(fraction: float | None) -> str:
-    return "-" if _missing(fraction) else f"{100 * fraction:.1f}%"
+    return "-" if fraction is None or _missing(fraction) else f"{100 * fraction:.1f}%"
 
 
 def _pair(ci: Any) -> bool:

@@ -31,12 +31,14 @@ Four rules keep the name right:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
-from knee.find.probe import decide
 from knee.resources.shedding import sentence as shed_sentence
 from knee.resources.shedding import shedding
 from knee.resources.usage import MACHINE
+from knee.stats.decision import decide
+from knee.stats.summary import PointStats, Resource
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is
 #: computing, not waiting (the rest: its threads descheduled on a busy machine, and the
@@ -52,14 +54,14 @@ NEAR = 0.7
 PASSIVE = ("connections",)
 
 
-def _rate(point: dict[str, Any]) -> float:
+def _rate(point: PointStats) -> float:
     return float(point.get("target_rate_per_s") or point.get("completion_rate_per_s") or 0.0)
 
 
-def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def ranked(resources: dict[str, Resource]) -> list[tuple[str, Resource]]:
     """A point's resources with a known U, busiest first; a CPU-bound pool counts as its
     node's CPU (the pool entry is dropped, its node's CPU takes the pool's U)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Resource] = {}
     for name, r in resources.items():
         if r.get("u") is None:
             continue
@@ -73,19 +75,19 @@ def ranked(resources: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, An
                 # for one, or handed its request on), the pool's U and D.
                 keys = ("u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s")
                 cpu_u = out[node]["u"]
-                out[node] = {**out[node], **{k: r.get(k) for k in keys}}
+                out[node] = cast(Resource, {**out[node], **{k: r.get(k) for k in keys}})
                 out[node] |= {"cpu_u": cpu_u, "threads": r.get("capacity")}
                 del out[name]
     _shared_cores(out)
-    order = sorted(out.items(), key=lambda kv: -float(kv[1]["u"]))
-    if any(r["kind"] not in PASSIVE and r["u"] >= NEAR for _, r in order):
+    order = sorted(out.items(), key=lambda kv: -float(kv[1]["u"] or 0.0))
+    if any(r["kind"] not in PASSIVE and (r["u"] or 0.0) >= NEAR for _, r in order):
         # Held through the whole response, waiting on the target included: they fill
         # because a resource of the target is near its limit, so they rank after it.
         order.sort(key=lambda kv: kv[1]["kind"] in PASSIVE)  # stable: U order kept
     return order
 
 
-def _shared_cores(out: dict[str, dict[str, Any]]) -> None:
+def _shared_cores(out: dict[str, Resource]) -> None:
     """The machine's cores (knee.resources.usage's `machine`: the run's processes sharing
     them) count only near their limit (U >= NEAR) and when a node could use every core
     (no limit of its own, and a pool no smaller): that node is then limited by the cores
@@ -94,7 +96,7 @@ def _shared_cores(out: dict[str, dict[str, Any]]) -> None:
     more threads than the cores (they wait for the cores). Otherwise the machine is left out:
     the sum of resources ranked on their own, each with a limit of its own."""
     machine = out.pop(MACHINE, None)
-    if machine is None or float(machine["u"]) < NEAR:
+    if machine is None or float(machine.get("u") or 0.0) < NEAR:
         return
     cores = float(machine.get("machine_cores") or machine.get("capacity") or 0.0)
     shared = [
@@ -111,7 +113,7 @@ def _shared_cores(out: dict[str, dict[str, Any]]) -> None:
     keys = ("u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s")
     top = max([machine, *(out[n] for n in shared)], key=lambda r: float(r.get("u") or 0.0))
     users = ", ".join(str(out[n]["label"]).removesuffix("'s CPU") for n in shared)
-    folded = {**machine, **{k: top.get(k) for k in keys}, "shared_by": shared}
+    folded = cast(Resource, {**machine, **{k: top.get(k) for k in keys}, "shared_by": shared})
     folded["label"] = f"{machine['label']}: {users} and the generator"
     for name in shared:
         del out[name]
@@ -121,16 +123,14 @@ def _shared_cores(out: dict[str, dict[str, Any]]) -> None:
     out[MACHINE] = folded
 
 
-def by_demand(
-    ref: dict[str, Any], points: list[dict[str, Any]]
-) -> list[tuple[str, dict[str, Any]]]:
+def by_demand(ref: PointStats, points: list[PointStats]) -> list[tuple[str, Resource]]:
     """The reference point's resources, largest demand D first: the first to reach U = 1 as
     the load rises. The demand of a passive resource, or of one whose time includes the
     wait for it (a lock's), is its smallest over the points: its time without the queues
     (at low load), so that a passive one is not named for the target's slowness, and a
     lock's is the time it is held."""
     out = []
-    for name, r in ranked(ref["resources"]):
+    for name, r in ranked(ref.get("resources") or {}):
         if r["kind"] in PASSIVE or r.get("includes_waiting"):
             ds = _low_load_demand(name, r, points)
             if ds and min(ds) < (r.get("d_ns") or 0.0):
@@ -139,10 +139,10 @@ def by_demand(
                 r["held_at_low_load"] = True
         if r.get("d_ns"):
             out.append((name, r))
-    return sorted(out, key=lambda kv: -float(kv[1]["d_ns"]))
+    return sorted(out, key=lambda kv: -float(kv[1]["d_ns"] or 0.0))
 
 
-def _low_load_demand(name: str, r: dict[str, Any], points: list[dict[str, Any]]) -> list[float]:
+def _low_load_demand(name: str, r: Resource, points: list[PointStats]) -> list[float]:
     """Its demand where it waited least: a passive resource's at every point (the least
     is its hold time at low load); a lock's at the point of lowest load only (a contended
     point's U is clamped at 1, so its D there would be 1 / X, the measured rate itself)."""
@@ -152,10 +152,10 @@ def _low_load_demand(name: str, r: dict[str, Any], points: list[dict[str, Any]])
         have = (
             [min(calm, key=lambda p: float(p.get("completion_rate_per_s") or 0.0))] if calm else []
         )
-    return [float(p["resources"][name]["d_ns"]) for p in have]
+    return [float(p["resources"][name]["d_ns"] or 0.0) for p in have]
 
 
-def reference(points: list[dict[str, Any]], below: float | None = None) -> dict[str, Any] | None:
+def reference(points: list[PointStats], below: float | None = None) -> PointStats | None:
     """The point the demands are read at: the highest rate kept up with (at most `below`,
     the measured capacity's lower end, when one is given: a search's repeats can show a
     rate above its final bracket stable), else (nothing kept up) the one that completed
@@ -173,19 +173,26 @@ def reference(points: list[dict[str, Any]], below: float | None = None) -> dict[
     return max(with_resources, key=lambda p: float(p.get("completion_rate_per_s") or 0.0))
 
 
-def _named(name: str, r: dict[str, Any]) -> dict[str, Any]:
+def _named(name: str, r: Resource) -> dict[str, Any]:
     keys = ("kind", "label", "u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s", "capacity")
-    out = {"resource": name, **{k: r.get(k) for k in keys}}
+    out: dict[str, Any] = {"resource": name, **{k: r.get(k) for k in keys}}
     out["capacity_unit"] = r.get("capacity_unit")
-    if r.get("threads"):
-        out["threads"] = r["threads"]
-        out["label"] = f"{r['label']} ({int(r['threads'])} worker thread"
-        out["label"] += "s, busy computing)" if r["threads"] != 1 else ", busy computing)"
+    if threads := r.get("threads"):
+        out["threads"] = threads
+        out["label"] = folded_label(r)
     return out
 
 
+def folded_label(r: Mapping[str, Any]) -> str:
+    """A resource's label; a CPU with its CPU-bound pool folded in (`ranked`) says so."""
+    label = str(r.get("label"))
+    if threads := r.get("threads"):
+        label += f" ({int(threads)} worker thread{'s' if threads != 1 else ''}, busy computing)"
+    return label
+
+
 def measured(
-    capacity: dict[str, Any] | None, saturated: dict[str, Any] | None
+    capacity: Mapping[str, Any] | None, saturated: Mapping[str, Any] | None
 ) -> tuple[float | None, float | None]:
     """The measured capacity as an interval: from the highest rate kept up with to the
     lowest not (or the saturated throughput's upper bound, when higher)."""
@@ -231,9 +238,9 @@ def agreement(
 
 
 def explain(
-    points: list[dict[str, Any]],
-    capacity: dict[str, Any] | None = None,
-    saturated: dict[str, Any] | None = None,
+    points: list[PointStats],
+    capacity: Mapping[str, Any] | None = None,
+    saturated: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The bottleneck of one load curve (a group of points at rising rates), with its bound
     against the measured capacity and the next one; None when no point measured resources."""
@@ -281,7 +288,7 @@ def explain(
     return out
 
 
-def generator(point: dict[str, Any]) -> dict[str, Any]:
+def generator(point: PointStats) -> dict[str, Any]:
     """The load generator's own share: its CPU (busiest generator node), its late sends and
     its connections."""
     res = point.get("resources") or {}
@@ -294,7 +301,7 @@ def generator(point: dict[str, Any]) -> dict[str, Any]:
     conns = res.get("connections") or {}
     busiest = max(cpus, key=lambda r: float(r.get("cpu_percent") or 0.0)) if cpus else {}
     return {
-        "cpu_percent": float(busiest["cpu_percent"]) if cpus else None,
+        "cpu_percent": float(busiest.get("cpu_percent") or 0.0) if cpus else None,
         "cpu_wait_percent": busiest.get("cpu_wait_percent"),
         "late_send_share": point.get("late_send_share"),
         "connections_u": conns.get("u"),

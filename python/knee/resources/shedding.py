@@ -11,7 +11,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from knee.find.probe import ERROR_SHARE, decide, failed_share
+from knee.stats.decision import ERROR_SHARE, decide, failed_share
+from knee.stats.summary import PointStats
 
 #: The statuses a service answers when it refuses work it could not take: RFC 6585's 429
 #: (a rate limit) and RFC 9110's 503 (overloaded, or in maintenance).
@@ -21,7 +22,7 @@ SHED_STATUSES = (429, 503)
 SHED_SHARE = 0.9
 
 
-def _rate(point: dict[str, Any]) -> float:
+def _rate(point: PointStats) -> float:
     return float(point.get("target_rate_per_s") or 0.0)
 
 
@@ -32,7 +33,7 @@ def _phrase(code: int) -> str:
         return str(code)
 
 
-def shedding(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def shedding(points: list[PointStats]) -> dict[str, Any] | None:
     """How the target shed load over its capacity, from the points not kept up with whose
     failed share passed the search's ERROR_SHARE; None when it did not shed (the lowest rate
     not kept up with did not fail, or most failures were not SHED_STATUSES replies)."""
@@ -59,7 +60,7 @@ def shedding(points: list[dict[str, Any]]) -> dict[str, Any] | None:
         "statuses": {str(c): n for c, n in sorted(codes.items())},
         "shed_share_of_failures": shed / failed,
         # The requests it served (a refusal's own latency is not kept apart).
-        "served_p50_ms": _ms((first.get("latency_ok_ns") or {}).get("p50")),
+        "served_p50_ms": _ms(first["latency_ok_ns"]["p50"] if "latency_ok_ns" in first else None),
         "points": [p.get("point") for p in over],
     }
 
@@ -68,7 +69,7 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def _failed(point: dict[str, Any]) -> int:
+def _failed(point: PointStats) -> int:
     """Post-warm-up requests that did not end OK."""
     statuses = point.get("statuses") or {}
     return sum(int(v) for k, v in statuses.items() if k != "ok")

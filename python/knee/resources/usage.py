@@ -38,16 +38,16 @@ count over the whole window, a few % at most).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from knee.monitor import HOST_ROLE
+from knee.stats.intervals import t_half_width
+from knee.stats.summary import MACHINE, PointStats, Resource
 
 #: The role of a host's link rows in timeseries.parquet.
 LINK_ROLE = "link"
@@ -58,8 +58,6 @@ ROW_S = 1.0
 OVERFULL = 1.05
 #: Fewer per-interval samples than this give no interval for U.
 MIN_INTERVALS = 3
-#: The key and role of the machine's shared cores among a point's resources.
-MACHINE = "machine"
 #: Foreign CPU (cores) the machine's label mentions: the interference check's threshold.
 FOREIGN_NOTED = 0.1
 #: The fewest cores counted as left to the run (a guard against dividing by nothing).
@@ -83,7 +81,7 @@ class Inputs:
     point: int
     after_s: float  # the end of the warm-up, in run seconds
     rows: list[dict[str, Any]]  # timeseries rows of the run so far
-    stats: dict[str, Any]  # the point's statistics (knee.stats.point)
+    stats: PointStats  # the point's statistics (knee.stats.point)
     nodes: dict[str, NodeInfo]
     link_bytes_per_s: dict[str, float] = field(default_factory=dict)  # host -> tbf rate
     frame: pd.DataFrame | None = None  # the point's samples, for the connections
@@ -111,7 +109,7 @@ def _mean_ci(values: np.ndarray) -> tuple[float, list[float] | None]:
     n = len(values)
     if n < MIN_INTERVALS:
         return mean, None
-    half = float(scipy_stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    half = t_half_width(values)
     return mean, [max(0.0, mean - half), mean + half]
 
 
@@ -124,7 +122,7 @@ def entry(
     unit: str,
     x_per_s: float,
     **extra: Any,
-) -> dict[str, Any]:
+) -> Resource:
     """One resource's U, D and bound (module docstring), from its mean busy amount (in
     units of its capacity: cores, workers, bytes/s) and the point's completions."""
     out: dict[str, Any] = {"kind": kind, "label": label, "busy": busy, "capacity": capacity}
@@ -139,10 +137,10 @@ def entry(
         if u_ci and x_per_s > 0
         else None
     )
-    return out | extra
+    return cast(Resource, out | extra)
 
 
-def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
+def point_resources(inp: Inputs) -> dict[str, Resource]:
     """summary.json's `resources` of one point: per node its CPU (and the bytes its own
     counters saw), per emulated link its bytes each way, the pools, parts and connections
     the run can see; each with U, D and the bound where its capacity is known."""
@@ -162,7 +160,7 @@ def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
         and inp.after_s <= r["t_s"] <= end_s
         and r.get("role") != HOST_ROLE
     ]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Resource] = {}
     for name in sorted({r["node"] for r in mine}):
         rs = [r for r in mine if r["node"] == name]
         if rs[0].get("role") == LINK_ROLE:
@@ -190,7 +188,7 @@ def point_resources(inp: Inputs) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]:
+def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> Resource:
     values = np.array([r["cpu_percent"] for r in rows if r.get("cpu_percent") is not None])
     cores = node.cpu_cores or machine_cores()
     if node.pool:  # a pool of k threads runs on at most k cores
@@ -216,16 +214,19 @@ def _cpu(rows: list[dict[str, Any]], node: NodeInfo, x: float) -> dict[str, Any]
         out["cpu_percent_of_quota"] = busy * 100.0 / node.cpu_cores
     if len(rows) >= 2 and "bytes_tx" in rows[0] and "bytes_tx" in rows[-1]:
         dt = rows[-1]["t_s"] - rows[0]["t_s"]
-        for key in ("bytes_rx", "bytes_tx"):
-            out[f"{key}_per_s"] = (rows[-1][key] - rows[0][key]) / dt if dt > 0 else None
+
+        def per_s(key: str) -> float | None:
+            return (rows[-1][key] - rows[0][key]) / dt if dt > 0 else None
+
+        out["bytes_rx_per_s"], out["bytes_tx_per_s"] = per_s("bytes_rx"), per_s("bytes_tx")
     return out
 
 
-def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, dict[str, Any]]:
+def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, Resource]:
     """The CPU of each host with a limit and more than one node: its nodes share one cgroup
     (docs/hosts.md), so the host, not each node against the whole limit, is what runs out.
     Its busy cores each second are its nodes' summed."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Resource] = {}
     for host, cores in inp.host_cores.items():
         names = sorted(n for n, info in inp.nodes.items() if info.host == host)
         mine = [r for r in rows if r["node"] in names and r.get("cpu_percent") is not None]
@@ -244,7 +245,7 @@ def _hosts(rows: list[dict[str, Any]], inp: Inputs, x: float) -> dict[str, dict[
     return out
 
 
-def _machine(inp: Inputs, end_s: float, x: float) -> dict[str, Any] | None:
+def _machine(inp: Inputs, end_s: float, x: float) -> Resource | None:
     """This machine's cores as one resource of the run's processes (nodes, the target's
     tree, the runner), when every node runs here without a CPU limit: they share the cores.
     Busy is their CPU summed each interval (the host rows' nodes + runner), against the
@@ -276,13 +277,17 @@ def _machine(inp: Inputs, end_s: float, x: float) -> dict[str, Any] | None:
     out["machine_cores"] = cores
     out["left_by_others"] = left < cores - FOREIGN_NOTED  # capacity: the cores left
     out["cpu_percent"] = busy * 100.0
-    for key, column in (("host_cpu_percent", "cpu_percent"), ("foreign_cpu_percent",) * 2):
+
+    def mean_of(column: str) -> float | None:
         values = [r[column] for r in rows if r.get(column) is not None]
-        out[key] = float(np.mean(values)) if values else None
+        return float(np.mean(values)) if values else None
+
+    out["host_cpu_percent"] = mean_of("cpu_percent")
+    out["foreign_cpu_percent"] = mean_of("foreign_cpu_percent")
     return out
 
 
-def _link(rows: list[dict[str, Any]], rate: float | None, x: float, host: str) -> dict[str, Any]:
+def _link(rows: list[dict[str, Any]], rate: float | None, x: float, host: str) -> Resource:
     """The busier direction of a host's link: bytes/s each way from its counters."""
     t = np.array([r["t_s"] for r in rows])
     per_s: dict[str, np.ndarray] = {}
@@ -294,21 +299,19 @@ def _link(rows: list[dict[str, Any]], rate: float | None, x: float, host: str) -
     busy, busy_ci = _mean_ci(per_s[way]) if len(per_s[way]) else (0.0, None)
     label = f"the link of host {host}, " + ("sending" if way == "bytes_tx" else "receiving")
     out = entry("link", label, busy, busy_ci, rate, "bytes/s", x, role=LINK_ROLE)
-    out |= {f"{k}_per_s": v for k, v in means.items()}
+    out["bytes_rx_per_s"], out["bytes_tx_per_s"] = means["bytes_rx"], means["bytes_tx"]
     out["direction"] = "out" if way == "bytes_tx" else "in"
     return out
 
 
-def _pool(
-    stats: dict[str, Any], node: NodeInfo, x: float, cpu: dict[str, Any]
-) -> dict[str, Any] | None:
+def _pool(stats: PointStats, node: NodeInfo, x: float, cpu: Resource) -> Resource | None:
     """Workers busy = X_ok x the mean service time (Little's law over the pool)."""
-    service = stats.get("service_ns") or {}
+    service = stats.get("service_ns")
     x_ok = float(stats.get("throughput_per_s") or 0.0)
-    if not service.get("n") or not service.get("mean"):  # 0: no reply said (http)
+    if not service or not service["n"] or not service["mean"]:  # 0: no reply said (http)
         return None
     busy = x_ok * service["mean"] / 1e9
-    ci = (service.get("ci") or {}).get("mean")
+    ci = service["ci"].get("mean")
     busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
     k = node.pool or 1
     label = f"{node.label}'s {k} worker{'s' if k != 1 else ''}"
@@ -323,17 +326,15 @@ def _pool(
     return out
 
 
-def _part(
-    stats: dict[str, Any], part: tuple[str, str, float | None], x: float
-) -> dict[str, Any] | None:
+def _part(stats: PointStats, part: tuple[str, str, float | None], x: float) -> Resource | None:
     """A system's named part that reports its own time per request (`detail_ns`)."""
     _, label, capacity = part
-    detail = stats.get("detail_ns") or {}
+    detail = stats.get("detail_ns")
     x_ok = float(stats.get("throughput_per_s") or 0.0)
-    if not detail.get("n") or not detail.get("mean"):
+    if not detail or not detail["n"] or not detail["mean"]:
         return None
     busy = x_ok * detail["mean"] / 1e9
-    ci = (detail.get("ci") or {}).get("mean")
+    ci = detail["ci"].get("mean")
     busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
     if capacity != 1:
         return entry("part", label, busy, busy_ci, capacity, "servers", x, role="part")
@@ -346,7 +347,7 @@ def _part(
     return out
 
 
-def _connections(inp: Inputs, x: float) -> dict[str, Any]:
+def _connections(inp: Inputs, x: float) -> Resource:
     """The generator's connections: each held from its request's connect to its reply (or
     its deadline); U = the mean number held / connections; `all_busy_share` = the share of
     the window in which every one was held (a due request then waits for one)."""

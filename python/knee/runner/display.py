@@ -18,24 +18,26 @@ from rich.progress import (
 from rich.table import Table
 
 from knee.params import Point
+from knee.stats.summary import Distribution, PointStats
 
 
 def fmt_ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
-def fmt_percentile(dist: dict[str, Any], key: str) -> str:
+def fmt_percentile(dist: Distribution, key: str) -> str:
     """A headline percentile in ms, or what it landed on when that was a failure."""
-    failed = (dist.get("failed") or {}).get(key)
+    failed = dist.get("failed", {}).get(key)
     if failed is not None:
         return "> timeout" if failed == "timeout" else "failed"
-    return fmt_ms(dist.get(key))
+    value = dist.get(key)
+    return fmt_ms(value if isinstance(value, int | float) else None)
 
 
-def warnings_of(point: dict[str, Any]) -> list[str]:
+def warnings_of(point: PointStats) -> list[str]:
     """Short words for what qualifies a point: unstable, a failing sender, interference."""
     out = []
-    if (point.get("stability") or {}).get("verdict") == "unstable":
+    if point.get("stability") and point["stability"].get("verdict") == "unstable":
         out.append("UNSTABLE")
     for c in point.get("checks") or []:
         if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
@@ -113,7 +115,7 @@ class Display:
             p99=fmt_ms(ev.get("p99_ns") or None),
         )
 
-    def point_finished(self, point: Point, stats: dict[str, Any]) -> None:
+    def point_finished(self, point: Point, stats: PointStats) -> None:
         self._tell("point_finished", point, stats)
         lat = stats["latency_ns"]
         flags = warnings_of(stats)
@@ -140,7 +142,7 @@ class Display:
             self._task = None
 
 
-def summary_table(points: list[dict[str, Any]]) -> Table:
+def summary_table(points: list[PointStats]) -> Table:
     """The end-of-run table: one row per point."""
     t = Table(
         title="summary (warm-up excluded; latency in ms from the intended send time; "
@@ -167,16 +169,17 @@ def summary_table(points: list[dict[str, Any]]) -> Table:
         lat = p["latency_ns"]
         ok = p.get("latency_ok_ns") or lat
         target = p.get("target_rate_per_s")
-        cpu = (p.get("resources", {}).get("server") or {}).get("cpu_percent")
+        cpu = p.get("resources", {}).get("server", {}).get("cpu_percent")
         late = p.get("late_sends")
-        verdict = ", ".join(warnings_of(p)) or (p.get("stability") or {}).get("verdict", "-")
+        stable = p["stability"].get("verdict", "-") if p.get("stability") else "-"
+        verdict = ", ".join(warnings_of(p)) or stable
         t.add_row(
             p["label"],
             "-" if target is None else f"{target:g}",
             f"{p['achieved_rate_per_s']:.1f}",
             f"{p['throughput_per_s']:.1f}",
             "-" if late is None else str(late),
-            f"{100 * p['status_rates']['ok']:.1f}",
+            f"{100 * (p['status_rates']['ok'] or 0.0):.1f}",
             fmt_percentile(lat, "p50"),
             fmt_percentile(lat, "p99"),
             fmt_percentile(lat, "p999"),
@@ -189,21 +192,22 @@ def summary_table(points: list[dict[str, Any]]) -> Table:
     return t
 
 
-def point_notes(points: list[dict[str, Any]]) -> list[str]:
+def point_notes(points: list[PointStats]) -> list[str]:
     """One line per qualified point under the table: why it is unstable, what the sender
     or the machine did, and its checker's verdict when the system has one."""
     lines = []
     for p in points:
-        stability = p.get("stability") or {}
-        if stability.get("verdict") == "unstable":
-            lines.append(f"{p['label']}: {stability.get('detail')}")
+        if p.get("stability") and p["stability"].get("verdict") == "unstable":
+            lines.append(f"{p['label']}: {p['stability'].get('detail')}")
         for c in p.get("checks") or []:
             if c.get("name") in ("sender", "interference") and c.get("verdict") in ("warn", "fail"):
                 lines.append(f"{p['label']}: {c['name']} {c['verdict']}: {c.get('detail')}")
         for g in p.get("generators") or []:  # a generator that could not keep up
-            c = g.get("sender") or {}
-            if c.get("verdict") in ("warn", "fail"):
-                lines.append(f"{p['label']}: {g['node']} sender {c['verdict']}: {c.get('detail')}")
+            sender = g.get("sender") or {}
+            if sender.get("verdict") in ("warn", "fail"):
+                lines.append(
+                    f"{p['label']}: {g['node']} sender {sender['verdict']}: {sender.get('detail')}"
+                )
         if v := p.get("check"):  # the system's checker (knee.analysis.chaos)
             why = f": {v['detail']}" if v.get("detail") else ""
             lines.append(f"{p['label']}: check {v.get('verdict')} ({v.get('name', '')}){why}")

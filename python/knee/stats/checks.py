@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from knee.stats.distribution import QUANTILES, SUPPORT_SAMPLES, supported
-
-Check = dict[str, Any]
+from knee.stats.summary import Check
 
 #: Most late sends (after warm-up) a generator may have before its check fails.
 LATE_SHARE_MAX = 0.01
@@ -93,8 +91,11 @@ def sender_check(
         value = achieved_per_s / target_per_s - 1
         shown = f"sent {achieved_per_s:.4g}/s vs target {target_per_s:.4g}/s ({value:+.1%})"
         interval = f"[{ci_per_s[0]:.4g}, {ci_per_s[1]:.4g}]" if ci_per_s else "(none)"
-        drew = scheduled_per_s is not None and ci_per_s is not None
-        if drew and ci_per_s[1] < target_per_s and ci_per_s[1] >= scheduled_per_s:
+        if (
+            scheduled_per_s is not None
+            and ci_per_s is not None
+            and scheduled_per_s <= ci_per_s[1] < target_per_s
+        ):
             problems.append(
                 f"{shown}: below the target beyond the 95% interval {interval}, as the "
                 f"schedule drew {scheduled_per_s:.4g}/s: the sends kept to the schedule"

@@ -15,11 +15,12 @@ is null, with the kind of failure in `failed` ("timeout" when every failure time
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from knee.stats.intervals import mean_ci, order_statistic_ranks, quantile_ci, quantile_rank
+from knee.stats.summary import Distribution
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
 #: Samples needed beyond a percentile before it is called supported.
@@ -34,13 +35,13 @@ def supported(n: int, q: float) -> bool:
 
 def distribution(
     values_in_time_order: np.ndarray, sorted_values: np.ndarray | None = None
-) -> dict[str, Any]:
+) -> Distribution:
     """Summary of `values` (in the order the requests were sent: the mean's interval uses
     batches of consecutive requests). Pass `sorted_values` when the caller has them."""
     values = np.asarray(values_in_time_order)
     n = len(values)
     if n == 0:
-        return {
+        empty: dict[str, Any] = {
             "n": 0,
             "mean": None,
             "std": None,
@@ -49,6 +50,7 @@ def distribution(
             "ci": {"mean": None, **{name: None for name in QUANTILES}},
             "supported": {name: False for name in QUANTILES},
         }
+        return cast(Distribution, empty)
     ordered = np.sort(values) if sorted_values is None else sorted_values
     out: dict[str, Any] = {
         "n": n,
@@ -61,19 +63,19 @@ def distribution(
     out["ci"] = {"mean": mean_ci(values)}
     out["ci"].update({name: quantile_ci(ordered, q) for name, q in QUANTILES.items()})
     out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
-    return out
+    return cast(Distribution, out)
 
 
-def headline(ok: dict[str, Any], sorted_ok: np.ndarray, failures: dict[str, int]) -> dict[str, Any]:
+def headline(ok: Distribution, sorted_ok: np.ndarray, failures: dict[str, int]) -> Distribution:
     """The distribution of every request's latency, from `ok` (the `distribution` of the OK
     ones, ascending in `sorted_ok`) and `failures` (count per status name), which rank above
     every success. With no failure it is `ok`. Extra keys: `failures` (their number) and
     `failed` ({"p99": "timeout", ...} for each percentile that lands on a failure)."""
     n_ok = len(sorted_ok)
     n_failed = sum(failures.values())
-    out = {**ok, "failures": n_failed, "failed": {}}
+    out: dict[str, Any] = {**ok, "failures": n_failed, "failed": {}}
     if n_failed == 0:
-        return out
+        return cast(Distribution, out)
     kind = "timeout" if failures.get("timeout", 0) == n_failed else "failed"
     n = n_ok + n_failed
 
@@ -90,4 +92,4 @@ def headline(ok: dict[str, Any], sorted_ok: np.ndarray, failures: dict[str, int]
         low = None if ranks is None else at(ranks[0])
         out["ci"][name] = None if low is None or ranks is None else [low, at(ranks[1])]
     out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
-    return out
+    return cast(Distribution, out)

@@ -10,6 +10,7 @@ import numpy as np
 
 from knee.results import STATUS_NAMES
 from knee.stats.distribution import distribution, headline
+from knee.stats.summary import Distribution
 
 #: The column index of "ok", "timeout" and "drop" in status codes (codes follow STATUS_NAMES).
 OK_CODE = STATUS_NAMES.index("ok")
@@ -35,14 +36,14 @@ def failures(counts: dict[str, int]) -> dict[str, int]:
 
 def latency_pair(
     latency_ok_ns: np.ndarray, counts: dict[str, int], sorted_ok: np.ndarray | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Distribution]:
     """The headline latency (every request, failures ranked last) and the OK-only one."""
     ordered = np.sort(latency_ok_ns) if sorted_ok is None else sorted_ok
     ok = distribution(latency_ok_ns, ordered)
     return {"latency_ns": headline(ok, ordered, failures(counts)), "latency_ok_ns": ok}
 
 
-def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> dict[str, dict[str, Any]]:
+def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> dict[str, Distribution]:
     """The server and network distributions over the requests whose reply carried a server
     time: server_ns -1 marks one that did not (an HTTP service without Server-Timing), whose
     split is unknown. (A network time can be negative when a server reports more than the

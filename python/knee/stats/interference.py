@@ -23,6 +23,7 @@ import numpy as np
 
 from knee.monitor import HOST_ROLE
 from knee.stats.checks import Check, check
+from knee.stats.summary import PointStats
 
 #: Mean foreign CPU (core-percent) above which a point is disturbed. On 2 cores a tenth of
 #: a core is 5% of the machine, and it is well above the floor of the measurement: host and
@@ -77,7 +78,7 @@ def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Che
 
 
 def add_interference(
-    stats: dict[str, Any], rows: Sequence[Mapping[str, Any]], point: int, after_s: float
+    stats: PointStats, rows: Sequence[Mapping[str, Any]], point: int, after_s: float
 ) -> None:
     """Foreign CPU and steal over a point's post-warm-up host rows (of the run's timeseries
     `rows`, from `after_s` on): stats["interference"] and the `interference` check."""

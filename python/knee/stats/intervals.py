@@ -113,11 +113,18 @@ def mean_ci(values_in_time_order: np.ndarray, confidence: float = CONFIDENCE) ->
     if n < MEAN_MIN_BATCHES:
         return None
     batch_means = batch_means_of(np.asarray(values_in_time_order, dtype=np.float64))
-    k = len(batch_means)
     mean = float(np.mean(values_in_time_order))
-    t = t_975(k - 1) if confidence == CONFIDENCE else float(sps.t.ppf(0.5 + confidence / 2, k - 1))
-    half = t * float(batch_means.std(ddof=1)) / math.sqrt(k)
+    half = t_half_width(batch_means, confidence)
     return [mean - half, mean + half]
+
+
+def t_half_width(x: np.ndarray, confidence: float = CONFIDENCE) -> float:
+    """Half the width of Student's t interval (two-sided `confidence`) for the mean of the
+    independent values x: t(n-1) * sd(x) / sqrt(n). Batch means (`mean_ci`) and per-second
+    resource rows (knee.resources.usage) both use it."""
+    k = len(x)
+    t = t_975(k - 1) if confidence == CONFIDENCE else float(sps.t.ppf(0.5 + confidence / 2, k - 1))
+    return t * float(x.std(ddof=1)) / math.sqrt(k)
 
 
 def batch_means_of(x: np.ndarray, batches: int = MEAN_BATCHES) -> np.ndarray:

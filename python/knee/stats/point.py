@@ -8,8 +8,8 @@ request they answer (knee.stats.rates).
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,7 @@ from knee.stats.groups import (
 )
 from knee.stats.rates import Requests, rates, schedule_window
 from knee.stats.stability import stability
+from knee.stats.summary import PointStats
 from knee.stats.tail import top1
 
 #: The column of the wait each request had for a free HTTP/2 stream or HTTP/1.1 connection
@@ -40,29 +41,40 @@ from knee.stats.tail import top1
 HELD_NS = "held_ns"
 
 
-def point_stats(
-    samples: pd.DataFrame,
-    *,
-    schedule: str | None = None,
-    target_rate_per_s: float | None = None,
-    late_ms: float | None = None,
-    timeout_ms: float | None = None,
-    cache_hit_flag: int | None = None,
-    queue_name: str = "queue_ns",
-    connections: int | None = None,
-    system: str | None = None,
-) -> dict[str, Any]:
-    """Statistics of one point's samples (warm-up rows included and marked). `schedule`
-    (load.schedule) and the offered rate feed the sender and Poisson checks, `late_ms` the
-    late sends, `timeout_ms` the backlog at the schedule's end; without them those parts
-    are n/a or unknown. `cache_hit_flag`, for a server with a result cache, adds `cache`:
-    its hit ratio and the service time of hits and misses (knee.stats.cache). `queue_name`
-    is what the system's `queue_ns` column holds (http: `connect_ns`), the key of its
-    distribution. `connections`: the generators' connections each carry one request at a time
-    (http), so a late send with all of them busy waited for the target (knee.stats.stability);
-    None where a connection carries many (the reference systems' open loop). `system` names
-    the samples' columns as `knee.results.samples_frame` did (None: the record's names);
-    the summary's keys stay the record's (slices' `epoch` is its `detail_ns`)."""
+@dataclass(frozen=True)
+class PointSettings:
+    """What `point_stats` needs to know of how a point ran. `schedule` (load.schedule) and
+    the offered rate feed the sender and Poisson checks, `late_ms` the late sends,
+    `timeout_ms` the backlog at the schedule's end; without them those parts are n/a or
+    unknown. `cache_hit_flag`, for a server with a result cache, adds `cache`: its hit
+    ratio and the service time of hits and misses (knee.stats.cache). `queue_name` is what
+    the system's `queue_ns` column holds (http: `connect_ns`), the key of its distribution.
+    `connections`: the generators' connections each carry one request at a time (http), so
+    a late send with all of them busy waited for the target (knee.stats.stability); None
+    where a connection carries many (the reference systems' open loop). `system` names the
+    samples' columns as `knee.results.samples_frame` did (None: the record's names); the
+    summary's keys stay the record's (slices' `epoch` is its `detail_ns`)."""
+
+    schedule: str | None = None
+    target_rate_per_s: float | None = None
+    late_ms: float | None = None
+    timeout_ms: float | None = None
+    cache_hit_flag: int | None = None
+    queue_name: str = "queue_ns"
+    connections: int | None = None
+    system: str | None = None
+
+
+def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()) -> PointStats:
+    """Statistics of one point's samples (warm-up rows included and marked), as `settings`
+    say the point ran."""
+    schedule, target_rate_per_s = settings.schedule, settings.target_rate_per_s
+    late_ms, timeout_ms, connections = settings.late_ms, settings.timeout_ms, settings.connections
+    cache_hit_flag, queue_name, system = (
+        settings.cache_hit_flag,
+        settings.queue_name,
+        settings.system,
+    )
     names = contract.columns(system) if system else {}
 
     def field(name: str) -> str:
@@ -150,7 +162,7 @@ def point_stats(
         if cache_hit_flag is not None
         else None
     )
-    return {
+    out: dict[str, Any] = {
         "count": len(codes),
         "statuses": counts,
         "status_rates": status_rates(counts),
@@ -203,6 +215,7 @@ def point_stats(
             sorted_latency,
         ),
     }
+    return cast(PointStats, out)
 
 
 def waiting_for_connections(

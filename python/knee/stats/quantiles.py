@@ -136,7 +136,7 @@ def order_statistics(grouped: Any, qs: float | Sequence[float]) -> pd.DataFrame 
     keys, _, sorted_values, counts, starts = _sorted_groups(grouped)
     has = counts > 0
     cols = {}
-    for q in [qs] if np.ndim(qs) == 0 else list(qs):  # a loop over the few quantiles
+    for q in np.atleast_1d(qs).tolist():  # a loop over the few quantiles
         out = np.full(len(keys), np.nan)
         out[has] = sorted_values[starts[has] + ranks(counts[has], q) - 1]
         cols[q] = out

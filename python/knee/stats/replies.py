@@ -5,10 +5,11 @@ ended OK, one line naming what they got instead (docs/find.md, "Every request fa
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from knee.stats.summary import PointStats
 
 #: The HTTP code of a request that got no reply (a timeout, a drop, a refused connection).
 NO_REPLY = 0
@@ -31,7 +32,7 @@ def _phrase(code: int) -> str:
         return f"HTTP {code}"
 
 
-def every_request_failed(stats: dict[str, Any]) -> str | None:
+def every_request_failed(stats: PointStats) -> str | None:
     """When the point had requests after warm-up and none ended OK: what most of them got,
     with the count ("403 Forbidden (100 of 100)", "timeout (40 of 40)"); else None."""
     count = int(stats.get("count") or 0)

@@ -88,9 +88,9 @@ class OrderStatsBySecond:
         for first, last in windows(sorted(self.revisit), per_second, limit_rows):
             seconds, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
             for t_ns, v in reread(first, last):
-                b = second_of(t_ns)
-                keep = np.isin(b, list(self.revisit))
-                seconds.append(b[keep])
+                in_s = second_of(t_ns)
+                keep = np.isin(in_s, list(self.revisit))
+                seconds.append(in_s[keep])
                 values.append(v[keep])
             again = order_statistics_by_bin(
                 np.concatenate(seconds), np.concatenate(values), self.qs

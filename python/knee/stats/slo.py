@@ -43,6 +43,7 @@ from knee.stats.intervals import (
     quantile_rank,
     upper_bound_rank,
 )
+from knee.stats.summary import PointStats, SloVerdict
 
 _UNITS_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _SLO = re.compile(
@@ -127,7 +128,7 @@ def decide(
     failures: int,
     slo: Slo,
     unstable: bool,
-) -> dict[str, Any]:
+) -> SloVerdict:
     """The point's decision on `slo` ("met", "missed", "undecided"), with the statistic's
     value and its one-sided 99% bounds (`ci_ns`: [lower, upper], ns; None where a bound
     lands on a failure, and `ci_ns` None when neither bound exists) and a one-line
@@ -209,12 +210,13 @@ def _ms(ns: float | None) -> str:
     return "failed" if ns is None else f"{ns / 1e6:.4g}"
 
 
-def point_slo(samples: Any, slo: Slo, stats: dict[str, Any]) -> dict[str, Any]:
+def point_slo(samples: Any, slo: Slo, stats: PointStats) -> SloVerdict:
     """`decide` over one point's samples (knee.results.point_frame: every row, warm-up
     marked) and its statistics (for the stability verdict)."""
     post = samples[~samples["warmup"].to_numpy()]
     ok = post["status"].to_numpy() == "ok"
     order = np.argsort(post["intended_ns"].to_numpy()[ok], kind="stable")
     latency = post["latency_ns"].to_numpy()[ok][order].astype(np.float64)
-    unstable = (stats.get("stability") or {}).get("verdict") == "unstable"
+    stability = stats.get("stability")
+    unstable = stability is not None and stability["verdict"] == "unstable"
     return decide(np.sort(latency), latency, int(np.count_nonzero(~ok)), slo, unstable)

@@ -31,12 +31,13 @@ draws it apart, and no model is fitted to it.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import stats as sps
 
 from knee.stats.intervals import batch_means_of
+from knee.stats.summary import Stability
 
 #: Batches the trend test runs over, and the fewest OK samples it needs.
 TREND_BATCHES = 30
@@ -114,7 +115,7 @@ def stability(
     wait_ns: np.ndarray | None = None,
     late_ms: float | None = None,
     connections: int | None = None,
-) -> dict[str, Any]:
+) -> Stability:
     """The verdict ("stable", "unstable", "n/a"), its reasons and the figures behind them.
     `waiting` is the part of the backlog not yet sent; `intended_sent_ns` and `wait_ns` (the
     sent requests' intended times and send waits, in send order) feed the wait sign, run only
@@ -123,7 +124,7 @@ def stability(
     mean_ns = float(latency_ok_ns.mean()) if len(latency_ok_ns) else 0.0
     growth_ns = found["slope_ns_per_s"] * window_s if found else None
     reasons: list[str] = []
-    if _grows(found, window_s, mean_ns) is not None and found is not None:
+    if _grows(found, window_s, mean_ns) is not None and found and growth_ns is not None:
         reasons.append(
             f"latency grows {found['slope_ns_per_s'] / 1e6:.3g} ms/s "
             f"(+{growth_ns / 1e6:.3g} ms over the point)"
@@ -177,10 +178,12 @@ def stability(
             else ": failing, with no growing queue"
         )
         detail = "over capacity: " + "; ".join(reasons) + tail
-        return {"verdict": "unstable", "reasons": reasons, "detail": detail, **figures}
+        return cast(
+            Stability, {"verdict": "unstable", "reasons": reasons, "detail": detail, **figures}
+        )
     if found is None or not sent_in_window:
         detail = f"{len(latency_ok_ns)} OK samples: too few to judge"
-        return {"verdict": "n/a", "reasons": [], "detail": detail, **figures}
+        return cast(Stability, {"verdict": "n/a", "reasons": [], "detail": detail, **figures})
     detail = (
         f"keeping up: no growing latency trend (Mann-Kendall p = {found['p']:.2g}), "
         f"{backlog - waiting} in flight and {waiting} waiting to be sent at the end, "
@@ -188,7 +191,7 @@ def stability(
     )
     if waits is not None:
         detail += f", no growing wait for a connection (p = {waits['p']:.2g})"
-    return {"verdict": "stable", "reasons": [], "detail": detail, **figures}
+    return cast(Stability, {"verdict": "stable", "reasons": [], "detail": detail, **figures})
 
 
 def _backlog_reason(backlog: int, waiting: int, sent_in_window: int) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 from knee.stats import quantiles
 from knee.stats.distribution import distribution
 from knee.stats.intervals import chi2_ppf
+from knee.stats.summary import Distribution
 
 #: The slowest 1% are the requests ranked above this quantile.
 TOP_Q = 0.99
@@ -51,7 +52,7 @@ def top1(
     network_ns: np.ndarray,
     late_ns: np.ndarray,
     intended_ns: np.ndarray,
-    with_dist: dict[str, Any],
+    with_dist: Distribution,
     sorted_latency_ns: np.ndarray,
 ) -> dict[str, Any]:
     """The top 1% of OK requests by latency (all arrays in send order, one entry per

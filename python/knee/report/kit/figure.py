@@ -74,7 +74,8 @@ class Trace:
     legend: bool = True
     hidden: bool = False
     hover: list[str] | None = None
-    boxes: list[dict[str, float]] | None = None
+    # Each box: lo, q1, median, q3, hi, mean (floats) and outliers (a list of floats).
+    boxes: list[dict[str, Any]] | None = None
     z: list[list[float | None]] | None = None
     z_title: str = ""
 

@@ -49,7 +49,7 @@ def section(rr: ReportRun) -> Section:
         blocks.append(answers_table(group, found.slo))
         if points:
             blocks.append(latency_figure(f"headline-latency-{i}", group, points, rr.slo))
-    if searched and (found.find or {}).get("error"):
+    if searched and found.find and found.find.get("error"):
         blocks.append(note(f"The search stopped at once: {found.find['error']}."))
     elif not found.groups:
         blocks.append(note("The search has no answer yet: no group finished a probe."))

@@ -15,6 +15,7 @@ from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, esc, finding, note, table
+from knee.report.kit.figure import Scale
 from knee.report.traces import (
     by_x,
     group_text,
@@ -114,7 +115,7 @@ def series_blocks(
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst if worst else None)
         traces.extend(extra)
     highest = max((stat(p, dist, "mean") or 0.0 for p in points if _unstable(p)), default=0.0)
-    scale = "log" if worst and highest > LOG_AXIS_FACTOR * worst else "linear"
+    scale: Scale = "log" if worst and highest > LOG_AXIS_FACTOR * worst else "linear"
     fig = Figure(
         f"load-{series}",
         f"{series}: latency vs {x_axis.title}",

@@ -73,7 +73,7 @@ def _check_cell(check: dict[str, Any] | None) -> Cell:
 
 
 def _main_table(points: list[dict[str, Any]]) -> Html:
-    cols = [
+    cols: list[Col | str] = [
         Col("point", left=True),
         "n",
         "target/s",
@@ -157,7 +157,12 @@ def _ok_only_table(points: list[dict[str, Any]]) -> str:
     """The distribution of successful requests alone, labelled as such."""
     if not any(p.get("latency_ok_ns") for p in points):
         return ""
-    cols = [Col("point", left=True), "n ok", *(label for _, label in PERCENTILES), "max"]
+    cols: list[Col | str] = [
+        Col("point", left=True),
+        "n ok",
+        *(label for _, label in PERCENTILES),
+        "max",
+    ]
     rows = []
     for p in points:
         ok = p.get("latency_ok_ns") or {}
@@ -191,7 +196,7 @@ def _checks_table(points: list[dict[str, Any]]) -> str:
     ]
     if not rows:
         return note("This run's summary has no checks.")
-    cols = [Col("point", left=True), Col("check", left=True), "verdict", "value"]
+    cols: list[Col | str] = [Col("point", left=True), Col("check", left=True), "verdict", "value"]
     return table(
         [*cols, Col("detail", left=True)],
         rows,
@@ -205,7 +210,7 @@ def _breakdown(points: list[dict[str, Any]], key: str, what: str) -> str:
     """Per-operation or per-service rows, shown when some point has more than one."""
     if not any(len(p.get(key) or {}) > 1 for p in points):
         return ""
-    cols = [
+    cols: list[Col | str] = [
         Col("point", left=True),
         Col(what, left=True),
         "n",

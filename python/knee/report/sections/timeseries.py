@@ -112,7 +112,8 @@ def _sample_figures(rr: ReportRun, markers: list[Marker]) -> list[Figure]:
         return []
     # Statuses in name order, every bin from the first to the last (0 where none).
     counts = pd.DataFrame({name: replies[name] for name in sorted(replies)}).fillna(0)
-    all_bins = np.arange(counts.index.min(), counts.index.max() + 1) if len(counts) else []
+    empty = np.zeros(0, np.int64)
+    all_bins = np.arange(counts.index.min(), counts.index.max() + 1) if len(counts) else empty
     counts = counts.reindex(all_bins, fill_value=0).astype(np.int64)
     x = (counts.index.to_numpy() * BIN_S + BIN_S / 2).tolist()
     through = [

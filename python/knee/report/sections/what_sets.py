@@ -12,18 +12,21 @@ resource's U."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from knee.find.answers import RATE_KEY
+from knee.analysis.answers import RATE_KEY
 from knee.report import answers, fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Cell, Col, Finding, Html, Row, esc, finding, findings, note, table
 from knee.report.kit import plural as plural_of
-from knee.resources.bottleneck import generator, ranked
+from knee.report.kit.figure import AxisKind
+from knee.resources.bottleneck import folded_label, generator, ranked
 from knee.resources.usage import ROW_S
+from knee.stats.summary import PointStats
 
 ID = "what-sets"
 TITLE = "What sets the knee"
@@ -218,7 +221,7 @@ def u_figure(
     ends = [min(numeric), max(numeric)] if x_axis.scale != "category" and numeric else xs
     one = [1.0] * len(ends)
     traces.append(Trace("line", "U = 1", ends, one, color=GREY, dash=True, markers=False))
-    bold = " Bold: the bottleneck named above." if first else ""
+    bold_note = " Bold: the bottleneck named above." if first else ""
     return Figure(
         fig_id,
         title,
@@ -227,7 +230,7 @@ def u_figure(
         traces,
         caption="Each resource's mean utilization over each point's measured window "
         "(bars: its 95% interval where the samples give one); dashed: U = 1, the resource "
-        f"fully busy.{bold}",
+        f"fully busy.{bold_note}",
     )
 
 
@@ -342,7 +345,7 @@ def usage_table(cols: list[Column], names: list[str], first: str | None) -> Html
         cells: list[Any] = [label_of(name, points), _capacity(name, points)]
         cells += [_cell(_usage(p).get(name)) for p in points]
         rows.append(Row(cells, BOLD_ROW if name == first else ""))
-    gens = [generator(p) for p in points]
+    gens = [generator(cast(PointStats, p)) for p in points]  # summary.json's points
     open_loop = any(p.get("target_rate_per_s") for p in points)
     said: list[str] = []
     for key, what, shown, meaning in GENERATOR_ROWS:
@@ -440,9 +443,9 @@ def series_columns(points: list[dict[str, Any]]) -> tuple[list[Column], Axis]:
     values = [(p.get("swept") or {}).get(keys[0]) for p in points] if len(keys) == 1 else []
     if values and all(isinstance(v, int | float) for v in values):
         short = keys[0].partition(".")[2] or keys[0]
-        order = sorted(zip(values, points, strict=True), key=lambda vp: vp[0])
-        kind = "count" if all(isinstance(v, int) for v in values) else "value"
-        cols = [Column(p, v, _where(short, v)) for v, p in order]
+        pairs = sorted(zip(values, points, strict=True), key=lambda vp: float(vp[0] or 0))
+        kind: AxisKind = "count" if all(isinstance(v, int) for v in values) else "value"
+        cols = [Column(p, v, _where(short, v)) for v, p in pairs]
         return cols, Axis(short, kind=kind)
     if all(p.get("target_rate_per_s") for p in points):
         order = sorted(points, key=_rate)
@@ -502,22 +505,14 @@ def _busiest(col: Column) -> Html | None:
             else ""
         )
         return Html(f"At {esc(col.where)} no resource measured was busy: every U is 0{why}.")
-    label = _folded_label(r)
+    label = folded_label(r)
     text = f"At {col.where} the busiest resource is {label}, {how_busy(r)}"
     if rest and rest[0][1].get("u"):
-        text += f"; next: {_folded_label(rest[0][1])}, {how_busy(rest[0][1])}"
+        text += f"; next: {folded_label(rest[0][1])}, {how_busy(rest[0][1])}"
     return answers.emphasized(text + ".", label)
 
 
-def _folded_label(r: dict[str, Any]) -> str:
-    """A CPU with its pool folded in (knee.resources.bottleneck.ranked) says so."""
-    label = str(r.get("label"))
-    if r.get("threads"):
-        label += f" ({plural_of(int(r['threads']), 'worker thread')}, busy computing)"
-    return label
-
-
-def how_busy(r: dict[str, Any]) -> str:
+def how_busy(r: Mapping[str, Any]) -> str:
     u = float(r.get("u") or 0.0)
     pct = f"{100 * u:.0f}%"
     kind = r.get("kind")

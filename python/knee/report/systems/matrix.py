@@ -22,7 +22,7 @@ import pandas as pd
 from knee.analysis import matrix as analysis
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
-from knee.report.figures import Axis, Figure, Trace
+from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Finding, Html, esc, findings, plural
 from knee.report.sections.load_curve import plot_axis
@@ -127,7 +127,7 @@ def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
     curve = analysis.rate_curve(rr.run, series)
     model = rr.model_for(series)
     traces = _measured(pts, axis, "measured", 0, ("p50", "p99"))
-    markers = []
+    markers: list[Marker] = []
     worst = float(curve["mean_ms"].fillna(0.0).max()) if len(curve) else 0.0
     if model is not None:
         x_max = max(axis.x(p) for p in pts)
@@ -345,7 +345,7 @@ def _threads_load(
     for i, (t, members) in enumerate(groups.items()):
         traces += _measured(members, axis, plural(t, "thread"), i)
     model = rr.model_for(series)
-    markers = []
+    markers: list[Marker] = []
     if model is not None:
         pts = rr.points_of(series)
         worst = max((m for p in pts if _known(m := analysis.ok_mean_ms(p))), default=0.0)

@@ -90,7 +90,7 @@ def _checker(run: Any, points: list[int], labels: dict[int, str]) -> Html:
                 ", ".join(f"pn-{k}" for k in v.killed) or "-",
             ]
         )
-    cols = [
+    cols: list[Col | str] = [
         Col("point", left=True),
         Col(
             "exactly once",
@@ -207,9 +207,11 @@ def _balancing(run: Any, point: int, label: str) -> list[str | Figure]:
                     *[_beside(r, f"tput_{w}", 0) for w in ("before", "during", "after")],
                 ]
             )
-        cols = ["PNs", "balancing (ms)", "RTD before (s)", "RTD during (s)", "RTD after (s)",
-                "throughput before (/s)", "throughput during (/s)",
-                "throughput after (/s)"]  # fmt: skip
+        cols: list[Col | str] = [
+            "PNs", "balancing (ms)", "RTD before (s)", "RTD during (s)", "RTD after (s)",
+            "throughput before (/s)", "throughput during (/s)", "throughput after (/s)",
+        ]  # fmt: skip
+
         out.append(
             table(cols, rows, heading=f"Table 2: before, during and after each balancing ({label})")
             + note(
@@ -321,7 +323,7 @@ def _overhead(run: Any) -> list[str | Figure]:
                  + '<span class="ci">report 1.58%</span>'),
         ]
     )  # fmt: skip
-    cols = [Col("", left=True), "items", "throughput (/s)", "mean RTD (s)"]
+    cols: list[Col | str] = [Col("", left=True), "items", "throughput (/s)", "mean RTD (s)"]
     return [
         table(cols, rows, heading="Overhead of load balancing")
         + note(

@@ -23,36 +23,42 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from knee.find.probe import decide
 from knee.models.measured import measured_knee
 from knee.resources.bottleneck import explain
+from knee.stats.decision import decide
 from knee.stats.intervals import poisson_count_ci
+from knee.stats.summary import Answer, GroupAnswers, Interference, Knee, PointStats
 
 RATE_KEY = "load.rate_per_s"
 
 
-def _rate(point: dict[str, Any]) -> float:
+def _rate(point: PointStats) -> float:
     return float(point.get("target_rate_per_s") or 0.0)
 
 
-def group_key(point: dict[str, Any]) -> str:
+def group_key(point: PointStats) -> str:
     """The group a rate point belongs to: its series and every swept value but the rate."""
-    others = {k: v for k, v in (point.get("swept") or {}).items() if k != RATE_KEY}
-    return json.dumps([point.get("series"), others], sort_keys=True)
+    return key_of(point.get("series"), point.get("swept") or {})
 
 
-def group_label(point: dict[str, Any]) -> str:
+def key_of(series: str | None, swept: dict[str, Any]) -> str:
+    """A group's key: its series and every swept value but the rate (a spec's values that
+    JSON cannot write, as text)."""
+    others = {k: v for k, v in swept.items() if k != RATE_KEY}
+    return json.dumps([series, others], sort_keys=True, default=str)
+
+
+def group_label(point: PointStats) -> str:
     others = {k: v for k, v in (point.get("swept") or {}).items() if k != RATE_KEY}
     shown = " ".join(f"{k.partition('.')[2]}={v}" for k, v in others.items())
     return " ".join(x for x in (str(point.get("series") or ""), shown) if x)
 
 
-def _good(point: dict[str, Any], answer: str) -> bool:
-    d = decide(point)
-    return d.capacity == "stable" and (answer == "capacity" or d.slo == "met")
+def _good(point: PointStats, answer: str) -> bool:
+    return decide(point).good_for(answer)
 
 
-def bracket(points: list[dict[str, Any]], answer: str) -> tuple[float | None, float | None]:
+def bracket(points: list[PointStats], answer: str) -> tuple[float | None, float | None]:
     """(highest rate shown good below the lowest shown bad, lowest shown bad) over points
     of one group, for "capacity" or "slo"."""
     bad = [_rate(p) for p in points if not _good(p, answer)]
@@ -61,7 +67,7 @@ def bracket(points: list[dict[str, Any]], answer: str) -> tuple[float | None, fl
     return (max(good) if good else None), hi
 
 
-def saturated_throughput(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def saturated_throughput(points: list[PointStats]) -> dict[str, Any] | None:
     """OK completions per second while over capacity (unstable points not cut short and
     not failing), pooled, with Garwood's 95% interval; None without such a point."""
     over = [
@@ -73,7 +79,7 @@ def saturated_throughput(points: list[dict[str, Any]]) -> dict[str, Any] | None:
         and p.get("window_s")
     ]
     count = sum(int(p.get("ok_in_window") or 0) for p in over)
-    window_s = sum(float(p["window_s"]) for p in over)
+    window_s = sum(float(p.get("window_s") or 0.0) for p in over)
     if not over or window_s <= 0:
         return None
     lo, hi = poisson_count_ci(count)
@@ -84,7 +90,7 @@ def saturated_throughput(points: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) -> dict[str, Any]:
+def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) -> Answer:
     if lo is None and hi is None:
         detail = f"no point measured for the {what}"
     elif lo is None:
@@ -106,7 +112,7 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
     }
 
 
-def _between_neighbours(points: list[dict[str, Any]], power: dict[str, Any]) -> list[float]:
+def _between_neighbours(points: list[PointStats], power: dict[str, Any]) -> list[float]:
     """The measured knee's interval widened to the stable rates next to it: between two
     measured rates the power is not known, and its maximum may lie anywhere up to them."""
     stable = sorted({_rate(p) for p in points if decide(p).capacity == "stable"})
@@ -117,12 +123,14 @@ def _between_neighbours(points: list[dict[str, Any]], power: dict[str, Any]) -> 
     return [min(lo, below[-1]) if below else lo, max(hi, above[0]) if above else hi]
 
 
-def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str, Any] | None:
+def knee(points: list[PointStats], model: dict[str, Any] | None) -> Knee | None:
     """The knee of one group (see the module's docstring for which estimate is used)."""
     # On the offered rate, the axis of every answer (and of the report's figure).
     power = measured_knee(points, _rate)
     model_x = (model or {}).get("x")
     fits = bool((model or {}).get("fits"))
+    interval: list[float] | None
+
     if power is not None and power["edge"] is None:
         method, x, interval = "power", power["x"], _between_neighbours(points, power)
         why = (
@@ -155,7 +163,7 @@ def knee(points: list[dict[str, Any]], model: dict[str, Any] | None) -> dict[str
     }
 
 
-def interference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def interference(points: list[PointStats]) -> Interference | None:
     """How many of the points ran while other processes used the machine (the interference
     check warned: knee.stats.interference), with the worst foreign CPU; None when none."""
     busy = [
@@ -180,17 +188,17 @@ def interference(points: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def group_answers(
-    points: list[dict[str, Any]],
+    points: list[PointStats],
     slo: str | None,
     model: dict[str, Any] | None = None,
     brackets: dict[str, list[float | None]] | None = None,
-) -> dict[str, Any]:
+) -> GroupAnswers:
     """The answers of one group's points; `brackets` (a search's final ones) replace the
     brackets read from the points."""
     cap = (brackets or {}).get("capacity") or list(bracket(points, "capacity"))
     # A rate probed twice (a search's hold) may be stable once: the limit of the other.
     limits = [lim for p in points if _rate(p) == cap[1] and (lim := decide(p).limit)]
-    out: dict[str, Any] = {
+    out: GroupAnswers = {
         "label": group_label(points[0]) if points else "",
         "capacity": _answer(cap[0], cap[1], "capacity", limits[0] if limits else None),
         "saturated_throughput": saturated_throughput(points),
@@ -202,15 +210,16 @@ def group_answers(
     out["bottleneck"] = explain(points, out["capacity"], out["saturated_throughput"])
     if slo:
         got = (brackets or {}).get("slo") or list(bracket(points, "slo"))
-        out["slo_capacity"] = _answer(got[0], got[1], f"SLO {slo} capacity", None)
-        out["slo_capacity"]["slo"] = slo
+        slo_capacity = _answer(got[0], got[1], f"SLO {slo} capacity", None)
+        slo_capacity["slo"] = slo
+        out["slo_capacity"] = slo_capacity
     return out
 
 
-def from_points(points: list[dict[str, Any]], slo: str | None) -> list[dict[str, Any]]:
+def from_points(points: list[PointStats], slo: str | None) -> list[GroupAnswers]:
     """Answers per group of a run's open-loop rate points (a sweep), in order of first
     appearance; groups of fewer than two rates have none."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[PointStats]] = {}
     for p in points:
         if p.get("target_rate_per_s") and RATE_KEY in (p.get("swept") or {}):
             groups.setdefault(group_key(p), []).append(p)

@@ -1,4 +1,5 @@
-"""One probe's decision, read from its point's statistics (docs/find.md, "A probe").
+"""The decision on one point, read from its statistics (docs/find.md, "A probe"): what a
+search's probe needs, and what a curve's answers (knee.analysis.answers) read of each point.
 
 A probe is an ordinary point at one open-loop rate. What the search needs from it:
 
@@ -21,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from knee.resources.usage import MACHINE
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
+from knee.stats.summary import MACHINE, Check, PointStats, Stability
 
 #: Late sends do not bias latency (it is measured from the intended send time); they make
 #: the generator the limit when this share of the sends (those late with connections
@@ -44,14 +45,6 @@ ERROR_SHARE = 0.01
 #: a backlog over half the backlog rule's.
 MARGINAL_P = 0.05
 MARGINAL_FRACTION = 0.5
-#: An overloaded probe is cut short once the requests due and not yet over exceed both
-#: this many seconds of its rate and CUT_LATENCIES low-load latencies of it (a stable
-#: queue holds about rate x latency: Little's law), and at least CUT_MIN_REQUESTS.
-CUT_BACKLOG_S = 2.0
-CUT_LATENCIES = 20.0
-CUT_MIN_REQUESTS = 100
-#: Seconds after the start before a probe can be cut (its warm-up and first queue).
-CUT_AFTER_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +53,10 @@ class Decision:
     limit: str | None  # "target" | "errors" | "generator"; None when stable
     slo: str | None  # "met" | "missed" | "undecided"; None without an SLO
     reason: str
+
+    def good_for(self, answer: str) -> bool:
+        """Whether the point showed its rate good for an answer ("capacity" or "slo")."""
+        return self.capacity == "stable" and (answer == "capacity" or self.slo == "met")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,20 +67,20 @@ class Decision:
         }
 
 
-def _check(stats: dict[str, Any], name: str) -> dict[str, Any]:
-    return next((c for c in stats.get("checks") or [] if c.get("name") == name), {})
+def _check(stats: PointStats, name: str) -> Check | None:
+    return next((c for c in stats.get("checks") or [] if c["name"] == name), None)
 
 
-def failed_share(stats: dict[str, Any]) -> float:
+def failed_share(stats: PointStats) -> float:
     """The share of post-warm-up requests that did not end OK."""
-    rates = stats.get("status_rates") or {}
-    return 1.0 - float(rates.get("ok", 1.0)) if stats.get("count") else 0.0
+    ok = (stats.get("status_rates") or {}).get("ok", 1.0)
+    return 1.0 - float(1.0 if ok is None else ok) if stats.get("count") else 0.0
 
 
-def decide(stats: dict[str, Any]) -> Decision:
+def decide(stats: PointStats) -> Decision:
     """The probe's decision from its statistics (summary.json's point)."""
-    slo = (stats.get("slo") or {}).get("verdict")
-    stability = stats.get("stability") or {}
+    slo = stats["slo"].get("verdict") if stats.get("slo") else None
+    stability = stats.get("stability")
     sender = _check(stats, "sender")
     if _own_sender_fail(sender) and generator_cpu(stats)["cause"] == "own_cpu":
         # Its CPU was full, or its own quota throttled it: it sent late, and it read the
@@ -92,8 +89,8 @@ def decide(stats: dict[str, Any]) -> Decision:
         return _generator(stats, sender, slo)
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
-    verdict = stability.get("verdict")
-    if verdict == "unstable" and stability.get("queueing", True):
+    verdict = stability.get("verdict") if stability else None
+    if stability and verdict == "unstable" and stability.get("queueing", True):
         # Its failures are what a queue past capacity leaves.
         return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     share = failed_share(stats)
@@ -101,7 +98,7 @@ def decide(stats: dict[str, Any]) -> Decision:
         return Decision(
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
-    if _behind(stats) and sender.get("limit") == "target":
+    if _behind(stats) and sender and sender.get("limit") == "target":
         sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
         return Decision(
             "unstable",
@@ -122,8 +119,9 @@ def decide(stats: dict[str, Any]) -> Decision:
             f"the machine's cores from the generator ({generator_cpu(stats)['detail']}): "
             "the target is at its capacity, set by the shared cores",
         )
-    if verdict != "stable":
-        return Decision("undecided", None, slo, stability.get("detail", "too few samples"))
+    if not stability or verdict != "stable":
+        detail = stability.get("detail", "too few samples") if stability else "too few samples"
+        return Decision("undecided", None, slo, detail)
     marginal = _marginal(stats, stability)
     if marginal:
         return Decision(
@@ -140,7 +138,7 @@ REMEDY = {
 }
 
 
-def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -> Decision:
+def _generator(stats: PointStats, sender: Check | None, slo: str | None) -> Decision:
     why = generator_cpu(stats)
     detail = why["detail"]
     remedy = REMEDY.get(str(why["cause"]), "give it more load.generators, or more connections")
@@ -149,12 +147,12 @@ def _generator(stats: dict[str, Any], sender: dict[str, Any], slo: str | None) -
         "generator",
         slo,
         "the generator is the limit here (its sends fell behind the schedule while it had "
-        f"connections free{': ' + detail if detail else ''}): {sender.get('detail', '')}; "
-        + remedy,
+        f"connections free{': ' + detail if detail else ''}): "
+        f"{sender.get('detail', '') if sender else ''}; " + remedy,
     )
 
 
-def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
+def generator_limited(stats: PointStats, sender: Check | None) -> bool:
     """The sender check failed for the generator's own sake (not a target that held its
     connections), and by enough to matter: the rate sent below the target beyond its
     interval, or GENERATOR_LATE_SHARE of the sends late; and the kernel does not put the
@@ -172,7 +170,7 @@ def generator_limited(stats: dict[str, Any], sender: dict[str, Any]) -> bool:
     return sent > 0 and late / sent > GENERATOR_LATE_SHARE
 
 
-def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
+def generator_cpu(stats: PointStats) -> dict[str, Any]:
     """What the kernel says of the generator's sends, from what the runner sampled of its
     own processes (summary.json's `resources`): `cause` is
 
@@ -224,22 +222,25 @@ def generator_cpu(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _own_sender_fail(sender: dict[str, Any]) -> bool:
+def _own_sender_fail(sender: Check | None) -> bool:
     """The sender check failed, and not for a target that held the connections."""
+    if sender is None:
+        return False
     return sender.get("verdict") == "fail" and sender.get("limit", "generator") == "generator"
 
 
-def _behind(stats: dict[str, Any]) -> bool:
+def _behind(stats: PointStats) -> bool:
     """The rate sent fell below the target beyond its 95% interval."""
     target, ci = stats.get("target_rate_per_s"), stats.get("achieved_rate_ci_per_s")
     return bool(target and ci and ci[1] < target)
 
 
-def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:
+def _marginal(stats: PointStats, stability: Stability) -> str:
     """Signs of overload at half their threshold or more, as one phrase ('' when none)."""
     signs = []
     p, growth = stability.get("trend_p"), stability.get("growth_ns")
-    mean = ((stats.get("latency_ok_ns") or {}).get("mean")) or 0.0
+    ok = stats.get("latency_ok_ns")
+    mean = (ok["mean"] if ok else None) or 0.0
     if (
         p is not None
         and growth is not None
@@ -251,32 +252,3 @@ def _marginal(stats: dict[str, Any], stability: dict[str, Any]) -> str:
     if sent and backlog > MARGINAL_FRACTION * max(BACKLOG_MIN, BACKLOG_SHARE * sent):
         signs.append(f"{backlog} requests in flight at the end")
     return "; ".join(signs)
-
-
-def overload_watch(rate_per_s: float, low_latency_s: float | None) -> Any:
-    """A runner watch (knee.runner.local.Watch) that cuts a probe short when the requests
-    due and not yet over keep exceeding the bound (module constants) on two progress lines
-    in a row. The backlog a cut probe leaves is then at most the bound plus about 2 s of
-    the rate (the two lines and the stop). The reason goes into the point's `cut_short`."""
-    bound = max(CUT_MIN_REQUESTS, rate_per_s * CUT_BACKLOG_S)
-    if low_latency_s:
-        bound = max(bound, rate_per_s * low_latency_s * CUT_LATENCIES)
-    over = [0]
-
-    def watch(progress: dict[str, Any]) -> str | None:
-        t_s = float(progress.get("t_s") or 0.0)
-        target = progress.get("target_rate_per_s") or rate_per_s
-        due = target * t_s
-        outstanding = due - float(progress.get("completed") or 0)
-        if t_s < CUT_AFTER_S or outstanding <= bound:
-            over[0] = 0
-            return None
-        over[0] += 1
-        if over[0] < 2:
-            return None
-        return (
-            f"{outstanding:.0f} requests due and not over after {t_s:.0f} s "
-            f"(bound {bound:.0f}: the target is not keeping up)"
-        )
-
-    return watch

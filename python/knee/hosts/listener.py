@@ -112,7 +112,7 @@ def parse_fib_trie(text: str) -> list[ipaddress.IPv4Network]:
             address = words[1]
         elif address is not None and len(words) == 3 and words[0].startswith("/"):
             if words[2] == "LOCAL":
-                local.add(ipaddress.ip_network(f"{address}{words[0]}", strict=False))
+                local.add(ipaddress.IPv4Network(f"{address}{words[0]}", strict=False))
         else:
             address = None
     return sorted(local)

@@ -1,0 +1,239 @@
+"""The shapes of one point's statistics as summary.json holds them (docs/statistics.md):
+TypedDicts, so that the type checker reads every key the code takes from them. They add
+no key and drop none: each is the dict that was written before, named.
+
+`PointStats` is total=False: a key a system, a run or a search does not produce is absent
+(the runner adds its keys after `knee.stats.point_stats`, `knee find` adds its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+#: The key and role of the machine's shared cores among a point's `resources`
+#: (knee.resources.usage).
+MACHINE = "machine"
+
+
+class Distribution(TypedDict):
+    """`knee.stats.distribution.distribution`: one set of durations (ns)."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    p999: float | None
+    max: float | None
+    ci: dict[str, list[float] | None]  # per statistic: [lo, hi], None when too few
+    supported: dict[str, bool]  # per percentile
+    #: A headline distribution (every request, failures ranked above every success):
+    failures: NotRequired[int]
+    failed: NotRequired[dict[str, str]]  # per percentile landing on one: "timeout"/"failed"
+
+
+class Check(TypedDict):
+    """One of `knee.stats.checks`: a named check and its verdict."""
+
+    name: str
+    verdict: str  # "pass", "warn", "fail", "n/a"
+    value: float | None
+    detail: str
+    limit: NotRequired[str | None]  # the sender check: "generator" or "target"
+
+
+class Stability(TypedDict):
+    """`knee.stats.stability.stability`: is the system keeping up at this point?"""
+
+    verdict: str  # "stable", "unstable", "n/a"
+    reasons: list[str]
+    detail: str
+    trend_ns_per_s: float | None
+    trend_p: float | None
+    growth_ns: float | None
+    backlog: int
+    backlog_waiting: int
+    wait_trend_ns_per_s: float | None
+    wait_trend_p: float | None
+    wait_growth_ns: float | None
+    sent_in_window: int
+    ok_in_window: int
+    ok_share: float | None
+    queueing: bool  # a sign of a queue (latency, backlog or wait growing), not only failures
+
+
+class SloVerdict(TypedDict):
+    """`knee.stats.slo.decide`: the point's decision on its SLO."""
+
+    slo: str  # the SLO as normalised, "p99<50ms"
+    verdict: str  # "met", "missed", "undecided"
+    value_ns: float | None
+    ci_ns: list[float | None] | None  # one-sided 99% [lower, upper]
+    confidence: float
+    limit_ns: float
+    detail: str
+
+
+class Resource(TypedDict, total=False):
+    """One entry of a point's `resources` (knee.resources.usage.entry): a CPU, a pool, a
+    link, a part or the connections, with its mean busy amount (in units of its capacity),
+    its utilisation U, its demand D and the bound 1 / D; then what its kind adds."""
+
+    kind: str  # "cpu", "pool", "link", "part", "connections"
+    label: str
+    busy: float | None
+    capacity: float | None
+    capacity_unit: str
+    u: float | None
+    u_ci: list[float] | None
+    d_ns: float | None
+    bound_per_s: float | None
+    bound_ci_per_s: list[float | None] | None
+    role: str
+    node: str
+    generator: bool
+    cpu_percent: float | None
+    cpu_wait_percent: float | None
+    cpu_percent_of_quota: float | None
+    cpu_samples: int
+    machine_cores: float
+    foreign_cpu_percent: float | None
+    left_by_others: bool  # the machine: others' processes left it fewer cores
+    host_cpu_percent: float | None
+    bytes_rx_per_s: float | None
+    bytes_tx_per_s: float | None
+    on_cpu: float | None
+    contended: bool
+    includes_waiting: bool
+    all_busy_share: float | None
+    busy_with_waits: float | None
+    direction: str
+    connections: int
+    detail: str
+    point: int
+    # knee.resources.bottleneck's, on the entries it ranks (never in summary.json's)
+    cpu_u: float | None  # a CPU that a CPU-bound pool stands for: its own U
+    threads: float | None  # ... and that pool's size
+    held_at_low_load: bool  # its demand read at low load
+    shared_by: list[str]  # the machine's cores: the nodes folded into them
+
+
+class PointStats(TypedDict, total=False):
+    """One point of summary.json's `points`: `knee.stats.point_stats`'s keys, then the
+    runner's (point, series, label, swept, target, resources, slo, ...)."""
+
+    # knee.stats.point_stats
+    count: int
+    statuses: dict[str, int]
+    status_rates: dict[str, float | None]
+    warmup_count: int
+    sent: int
+    send_window_s: float | None
+    achieved_rate_per_s: float | None
+    achieved_rate_ci_per_s: list[float] | None
+    bytes_out_per_s: float | None
+    bytes_in_per_s: float | None
+    window_s: float | None
+    throughput_per_s: float | None
+    completion_rate_per_s: float | None
+    throughput_bytes_per_s: float | None
+    ok_in_window: int
+    sent_in_window: int
+    drain: dict[str, Any] | None
+    backlog: int
+    backlog_waiting: int
+    late_sends: int | None
+    late_send_share: float | None
+    late_sends_held: int | None
+    late_sends_free: int | None
+    late_send_held_share: float | None
+    late_send_free_share: float | None
+    latency_ns: Distribution
+    latency_ok_ns: Distribution
+    server_ns: Distribution
+    network_ns: Distribution
+    queue_ns: Distribution
+    connect_ns: Distribution  # http's name for the queue (knee.contract.columns)
+    service_ns: Distribution
+    detail_ns: Distribution
+    held_ns: Distribution  # http: the wait for a free stream or connection
+    stability: Stability
+    checks: list[Check]
+    by_op: dict[str, Any]
+    by_service: dict[str, Any]
+    cache: dict[str, Any] | None
+    generators: list[dict[str, Any]]
+    top1: dict[str, Any] | None
+    # the runner's (knee.runner.local)
+    point: int
+    series: str
+    label: str
+    swept: dict[str, Any]
+    target_rate_per_s: float | None
+    target: dict[str, Any]
+    http_statuses: dict[str, int]
+    http: dict[str, Any] | None
+    resources: dict[str, Resource]
+    check: dict[str, Any]
+    cut_short: str
+    slo: SloVerdict
+    interference: dict[str, Any] | None
+    # knee find's (knee.find.run)
+    stopped_early: str
+
+
+class Answer(TypedDict):
+    """A capacity or an SLO capacity of one group (knee.analysis.answers): the highest rate
+    shown good, with its bracket."""
+
+    rate_per_s: float | None
+    interval_per_s: list[float | None]  # [lo, hi]; an open end is None
+    state: str  # "decided", "undecided", "partial" (a search that stopped before its hold)
+    decided: bool
+    limited_by: str | None  # "target", "errors", "generator"
+    detail: str
+    slo: NotRequired[str]  # the SLO capacity's SLO
+    # a search's (knee.find.run.mark_state)
+    held: NotRequired[bool]
+    hold_probe: NotRequired[int | None]
+    partial: NotRequired[str]
+
+
+class Knee(TypedDict):
+    """The knee of one group's curve: the load of highest power (knee.models.measured), or
+    the fitted model's (`method`), with its interval and why."""
+
+    rate_per_s: float
+    interval_per_s: list[float] | None
+    method: str  # "power", "model"
+    why: str
+    power: dict[str, Any] | None
+    model: dict[str, Any] | None
+
+
+class Interference(TypedDict):
+    """How many of a group's points ran while other processes used the machine."""
+
+    points: int
+    of: int
+    foreign_cpu_percent_max: float
+    detail: str
+
+
+class GroupAnswers(TypedDict, total=False):
+    """The answers of one group of a curve's points (knee.analysis.answers.group_answers),
+    then what a search adds (knee.find.run)."""
+
+    label: str
+    capacity: Answer
+    saturated_throughput: dict[str, Any] | None
+    slo_capacity: Answer | None
+    knee: Knee | None
+    interference: Interference | None
+    points: list[int]
+    bottleneck: dict[str, Any] | None  # knee.resources.bottleneck.explain
+    # knee find's
+    model_error: str | None
+    hold: dict[str, Any]
+    search: dict[str, Any]
