@@ -103,6 +103,11 @@ class Host(ABC):
         """Sends ``sig`` to the node run by ``proc``."""
         proc.send_signal(sig)
 
+    def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+        """A remote node's ``cpu_s`` and ``rss_bytes`` as this host reads them (a docker
+        host: from the container's cgroup), or None: its own `usage` lines say."""
+        return None
+
     def interface_bytes(self) -> dict[str, int] | None:
         """rx_bytes and tx_bytes of the host's own network interface, or None where the
         host has none of its own (local: loopback is shared by every process)."""

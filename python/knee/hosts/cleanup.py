@@ -86,10 +86,17 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def note(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | str] = ()) -> None:
-    """Records that this process (the runner) is about to make these; call it before."""
-    namespaces, cgroup_paths = list(namespaces), [str(c) for c in cgroups]
-    for name in namespaces:
+def note(
+    run_id: str,
+    namespaces: Iterable[str] = (),
+    cgroups: Iterable[Path | str] = (),
+    docker: Iterable[str] = (),
+) -> None:
+    """Records that this process (the runner) is about to make these; call it before.
+    ``docker``: the run's docker network (knee.hosts.docker), whose removal also removes
+    every container labelled with the run."""
+    namespaces, cgroup_paths, docker = list(namespaces), [str(c) for c in cgroups], list(docker)
+    for name in namespaces + docker:
         _check_namespace(run_id, name)
     for path in cgroup_paths:
         _check_cgroup(run_id, Path(path))
@@ -106,20 +113,28 @@ def note(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | s
         }
         record["namespaces"] += [n for n in namespaces if n not in record["namespaces"]]
         record["cgroups"] += [c for c in cgroup_paths if c not in record["cgroups"]]
+        record.setdefault("docker", [])
+        record["docker"] += [d for d in docker if d not in record["docker"]]
         _write(path, record)
 
 
-def forget(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | str] = ()) -> None:
+def forget(
+    run_id: str,
+    namespaces: Iterable[str] = (),
+    cgroups: Iterable[Path | str] = (),
+    docker: Iterable[str] = (),
+) -> None:
     """Records that these are gone; the record goes when it lists nothing."""
-    gone = set(namespaces) | {str(c) for c in cgroups}
+    gone = set(namespaces) | {str(c) for c in cgroups} | set(docker)
     with _lock:
         record = read_record(run_id)
         if record is None:
             return
         record["namespaces"] = [n for n in record["namespaces"] if n not in gone]
         record["cgroups"] = [c for c in record["cgroups"] if c not in gone]
+        record["docker"] = [d for d in record.get("docker", []) if d not in gone]
         path = record_path(run_id)
-        if record["namespaces"] or record["cgroups"]:
+        if record["namespaces"] or record["cgroups"] or record["docker"]:
             _write(path, record)
         else:
             path.unlink(missing_ok=True)
@@ -227,6 +242,18 @@ def remove_run(run_id: str, problems: list[str] | None = None) -> list[str]:
     if record is None:
         return []
     removed: list[str] = []
+    for name in record.get("docker", []):  # containers first: they hold cgroups
+        try:
+            _check_namespace(run_id, name)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        from knee.hosts import docker
+
+        before = len(problems)
+        removed += docker.remove_run(run_id, problems)
+        if len(problems) == before:
+            forget(run_id, docker=[name])
     # Hosts' namespaces before the bridge's, cgroups children first (inside the tree).
     for name in sorted(record["namespaces"], key=lambda n: n.endswith("-net")):
         try:
