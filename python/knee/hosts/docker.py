@@ -36,6 +36,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -351,8 +352,6 @@ class DockerHost(Host):
     def setup(self) -> None:
         if self._address is not None:
             return
-        import time
-
         started = time.monotonic()
         self.network.setup()
         if self.local_binary is None:
@@ -379,8 +378,6 @@ class DockerHost(Host):
         self.setup_s = time.monotonic() - started
 
     def _wait_address(self) -> str:
-        import time
-
         deadline = time.monotonic() + 30
         fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}} {{.State.Pid}}"
         while time.monotonic() < deadline:
@@ -400,9 +397,28 @@ class DockerHost(Host):
                         f"docker host {self.name}: address {out[0]} outside {KNEE_RANGE}"
                     )
                 self._pids[self.container] = int(out[1])
+                self._no_default_route(int(out[1]))
                 return out[0]
             time.sleep(0.05)
         raise HostError(f"docker host {self.name}: its container did not start within 30 s")
+
+    def _no_default_route(self, pid: int) -> None:
+        """Removes the default route the engine gives even an internal network's containers
+        (through the bridge, i.e. this machine): as on an emulated host, the host reaches
+        its run's subnet and nothing else ("Network is unreachable")."""
+        try:
+            res = subprocess.run(
+                ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "route", "del", "default"],
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HostError(f"docker host {self.name}: removing its default route: {e}") from None
+        if res.returncode != 0 and "No such process" not in res.stderr:  # none to remove
+            raise HostError(
+                f"docker host {self.name}: removing its default route: {res.stderr.strip()}"
+            )
 
     def binary(self, local_binary: str) -> str:
         return NODE_PATH

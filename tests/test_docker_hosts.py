@@ -1,0 +1,239 @@
+"""Docker hosts (knee.hosts.docker) on the real daemon of scripts/docker: limits read back
+from the containers' cgroups, the node protocol through the attached streams, a container
+killed mid-run, a killed runner, clean-up, and every address inside 198.18.0.0/15.
+Skipped where there is no such daemon (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import unavailable
+from report_helpers import knee_cmd
+
+from knee.hosts import cleanup, docker
+from knee.hosts.base import Limits, Unsupported
+from knee.runner.node import Node
+
+KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
+#: Seconds to wait for a container to appear, or to go.
+WAIT_S = 30.0
+MIB = 1 << 20
+
+
+def _need_daemon() -> None:
+    if os.geteuid() != 0:
+        unavailable("docker hosts need root (the daemon's socket, containers' cgroups)")
+    try:
+        docker.check_daemon()
+    except Unsupported as e:
+        unavailable(str(e))
+
+
+def _in_range(address: str) -> bool:
+    return ipaddress.ip_address(address.rsplit(":", 1)[0]) in KNEE_RANGE
+
+
+class Pair:
+    """Two docker hosts of one run, with an echo server started on each."""
+
+    def __init__(self, root: Path) -> None:
+        self.network = docker.Network(cleanup.new_run_id())
+        self.quota = docker.DockerHost(
+            "quota", Limits(cpu_cores=0.5, memory_bytes=64 * MIB), self.network
+        )
+        self.pinned = docker.DockerHost("pinned", Limits(cpuset="0"), self.network)
+        self.nodes: list[Node] = []
+        self.root = root
+
+    def start(self, host: docker.DockerHost, name: str) -> Node:
+        node = Node(
+            name,
+            "serve",
+            "echo",
+            {"listen": f"{host.address}:0"},
+            config_path=self.root / f"{name}.json",
+            log_path=self.root / f"{name}.log",
+            host=host,
+        )
+        self.nodes.append(node)
+        return node
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    _need_daemon()
+    p = Pair(tmp_path_factory.mktemp("docker"))
+    try:
+        p.quota.setup()
+        p.pinned.setup()
+        for host in (p.quota, p.pinned):
+            p.start(host, f"echo-{host.name}").wait_ready(WAIT_S)
+        yield p
+    finally:
+        for node in p.nodes:
+            node.stop()
+        p.quota.teardown()
+        p.pinned.teardown()
+        p.network.teardown()
+    assert docker.labelled("container", p.network.run_id) == []
+    assert docker.labelled("network", p.network.run_id) == []
+
+
+def test_limits_are_read_back_from_the_containers_cgroups(pair: Pair) -> None:
+    quota, pinned = pair.nodes
+    dirs = pair.quota.cgroup_of(quota.proc)
+    quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
+    period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
+    assert quota_us / period_us == pytest.approx(0.5)
+    assert int((dirs["memory"] / "memory.limit_in_bytes").read_text()) == 64 * MIB
+    cpus = (pair.pinned.cgroup_of(pinned.proc)["cpuset"] / "cpuset.cpus").read_text().strip()
+    assert cpus == "0"
+    # The node's CPU time and memory come from its container (its cgroup, its process).
+    usage = pair.quota.usage(quota.proc)
+    assert usage is not None and usage["cpu_s"] > 0 and usage["rss_bytes"] > MIB
+
+
+def test_the_node_protocol_runs_through_the_attached_streams(pair: Pair) -> None:
+    quota, _ = pair.nodes
+    ready = quota.latest["ready"]
+    assert ready["pid"] == 1  # the node is the container's own process
+    assert ready["addr"].startswith(f"{pair.quota.address}:")
+    deadline = time.monotonic() + WAIT_S
+    while "stats" not in quota.latest and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert quota.latest["stats"]["requests"] == 0  # its once-a-second line, through attach
+
+
+def test_every_address_is_inside_knee_range_and_nothing_is_routed_out(pair: Pair) -> None:
+    assert ipaddress.ip_network(pair.network.subnet).subnet_of(KNEE_RANGE)
+    assert all(_in_range(h.address) for h in (pair.quota, pair.pinned))
+    assert all(_in_range(n.latest["ready"]["addr"]) for n in pair.nodes)
+    names = docker.run(["network", "ls", "--format", "{{.Name}}"], "listing").split()
+    subnets = docker.network_subnets(names)
+    assert subnets and all(docker.outside_range(s) == [] for s in subnets.values())
+    # A host's routes: its own subnet only, no default route (an internal network).
+    holder_pid = pair.quota._pids[pair.quota.container]
+    routes = Path(f"/proc/{holder_pid}/net/route").read_text().splitlines()[1:]
+    assert routes and all(line.split()[1] != "00000000" for line in routes)
+    assert docker.outside_range(["172.17.0.0/16", "10.0.0.0/8", "198.19.64.0/24"]) == [
+        "172.17.0.0/16",
+        "10.0.0.0/8",
+    ]
+
+
+SPEC = """
+[experiment]
+name = "docker-kill"
+system = "matrix"
+
+[hosts.srv]
+kind = "docker"
+cpu_cores = 1.0
+
+[hosts.cli]
+kind = "docker"
+
+[placement]
+server = "srv"
+load = "cli"
+
+[server]
+threads = 1
+
+[driver]
+n = 20
+p = 100
+
+[load]
+schedule = "closed"
+clients = 1
+think_ms = 5
+requests = 100000
+duration_s = 30
+warmup_s = 0
+warmup_requests = 0
+"""
+
+
+def _start_run(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`knee run` of SPEC; returns it and its run id once its load container runs."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    runner = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        found = docker.run(
+            ["ps", "--filter", "label=knee.node=load", "--format", '{{.Label "knee.run"}}'],
+            "listing",
+        ).split()
+        runs = [r for r in found if list((tmp_path / "runs").glob("*/nodes/load.stderr.log"))]
+        if runs:
+            return runner, runs[0]
+        if runner.poll() is not None:
+            break
+        time.sleep(0.1)
+    runner.kill()
+    out, err = runner.communicate(timeout=WAIT_S)
+    pytest.fail(f"the run's load container did not start: {err.decode()[-2000:]}")
+
+
+def _wait_gone(run_id: str, kind: str) -> list[str]:
+    deadline = time.monotonic() + WAIT_S
+    while (left := docker.labelled(kind, run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_container_killed_mid_run_fails_the_point_and_the_run_cleans_up(
+    tmp_path: Path,
+) -> None:
+    _need_daemon()
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(tmp_path / "records")}
+    runner, run_id = _start_run(tmp_path, env)
+    (server,) = docker.run(
+        ["ps", "--filter", f"label=knee.run={run_id}", "--filter", "label=knee.node=server",
+         "--format", "{{.Names}}"],
+        "listing",
+    ).split()  # fmt: skip
+    docker.run(["kill", server], "killing the server's container")
+    _, err = runner.communicate(timeout=WAIT_S * 2)
+    assert runner.returncode != 0
+    assert "node server exited with code 137 during the point" in err.decode()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
+    assert docker.labelled("container", run_id) == []
+    assert docker.labelled("network", run_id) == []
+    assert not list((tmp_path / "records").glob("*.json"))
+
+
+def test_a_killed_runners_containers_stop_and_knee_cleanup_removes_the_rest(
+    tmp_path: Path,
+) -> None:
+    _need_daemon()
+    records = tmp_path / "records"
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
+    runner, run_id = _start_run(tmp_path, env)
+    runner.kill()
+    runner.communicate(timeout=WAIT_S)
+    # Each container's stdin was the runner's: it ended, and so did the container (--rm).
+    assert _wait_gone(run_id, "container") == []
+    assert docker.labelled("network", run_id) == [f"knee-{run_id}-docker"]
+    (record,) = list(records.glob("*.json"))
+    assert json.loads(record.read_text())["docker"] == [f"knee-{run_id}-docker"]
+    proc = subprocess.run(knee_cmd("cleanup"), env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"removed docker network knee-{run_id}-docker" in proc.stdout
+    assert docker.labelled("network", run_id) == []
+    assert not list(records.glob("*.json"))
