@@ -363,7 +363,7 @@ class DockerHost(Host):
         self._holder = subprocess.Popen(
             docker(
                 "run", "-i", "--rm", "--name", self.container, *self._labels(),
-                "--network", self.network.name, "--cpus", "0.01", "--memory", "16m",
+                "--network", self.network.name, "--memory", "16m",
                 self.image, "clock",
             ),
             stdin=subprocess.PIPE,
