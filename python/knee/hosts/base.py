@@ -96,6 +96,11 @@ class Host(ABC):
         samples, its histogram)."""
         return str(local)
 
+    def scratch_path(self, local: Path) -> str:
+        """The point's scratch folder (a system's files, ``{scratch}``) as a node on this
+        host sees it."""
+        return str(local)
+
     def fetch(self, node_path: str, local: Path) -> None:  # noqa: B027
         """Brings a file a node wrote at ``node_path`` to ``local`` (after the node ended)."""
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from knee.hosts import cgroups
+from knee.hosts import cgroups, cleanup
 from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
 from knee.hosts.local import node_binary
 from knee.hosts.spec import parse_cpuset
@@ -60,6 +60,8 @@ FILES_DIR = "/knee/files"
 LIFELINE_ENV = "KNEE_NODE_STDIN_LIFELINE"
 #: Seconds a docker command may take (an image import is the longest: ~20 MB).
 COMMAND_TIMEOUT_S = 120.0
+#: Seconds the holders of a run may take to exit once their input ended (about 0.5 s).
+HOLDER_EXIT_S = 10.0
 #: A container's name: knee-<run id>-<host>[-<node>-<n>]; Docker allows [a-zA-Z0-9_.-].
 NAME_RE = re.compile(r"^knee-[0-9a-z]{1,8}-[A-Za-z0-9_.-]+$")
 
@@ -248,7 +250,10 @@ def labelled(kind: str, run_id: str | None = None) -> list[str]:
 
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
     """Removes run ``run_id``'s containers (killed first) and network; what it removed."""
+    cleanup.check_run_id(run_id)  # it goes into a glob and labels
     removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"knee-docker-{run_id}-*"):  # hosts' files
+        shutil.rmtree(folder, ignore_errors=True)
     try:
         containers = labelled("container", run_id)
         if containers:
@@ -272,13 +277,12 @@ class Network:
         self.name = f"knee-{run_id}-docker"
         self.bridge = f"knee-{run_id}"  # an interface name: 15 characters at most
         self.subnet: str | None = None
+        self.holders: list[subprocess.Popen[bytes]] = []  # the hosts' holders' clients
 
     def setup(self) -> None:
         if self.subnet is not None:
             return
         check_daemon()
-        from knee.hosts import cleanup
-
         cleanup.note(self.run_id, docker=[self.name])
         run(
             [
@@ -299,8 +303,20 @@ class Network:
             )
 
     def teardown(self) -> None:
-        from knee.hosts import cleanup
-
+        for holder in self.holders:
+            if holder.stdin is not None:
+                with contextlib.suppress(OSError):
+                    holder.stdin.close()
+        deadline = time.monotonic() + HOLDER_EXIT_S
+        for holder in self.holders:
+            try:
+                holder.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                holder.kill()  # its container goes with remove_run
+                holder.wait()
+            if holder.stderr is not None:
+                holder.stderr.close()
+        self.holders.clear()
         problems: list[str] = []
         remove_run(self.run_id, problems)
         if problems:
@@ -337,22 +353,23 @@ class DockerHost(Host):
         self._starts = 0
         self._pids: dict[str, int] = {}  # container -> its main process's pid here
         self._cgroup: dict[str, Path] = {}  # container -> its cpuacct directory
-        self.setup_s: float | None = None
+        self.setup_s: float | None = None  # from setup() to its holder's address
+        self._started = 0.0
 
     @property
     def address(self) -> str:
-        if self._address is None:
-            raise HostError(f"docker host {self.name}: setup() has not run")
-        return self._address
+        return self._ready()
 
     def _labels(self, node: str = "") -> list[str]:
         out = ["--label", f"{RUN_LABEL}={self.run_id}", "--label", f"knee.host={self.name}"]
         return out + (["--label", f"knee.node={node}"] if node else [])
 
     def setup(self) -> None:
-        if self._address is not None:
+        """Starts the holder and returns: the hosts of a run start together, and the first
+        use of a host's address waits for its holder (`_ready`)."""
+        if self._holder is not None:
             return
-        started = time.monotonic()
+        self._started = time.monotonic()
         self.network.setup()
         if self.local_binary is None:
             self.local_binary = node_binary()
@@ -370,12 +387,19 @@ class DockerHost(Host):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )  # fmt: skip
-        try:
-            self._address = self._wait_address()
-        except BaseException:
-            self.teardown()
-            raise
-        self.setup_s = time.monotonic() - started
+        self.network.holders.append(self._holder)
+
+    def _ready(self) -> str:
+        if self._address is None:
+            if self._holder is None:
+                raise HostError(f"docker host {self.name}: setup() has not run")
+            try:
+                self._address = self._wait_address()
+            except BaseException:
+                self.teardown()
+                raise
+            self.setup_s = time.monotonic() - self._started
+        return self._address
 
     def _wait_address(self) -> str:
         deadline = time.monotonic() + 30
@@ -424,6 +448,7 @@ class DockerHost(Host):
         return NODE_PATH
 
     def command(self, argv: list[str]) -> list[str]:
+        self._ready()  # its network namespace exists
         if self.image is None or self._files is None:
             raise HostError(f"docker host {self.name}: setup() has not run")
         node = argv[argv.index("--name") + 1] if "--name" in argv else "node"
@@ -463,6 +488,11 @@ class DockerHost(Host):
 
     def node_path(self, local: Path) -> str:
         return f"{FILES_DIR}/{local.name}"
+
+    def scratch_path(self, local: Path) -> str:
+        # In the host's folder: the nodes of one host share it, as on one machine; it goes
+        # with the host at the run's end.
+        return f"{FILES_DIR}/scratch-{local.name}"
 
     def fetch(self, node_path: str, local: Path) -> None:
         if self._files is None:
@@ -528,26 +558,12 @@ class DockerHost(Host):
         return None
 
     def teardown(self) -> None:
+        """Ends the holder's input (it exits, --rm removes it) without waiting: the network's
+        teardown waits for every holder of the run, then removes what is left."""
         holder, self._holder = self._holder, None
-        if holder is not None:
-            if holder.stdin is not None:
-                with contextlib.suppress(OSError):
-                    holder.stdin.close()  # the holder's lifeline: it exits, --rm removes it
-            try:
-                holder.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                holder.kill()
-                holder.wait()
-            if holder.stderr is not None:
-                holder.stderr.close()
-        with contextlib.suppress(HostError):
-            out = run(
-                ["ps", "-aq", "--filter", f"label={RUN_LABEL}={self.run_id}",
-                 "--filter", f"label=knee.host={self.name}"],
-                "listing containers",
-            )  # fmt: skip
-            if out.split():
-                run(["rm", "-f", *out.split()], "removing containers")
+        if holder is not None and holder.stdin is not None:
+            with contextlib.suppress(OSError):
+                holder.stdin.close()
         if self._files is not None:
             shutil.rmtree(self._files, ignore_errors=True)
             self._files = None

@@ -271,7 +271,7 @@ def _measure_point(
     scratch = state.run_dir / "scratch" / tag
     for plan in plans:
         host = state.hosts.host_of(where[plan.name])
-        config = _substitute(plan.config, {**nodes.addrs, "scratch": str(scratch)})
+        config = _substitute(plan.config, {**nodes.addrs, "scratch": host.scratch_path(scratch)})
         if host.kind != "local" and not plan.records:  # reached at its host's address
             config.setdefault("listen", f"{host.address}:0")
         if plan.records:
