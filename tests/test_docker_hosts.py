@@ -237,3 +237,42 @@ def test_a_killed_runners_containers_stop_and_knee_cleanup_removes_the_rest(
     assert f"removed docker network knee-{run_id}-docker" in proc.stdout
     assert docker.labelled("network", run_id) == []
     assert not list(records.glob("*.json"))
+
+
+def test_the_image_is_named_by_knee_nodes_hash_and_reused(pair: Pair, knee_node: str) -> None:
+    sha = docker.binary_sha256(knee_node)
+    assert pair.quota.image == f"knee-node:{sha[:16]}"
+    fmt = '{{index .Config.Labels "knee.node_sha256"}} {{json .Config.Entrypoint}}'
+    label, entrypoint = docker.run(
+        ["image", "inspect", "--format", fmt, pair.quota.image], ""
+    ).split()
+    assert (label, json.loads(entrypoint)) == (sha, ["/knee-node"])
+    assert docker.knee_images() == [pair.quota.image]  # one per build
+    assert docker.ensure_image(knee_node, "again") == pair.quota.image  # found, not made
+
+
+def test_no_daemon_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_daemon()  # the client
+    monkeypatch.setenv("KNEE_DOCKER_HOST", "unix:///nonexistent/knee-docker.sock")
+    with pytest.raises(Unsupported) as e:
+        docker.check_daemon()
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("docker hosts: no daemon at unix:///nonexistent/knee-docker.sock")
+    assert message.endswith("; run scripts/docker")
+
+
+def test_a_docker_host_has_no_link_rate(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        SPEC.replace(
+            '[hosts.cli]\nkind = "docker"', '[hosts.cli]\nkind = "docker"\nrate_mbit = 100'
+        )
+    )
+    proc = subprocess.run(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs")),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "hosts.cli" in proc.stderr and "rate_mbit" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
