@@ -3,7 +3,7 @@ its `ready` line arrives) on a local host, an emulated host (netns) and a docker
 each host's setup and teardown. docs/hosts.md quotes it.
 
     python3 bench/host_start.py           # 10 rounds, a minute or so
-    python3 bench/host_start.py --smoke   # 2 rounds
+    python3 bench/host_start.py --smoke   # 1 round
 
 Needs root and the daemon of scripts/docker. Each round makes a fresh host of each kind
 (netns and docker alternate first), starts one `knee-node serve echo` on it, waits for its
@@ -81,10 +81,10 @@ def one_round(kind: str, root: Path, i: int) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="2 rounds")
+    parser.add_argument("--smoke", action="store_true", help="1 round")
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    rounds = 2 if args.smoke else args.rounds
+    rounds = 1 if args.smoke else args.rounds
     find_knee_node()
     kinds = ["local", "netns", "docker"]
     figures: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
