@@ -45,11 +45,7 @@ class RunHosts:
         return [x for x in limits if not x.empty()]
 
     def needs_setup(self) -> bool:
-        return (
-            any(h.kind != "local" for h in self._specs())
-            or bool(self._limited())
-            or any(not h.limits.empty() for h in self._specs())
-        )
+        return any(h.kind != "local" for h in self._specs()) or bool(self._limited())
 
     def check(self) -> None:
         """Raises Unsupported (one line) when this machine cannot give what the hosts ask."""
