@@ -8,6 +8,9 @@ Targets, each with its truth measured in this script, back to back with the sear
   low-rate run (`server_ns`). On 2 cores, threads = 2 shares the cores with the generator.
 - (b) gunicorn, W sync workers each sleeping D (tests/http_apps/sleep_app.py): W / D, and
   the saturated throughput of a closed loop of 16 clients (the truth used).
+- (d) a Go net/http server whose /sleep takes one of N semaphore slots for D
+  (tests/http_apps/go_app, `-slots N -sleep-ms D`): N / D, and a closed loop's saturated
+  throughput (the truth used).
 - (c) echo on an emulated host behind a 10 Mbit/s link (network namespaces, root): truth
   the link's payload rate (1448 of every 1514 bytes of a frame) over the reply frame's
   bytes; a closed loop's saturated throughput shown beside it. Skipped, with the reason,
@@ -36,7 +39,7 @@ For each target:
 
 Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
-    python3 bench/find_accuracy.py [--quick] [--targets gunicorn,matrix_t1]
+    python3 bench/find_accuracy.py [--quick] [--targets gunicorn,go,matrix_t1]
     python3 bench/find_accuracy.py --smoke   # matrix, 1 worker: 2 s probes, a 3-rate grid
 """
 
@@ -56,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, report
 
@@ -93,9 +97,12 @@ class Config:
     gunicorn_sleep_ms: float
     link_mbit: float
     reply_bytes: int
+    go_slots: int = 3
+    go_sleep_ms: float = 15.0
 
 
-#: gunicorn: 2 sync workers x 20 ms, 100/s by construction (issue 36's target).
+#: gunicorn: 2 sync workers x 20 ms, 100/s by construction; Go: 3 slots x 15 ms, 200/s
+#: (issue 36's targets).
 QUICK = Config("quick", 3.0, 300.0, 5.0, 700, 2, 20.0, 10.0, 10_000)
 FULL = Config("full", 10.0, 900.0, 15.0, 700, 2, 20.0, 10.0, 100_000)
 #: --smoke: every step on one target (matrix, 1 worker), its figures not judged.
@@ -211,7 +218,7 @@ class Target:
             return json.loads(json.dumps(self.spec))
         return {
             "experiment": {"name": "ramp", "system": "http"},
-            "server": {"target": self.url.rstrip("/")},
+            "server": {"target": "{0.scheme}://{0.netloc}".format(urlsplit(self.url))},
             "driver": dict(self.http_driver),
             "load": {"connections": 64, "warmup_s": 1.0, "timeout_ms": 5000.0},
         }
@@ -289,6 +296,53 @@ class Gunicorn:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+
+
+class GoSemaphore(Gunicorn):
+    """tests/http_apps/go_app with `-slots N -sleep-ms D`: /sleep holds one of N slots for D."""
+
+    def __init__(self, slots: int, sleep_ms: float) -> None:
+        sys.path.insert(0, str(REPO / "tests"))
+        from real_http_servers import build_go_app  # the tests' build: standard library only
+
+        self.port = free_port()
+        binary = build_go_app()
+        cmd = [str(binary), str(self.port), "-slots", str(slots), "-sleep-ms", f"{sleep_ms:g}"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"go-app exited {self.proc.returncode} at start")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise BenchError("go-app did not listen within 20 s")
+
+
+def go_target(cfg: Config, server: GoSemaphore, work: Path) -> Target:
+    url = f"http://127.0.0.1:{server.port}/sleep"
+    args = ["http", url, "--clients", "16", "--duration", f"{cfg.low_s:g}s"]
+    _, _, run_dir = run_knee(args, work / "go-closed", 300)
+    measured = float(point_stats(run_dir)[0]["throughput_per_s"])
+    n, d = cfg.go_slots, cfg.go_sleep_ms / 1e3
+    notes = [
+        f"N / D = {n} / {d * 1e3:g} ms = {n / d:.1f}/s; a closed loop of 16 clients "
+        f"for {cfg.low_s:g} s saturates at {measured:.1f}/s ({measured / (n / d):.3f} of "
+        "N / D): the truth used",
+    ]
+    return Target(
+        f"(d) Go net/http, {n} slots x {d * 1e3:g} ms",
+        measured,
+        d,
+        notes,
+        url=url,
+        http_driver={"requests": [{"method": "GET", "path": "/sleep"}]},
+    )
 
 
 def gunicorn_target(cfg: Config, server: Gunicorn, work: Path) -> Target:
@@ -648,6 +702,7 @@ def run_all(
             ("matrix_t1", lambda w: matrix_target(cfg, 1, w)),
             ("matrix_t2", lambda w: matrix_target(cfg, 2, w)),
             ("gunicorn", None),
+            ("go", "go"),
             ("link", lambda w: netns_target(cfg, w)),
         ]
         for key, make in jobs:
@@ -656,7 +711,13 @@ def run_all(
             work = root / key
             work.mkdir(parents=True, exist_ok=True)
             try:
-                if make is None:
+                if make == "go":
+                    go = GoSemaphore(cfg.go_slots, cfg.go_sleep_ms)
+                    try:
+                        o = measure(go_target(cfg, go, work), cfg, work)
+                    finally:
+                        go.stop()
+                elif make is None:
                     server = Gunicorn(cfg.gunicorn_workers, cfg.gunicorn_sleep_ms)
                     try:
                         o = measure(gunicorn_target(cfg, server, work), cfg, work)
@@ -684,7 +745,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="one target, 2 s probes")
     parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
     parser.add_argument(
-        "--targets", help="comma-separated: matrix_t1, matrix_t2, gunicorn, link (default: all)"
+        "--targets", help="comma-separated: matrix_t1, matrix_t2, gunicorn, go, link (default: all)"
     )
     args = parser.parse_args()
     cfg = SMOKE if args.smoke else QUICK if args.quick else FULL

@@ -35,6 +35,7 @@ BENCHES = [
     "slices_goals",
     "h2_vs_h2load",
     "grpc_vs_ghz",
+    "live_cost",
     "host_start",
 ]
 #: Seconds a smoke run may take on a busy 2-core machine (they take 1 to 40 s).

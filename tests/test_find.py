@@ -108,6 +108,25 @@ def test_a_rate_not_offered_is_over_capacity_or_the_generators_limit() -> None:
     assert decide(free).limit == "generator"
 
 
+def test_failures_without_a_queue_are_the_errors_limit_and_with_one_the_targets() -> None:
+    """Unstable for its OK share alone (a target that sheds load), a probe is limited by
+    errors; unstable with a sign of a queue, by the target, whatever its failures."""
+    from knee.find.probe import decide
+
+    stats = {
+        "count": 1000,
+        "status_rates": {"ok": 0.7, "error": 0.3},
+        "target_rate_per_s": 100.0,
+        "achieved_rate_per_s": 100.0,
+        "sent": 1000,
+    }
+    shed = {**stats, "stability": {"verdict": "unstable", "queueing": False}}
+    assert (decide(shed).capacity, decide(shed).limit) == ("unstable", "errors")
+    assert decide(shed).reason == "30.0% of requests failed (over 1%)"
+    queue = {**stats, "stability": {"verdict": "unstable", "queueing": True, "detail": "q"}}
+    assert (decide(queue).capacity, decide(queue).limit) == ("unstable", "target")
+
+
 # ------------------------------------------------------------------ the search's rules
 
 

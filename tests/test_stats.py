@@ -169,6 +169,36 @@ def test_sender_check_verdicts() -> None:
     closed = sender_check(None, 50.0, [45.0, 55.0], 0, 500, 1.0)
     assert closed["verdict"] == "pass" and closed["value"] == 0.0
     assert sender_check(100.0, 0.0, None, 0, 0, 1.0)["verdict"] == "n/a"
+    # A Poisson schedule that drew 168/s of 191.5/s, every send on time: the schedule's
+    # draw, not the generator's shortfall. Sends below the draw still fail.
+    drew = sender_check(191.5, 167.7, [151.2, 185.5], 1, 378, 1.0, scheduled_per_s=168.0)
+    assert drew["verdict"] == "pass" and drew["limit"] is None, drew
+    assert "as the schedule drew 168/s: the sends kept to the schedule" in drew["detail"]
+    short = sender_check(191.5, 150.0, [135.0, 165.0], 1, 378, 1.0, scheduled_per_s=190.0)
+    assert short["verdict"] == "fail" and short["limit"] == "generator", short
+
+
+def test_the_scheduled_rate_is_the_schedules_own_draw() -> None:
+    """`scheduled_rate_per_s` counts every request made due after warm-up, sent or not, over
+    the span of their intended times; `achieved_rate_per_s` only the sent ones."""
+    from knee.stats.rates import Requests, rates
+
+    intended = np.arange(100, dtype=np.int64) * 10_000_000  # 100/s for 1 s
+    sent = intended.copy()
+    sent[50:] = -1  # the second half never sent
+    r = Requests(
+        intended_ns=intended,
+        sent_ns=sent,
+        received_ns=np.where(sent >= 0, sent + 1_000_000, -1),
+        ok=sent >= 0,
+        timeout=np.zeros(100, dtype=bool),
+        post=np.ones(100, dtype=bool),
+        bytes_out=np.zeros(100),
+        bytes_in=np.zeros(100),
+    )
+    out = rates(r, None, timeout_ms=None, late_ms=None)
+    assert out["scheduled_rate_per_s"] == pytest.approx(100.0)
+    assert out["sent"] == 50 and out["achieved_rate_per_s"] == pytest.approx(100.0)
 
 
 def test_anderson_darling_matches_scipy() -> None:
@@ -580,5 +610,26 @@ def test_stability_verdict_on_simulated_queues() -> None:
         # The queue grows by 0.3 ms of work per ms: about 0.3 s of latency per s.
         assert over["trend_ns_per_s"] == pytest.approx(0.3e9, rel=0.2)
         assert "its mean depends on the run's length" in over["detail"]
+        assert over["queueing"] is True
     few = stability(**_md1(0.5, 8, 0))
     assert few["verdict"] == "n/a"
+
+
+def test_stability_of_a_target_that_fails_without_a_queue() -> None:
+    """A target that sheds load: 30% of the requests fail, the served ones keep a flat
+    latency. Unstable for the failures, and the detail does not claim a growing mean."""
+    rng = np.random.default_rng(7)
+    intended_ns = np.sort(rng.uniform(0, 10e9, 700))
+    shed = stability(
+        intended_ok_ns=intended_ns,
+        latency_ok_ns=rng.exponential(300e3, 700) + 100e3,
+        window_s=10.0,
+        sent_in_window=1000,
+        ok_in_window=700,
+        backlog=0,
+    )
+    assert shed["verdict"] == "unstable", shed
+    assert shed["reasons"] == ["only 70% of the requests sent completed OK within the schedule"]
+    assert shed["detail"].endswith("failing, with no growing queue"), shed["detail"]
+    assert "depends on the run's length" not in shed["detail"]
+    assert shed["queueing"] is False

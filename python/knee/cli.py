@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from knee import __version__
+from knee.live.options import add_live_options
 from knee.runner.display import Display
 
 EXIT_SPEC_ERROR = 2
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         help="keep the files systems generate (run_dir/scratch) after each point",
     )
     run.add_argument("--no-report", action="store_true", help="do not write report.html at the end")
+    add_live_options(run)
     report = sub.add_parser(
         "report", help="write RUN/report.html (self-contained) and RUN/figures/*.png"
     )
@@ -115,6 +117,7 @@ def _find_parser(sub: Any) -> None:
     f.add_argument("--out", type=Path, default=Path("runs"), help="default: ./runs")
     f.add_argument("--no-progress", action="store_true", help="no live progress bar")
     f.add_argument("--no-report", action="store_true", help="do not write report.html")
+    add_live_options(f)
 
 
 def _http_parser(sub: Any) -> None:
@@ -157,6 +160,7 @@ def _http_parser(sub: Any) -> None:
     )
     _search_options(h)
     add_run_options(h, "http")
+    add_live_options(h)
 
 
 def _grpc_parser(sub: Any) -> None:
@@ -194,13 +198,11 @@ def _grpc_parser(sub: Any) -> None:
     add_tls_options(g)
     _search_options(g)
     add_run_options(g, "grpc")
+    add_live_options(g)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from knee.hosts import HostError, Unsupported
-    from knee.results import SUMMARY
-    from knee.runner import NodeFailed, interrupt, run_experiment
-    from knee.runner.display import point_notes, summary_table
+    from knee.live.options import expected_run_s
     from knee.spec import SpecError, load_spec
 
     try:
@@ -208,8 +210,57 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     except SpecError as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
+    live = _start_live(args, spec, expected_run_s(spec.points), "run", console)
+    if live is False:
+        return EXIT_SPEC_ERROR
+    try:
+        return _run_spec(args, console, spec, live)
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _start_live(
+    args: argparse.Namespace, spec: Any, expected_s: float | None, kind: str, console: Console
+) -> Any:
+    """The live page (knee.live), started and its URL printed; None when off; False when
+    its address cannot be used (said in one line)."""
+    from knee.live.options import LiveArgsError, wanted
+
+    prog = f"knee {args.command}"
+    where: tuple[str, int] = ("", 0)
+    try:
+        asked = wanted(args, expected_s, sys.stdout.isatty())
+        if asked is None:
+            return None
+        from knee.live import Live
+
+        where = asked
+        links = {  # each emulated host's link rate, each way (docs/hosts.md)
+            name: float(host.settings["rate_mbit"]) * 1e6 / 8
+            for name, host in spec.placement.hosts.items()
+            if host.settings.get("rate_mbit")
+        }
+        live = Live(where, spec.experiment["name"], spec.experiment["system"], kind, links)
+    except LiveArgsError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return False
+    except OSError as e:  # the port is taken, the address is not this machine's
+        print(f"{prog}: --live: cannot serve on {where[0]}:{where[1]}: {e}", file=sys.stderr)
+        return False
+    url = live.start()
+    console.print(f"live page:     {url}  (Prometheus: {url}metrics)", highlight=False)
+    return live
+
+
+def _run_spec(args: argparse.Namespace, console: Console, spec: Any, live: Any) -> int:
+    from knee.hosts import HostError, Unsupported
+    from knee.results import SUMMARY
+    from knee.runner import NodeFailed, interrupt, run_experiment
+    from knee.runner.display import point_notes, summary_table
+
     interrupt.install()
-    display = _RunDirDisplay(console, enabled=not args.no_progress)
+    display = _RunDirDisplay(console, enabled=not args.no_progress, observers=_observers(live))
     try:
         run_dir = run_experiment(spec, args.out, display, keep_scratch=args.keep_scratch)
     except Unsupported as e:  # refused before anything started
@@ -250,8 +301,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         console.print(line, highlight=False)
     console.print(f"run directory: {run_dir}")
     console.print(f"summary:       {run_dir / SUMMARY}")
-    code = 0 if args.no_report else _report(run_dir, None, console)
+    code = 0 if args.no_report else _report(run_dir, None, console, live)
     return code or _slo_verdict(points)
+
+
+def _observers(live: Any) -> list[Any]:
+    return [] if live is None else [live]
 
 
 def _slo_verdict(points: list[dict[str, Any]]) -> int:
@@ -318,7 +373,7 @@ def _unreadable(where: str, e: Exception) -> bool:
     return True
 
 
-def _report(run_dir: Path, out: Path | None, console: Console) -> int:
+def _report(run_dir: Path, out: Path | None, console: Console, live: Any = None) -> int:
     """Writes the report; a failure is printed and gives a non-zero exit code, and the run
     directory stays as it is."""
     from knee.report import build
@@ -339,6 +394,8 @@ def _report(run_dir: Path, out: Path | None, console: Console) -> int:
     console.print(
         f"report:        {written.html} ({len(written.figures)} figures, {written.seconds:.1f} s)"
     )
+    if live is not None:
+        live.report_written(Path(written.html).resolve())
     return 0
 
 
@@ -413,12 +470,7 @@ def _run_doc(doc: dict[str, Any], args: argparse.Namespace, console: Console, pr
 
 def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -> int:
     """`knee find`: the search, its answers printed (and as JSON with --json), the report."""
-    import json
-
-    from knee.find.cli import FindArgsError, options, print_answers
-    from knee.find.run import EveryRequestFailed, FindError, find
-    from knee.hosts import HostError, Unsupported
-    from knee.runner import NodeFailed, interrupt
+    from knee.find.cli import FindArgsError, options
     from knee.spec import SpecError, load_spec
 
     try:
@@ -427,8 +479,28 @@ def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -
     except (SpecError, FindArgsError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    live = _start_live(args, spec, opts.budget_s, "search", console)
+    if live is False:
+        return EXIT_SPEC_ERROR
+    try:
+        return _find_spec(args, console, prog, spec, opts, live)
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _find_spec(
+    args: argparse.Namespace, console: Console, prog: str, spec: Any, opts: Any, live: Any
+) -> int:
+    import json
+
+    from knee.find.cli import print_answers
+    from knee.find.run import EveryRequestFailed, FindError, find
+    from knee.hosts import HostError, Unsupported
+    from knee.runner import NodeFailed, interrupt
+
     interrupt.install()
-    display = _RunDirDisplay(console, enabled=not args.no_progress)
+    display = _RunDirDisplay(console, enabled=not args.no_progress, observers=_observers(live))
     try:
         run_dir = find(spec, opts, args.out, display)
     except (FindError, Unsupported) as e:
@@ -460,7 +532,7 @@ def _find(args: argparse.Namespace, console: Console, prog: str = "knee find") -
     print_answers(console, answers)
     console.print(f"run directory: {run_dir}")
     console.print(f"search path:   {run_dir / 'find.json'}")
-    code = 0 if args.no_report else _report(run_dir, None, console)
+    code = 0 if args.no_report else _report(run_dir, None, console, live)
     if args.json:
         sys.stdout.write(json.dumps(answers, indent=2) + "\n")
     return code

@@ -188,7 +188,8 @@ def group_answers(
     """The answers of one group's points; `brackets` (a search's final ones) replace the
     brackets read from the points."""
     cap = (brackets or {}).get("capacity") or list(bracket(points, "capacity"))
-    limits = [decide(p).limit for p in points if _rate(p) == cap[1]]
+    # A rate probed twice (a search's hold) may be stable once: the limit of the other.
+    limits = [lim for p in points if _rate(p) == cap[1] and (lim := decide(p).limit)]
     out: dict[str, Any] = {
         "label": group_label(points[0]) if points else "",
         "capacity": _answer(cap[0], cap[1], "capacity", limits[0] if limits else None),

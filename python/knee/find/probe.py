@@ -93,7 +93,8 @@ def decide(stats: dict[str, Any]) -> Decision:
     if stats.get("cut_short"):
         return Decision("unstable", "target", slo, f"cut short: {stats['cut_short']}")
     verdict = stability.get("verdict")
-    if verdict == "unstable":  # its failures are what a queue past capacity leaves
+    if verdict == "unstable" and stability.get("queueing", True):
+        # Its failures are what a queue past capacity leaves.
         return Decision("unstable", "target", slo, stability.get("detail", "unstable"))
     share = failed_share(stats)
     if share > ERROR_SHARE:  # keeping up in time, but failing: shedding load, or broken

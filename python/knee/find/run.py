@@ -318,6 +318,7 @@ class _Finder:
         if self.failed:
             doc["error"] = self.failed
         results.write_json(self.session.run_dir / FIND, doc | {"answers": answers})
+        self.session.display.search(doc | {"answers": answers})
         self.session.extra["find"] = answers
         self.session.write_summary()
 

@@ -9,7 +9,7 @@ U = X D, so the largest D is the largest U there and the first to reach 1. A pas
 resource (below) has its D read where it is smallest, at low load: its hold time without
 the queues it waits in.
 
-Three rules keep the name right:
+Four rules keep the name right:
 - A worker pool whose busy time is mostly CPU time (its node's CPU busy >= ON_CPU of the
   pool's busy) is busy computing: the CPU is named, as the pool's threads can use it, with
   their busy time per request as its demand (the rest of it: a thread waiting for a core,
@@ -24,6 +24,9 @@ Three rules keep the name right:
   the kernel's accept queue, a remote dependency), and that is said instead of naming the
   busiest resource seen. A value outside whose interval still reaches in is not called
   either way ("unclear").
+- A target that refused work at once (429 or 503 replies, knee.resources.shedding) where the
+  load passed its capacity is named as shedding load, with the share it refused and the
+  statuses, whatever its resources' bounds say.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from knee.find.probe import decide
+from knee.resources.shedding import sentence as shed_sentence
+from knee.resources.shedding import shedding
 from knee.resources.usage import MACHINE
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is
@@ -244,6 +249,10 @@ def explain(
     second = order[1] if len(order) > 1 else None
     top = _named(*first)
     verdict, ratio = agreement(top, lo, hi)
+    # Failures, not a resource, set a capacity where the target refused work at once.
+    shed = shedding(points)
+    if shed is not None:
+        verdict = None
     out: dict[str, Any] = {
         "at_point": ref.get("point"),
         "at_rate_per_s": _rate(ref),
@@ -253,6 +262,7 @@ def explain(
         "agreement": verdict,
         "bound_ratio": ratio,
         "unseen": verdict == "above",
+        "sheds": shed,
         "generator": generator(ref),
         "per_point": [
             {
@@ -306,7 +316,12 @@ def sentence(ex: dict[str, Any]) -> str:
     top, nxt, gen = ex["bottleneck"], ex.get("next"), ex["generator"]
     at = _per_s(ex["at_rate_per_s"])
     parts: list[str] = []
-    if ex["unseen"]:
+    if ex.get("sheds"):
+        parts.append(
+            shed_sentence(ex["sheds"])
+            + f"; the busiest resource seen, {top['label']}, was {_pct(top['u'])} busy at {at}"
+        )
+    elif ex["unseen"]:
         parts.append(
             "set by something the run cannot see (a lock, the kernel's accept queue, a remote "
             f"dependency): the busiest resource seen, {top['label']}, was {_pct(top['u'])} busy "
@@ -343,7 +358,7 @@ def sentence(ex: dict[str, Any]) -> str:
         parts.append(used)
     if gen.get("connections_u") is not None and top["resource"] != "connections":
         parts.append(f"its connections were {_pct(gen['connections_u'])} busy")
-    if nxt is not None and nxt.get("bound_per_s") and not ex["unseen"]:
+    if nxt is not None and nxt.get("bound_per_s") and not ex["unseen"] and not ex.get("sheds"):
         gain = ex.get("doubling_gain")
         parts.append(
             f"next: {nxt['label']} ({_pct(nxt['u'])} busy, bound {_per_s(nxt['bound_per_s'])}"

@@ -3,6 +3,7 @@ point, and the summary table at the end."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +44,37 @@ def warnings_of(point: dict[str, Any]) -> list[str]:
 
 
 class Display:
-    def __init__(self, console: Console, enabled: bool = True) -> None:
+    """The console's view of the run; each event also goes to `observers` (the live page,
+    knee.live.observer.Observer: the same methods, plus node_lines, sampled and search)."""
+
+    def __init__(
+        self, console: Console, enabled: bool = True, observers: Sequence[Any] = ()
+    ) -> None:
         self.console = console
         self.enabled = enabled
+        self.observers = list(observers)
         self._progress: Progress | None = None
         self._task: Any = None
         self._n_points = 0
 
+    def _tell(self, event: str, *args: Any) -> None:
+        for observer in self.observers:
+            getattr(observer, event)(*args)
+
+    def node_lines(self, lines: dict[str, dict[str, Any]]) -> None:
+        """Each recorder's newest progress line, as read (about one a second each)."""
+        self._tell("node_lines", lines)
+
+    def sampled(self, rows: list[dict[str, Any]]) -> None:
+        """The time-series rows of one sampling interval (knee.monitor)."""
+        self._tell("sampled", rows)
+
+    def search(self, doc: dict[str, Any]) -> None:
+        """`knee find`'s find.json as just written: its path and answers so far."""
+        self._tell("search", doc)
+
     def run_started(self, run_dir: Path, n_points: int) -> None:
+        self._tell("run_started", run_dir, n_points)
         self._n_points = n_points
         shown = f"{n_points} points" if n_points else "a search: probes as it decides them"
         self.console.print(f"run directory: [bold]{run_dir}[/]  ({shown})")
@@ -67,6 +91,7 @@ class Display:
             self._progress.start()
 
     def point_started(self, point: Point, expected_requests: int | None) -> None:
+        self._tell("point_started", point, expected_requests)
         if self._progress is None:
             return
         if self._task is not None:
@@ -89,6 +114,7 @@ class Display:
         )
 
     def point_finished(self, point: Point, stats: dict[str, Any]) -> None:
+        self._tell("point_finished", point, stats)
         lat = stats["latency_ns"]
         flags = warnings_of(stats)
         self.console.print(
@@ -107,6 +133,7 @@ class Display:
         return f"[probe {point.index + 1}]"
 
     def run_finished(self) -> None:
+        self._tell("run_finished")
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

@@ -566,6 +566,7 @@ def _drive(
             if "start" in node.latest:
                 nodes.starts_ns[name] = int(node.latest["start"]["start_ns"])
         if progress:
+            display.node_lines(progress)
             merged = merged_progress(list(progress.values()))
             display.progress(merged)
             if watch is not None and cut is None and (cut := watch(merged)) is not None:
@@ -592,16 +593,18 @@ def _drive(
             )
         if now >= next_sample:
             next_sample += SAMPLE_INTERVAL_S
-            _sample(state, point.index)
+            display.sampled(_sample(state, point.index))
         time.sleep(0.05)
-    _sample(state, point.index)
+    display.sampled(_sample(state, point.index))
     missing = [n for n in nodes.recorders if n not in nodes.starts_ns]
     if missing:
         raise state.nodes[missing[0]].failure("ended without reporting its start")
     return cut
 
 
-def _sample(state: RunState, point: int) -> None:
+def _sample(state: RunState, point: int) -> list[dict[str, Any]]:
+    """Adds one interval's rows to the time series; returns them."""
+    start = len(state.timeseries)
     t_s = state.t_s()
     for name, usage in state.monitor.sample().items():
         node = state.nodes.get(name)
@@ -643,6 +646,7 @@ def _sample(state: RunState, point: int) -> None:
                 **counters,
             }
         )
+    return state.timeseries[start:]
 
 
 def _remote_usage(state: RunState, name: str, usage: dict[str, Any] | None) -> dict[str, Any]:

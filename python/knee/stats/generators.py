@@ -48,6 +48,7 @@ def generators(
             r["sent"],
             late_ms,
             held=r["late_sends_held"],
+            scheduled_per_s=r["scheduled_rate_per_s"],
         )
         out.append(
             {"node": name, **{k: r[k] for k in FIELDS}, "target_rate_per_s": share}

@@ -179,6 +179,7 @@ def point_stats(
                 point_rates["sent"],
                 late_ms,
                 held=point_rates["late_sends_held"],
+                scheduled_per_s=point_rates["scheduled_rate_per_s"],
             ),
             checks.poisson_check(schedule, column("sent_ns")[column("sent_ns") >= 0]),
             checks.autocorrelation_check(latency),

@@ -98,9 +98,14 @@ def rates(
         if send_window_s > 0
         else None
     )
+    # What the schedule itself made due after warm-up (sent or not), over the span of its
+    # intended times: a random (Poisson) schedule's own draw, against which the sends are
+    # judged (knee.stats.checks.sender_check).
+    intended = r.intended_ns[post]
     out: dict[str, Any] = {
         "sent": sent_count,
         "send_window_s": send_window_s,
+        "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
         "achieved_rate_per_s": achieved,
         "achieved_rate_ci_per_s": rate_ci,
         **late_sends(r, sent, late_ms),

@@ -142,6 +142,7 @@ def stability(
             f"(+{wait_growth_ns / 1e6:.3g} ms over the point): the target holds all "
             f"{connections} connections"
         )
+    queueing = bool(reasons)
     gap = sent_in_window - ok_in_window
     if (
         sent_in_window
@@ -164,9 +165,18 @@ def stability(
         "sent_in_window": sent_in_window,
         "ok_in_window": ok_in_window,
         "ok_share": ok_in_window / sent_in_window if sent_in_window else None,
+        # A sign of a queue (latency, backlog or wait growing), not only failures.
+        "queueing": queueing,
     }
     if reasons:
-        detail = "over capacity: " + "; ".join(reasons) + "; its mean depends on the run's length"
+        # Only a queue makes the mean depend on the run's length; a target that fails
+        # requests without one (it sheds load) does not.
+        tail = (
+            "; its mean depends on the run's length"
+            if queueing
+            else ": failing, with no growing queue"
+        )
+        detail = "over capacity: " + "; ".join(reasons) + tail
         return {"verdict": "unstable", "reasons": reasons, "detail": detail, **figures}
     if found is None or not sent_in_window:
         detail = f"{len(latency_ok_ns)} OK samples: too few to judge"

@@ -18,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		log.Fatal("usage: go-app PORT [-tls CERT,KEY] [-h2c] [-max-streams N] [-sleep-ms MS]")
+		log.Fatal("usage: go-app PORT [-tls CERT,KEY] [-h2c] [-max-streams N] [-sleep-ms MS] [-slots N]")
 	}
 	port := os.Args[1]
 	flags := flag.NewFlagSet("go-app", flag.ExitOnError)
@@ -26,7 +26,13 @@ func main() {
 	h2c := flags.Bool("h2c", false, "serve cleartext HTTP/2 by prior knowledge too")
 	maxStreams := flags.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS (0: Go's default)")
 	sleepMs := flags.Int("sleep-ms", 20, "how long /sleep takes")
+	slots := flags.Int("slots", 0, "at most N /sleep requests at once, the others wait (0: no limit)")
 	flags.Parse(os.Args[2:])
+	// A semaphore of N slots: /sleep's capacity is N / sleep by construction.
+	var sem chan struct{}
+	if *slots > 0 {
+		sem = make(chan struct{}, *slots)
+	}
 
 	body := []byte("hello from go\n")
 	mux := http.NewServeMux()
@@ -40,6 +46,10 @@ func main() {
 		w.Write(body)
 	})
 	mux.HandleFunc("/sleep", func(w http.ResponseWriter, r *http.Request) {
+		if sem != nil {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+		}
 		time.Sleep(time.Duration(*sleepMs) * time.Millisecond)
 		w.Header().Set("Server-Timing", "app;dur="+strconv.Itoa(*sleepMs))
 		w.Write(body)
