@@ -13,9 +13,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import unavailable
-from report_helpers import knee_cmd
+from report_helpers import knee_cmd, smoke_run
 
 from knee.hosts import cleanup, docker
 from knee.hosts.base import Limits, Unsupported
@@ -274,3 +275,27 @@ def test_a_docker_host_has_no_link_rate(tmp_path: Path) -> None:
         load_spec(spec)
     assert "\n" not in str(e.value)
     assert e.value.key == "hosts.cli.rate_mbit"  # unknown for a docker host
+
+
+def test_matrix_docker_smoke_names_each_containers_resources(tmp_path: Path) -> None:
+    """experiments/matrix-docker.toml's smoke run (scripts/e2e's, where kept): the hosts as
+    made, each node's limits, the containers' CPU against --cpus and their links' bytes."""
+    _need_daemon()
+    run_dir, _ = smoke_run("matrix-docker", tmp_path)
+    hosts = {h["name"]: h for h in json.loads((run_dir / "env.json").read_text())["hosts"]["hosts"]}
+    for name in ("srv", "cli"):
+        assert hosts[name]["kind"] == "docker" and _in_range(hosts[name]["address"])
+        assert ipaddress.ip_network(hosts[name]["subnet"]).subnet_of(KNEE_RANGE)
+        assert hosts[name]["limits"] == {"cpu_cores": 1.0}
+    point = json.loads((run_dir / "points" / "p000.json").read_text())
+    where = {n["name"]: (n["host"], n["limits"]) for n in point["topology"]}
+    assert where == {"server": ("srv", {"cpu_cores": 1.0}), "load": ("cli", {"cpu_cores": 1.0})}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    docker_points = [p for p in summary["points"] if p["series"] == "docker"]
+    for p in docker_points:
+        server = p["resources"]["server"]
+        assert (server["kind"], server["capacity"]) == ("cpu", 1.0)  # its --cpus
+        assert {"link:srv", "link:cli"} <= set(p["resources"])  # the holders' interfaces
+    rows = pd.read_parquet(run_dir / "timeseries.parquet")
+    links = rows[rows["node"] == "link:srv"]
+    assert (links["bytes_rx"] > 0).all() and (links["bytes_tx"] > 0).all()
