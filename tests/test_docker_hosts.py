@@ -124,6 +124,16 @@ def test_every_address_is_inside_knee_range_and_nothing_is_routed_out(pair: Pair
     holder_pid = pair.quota._pids[pair.quota.container]
     routes = Path(f"/proc/{holder_pid}/net/route").read_text().splitlines()[1:]
     assert routes and all(line.split()[1] != "00000000" for line in routes)
+    # No IPv6 address (link-local included) in a host, on its bridge or its veth ends.
+    assert Path(f"/proc/{holder_pid}/net/if_inet6").read_text() == ""
+    out = subprocess.run(
+        ["ip", "-j", "link", "show", "master", pair.network.bridge],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    ours = {pair.network.bridge, *(link["ifname"] for link in json.loads(out))}
+    assert len(ours) == 3  # the bridge and the two holders' veth ends
+    with_ipv6 = {line.split()[-1] for line in Path("/proc/net/if_inet6").read_text().splitlines()}
+    assert ours.isdisjoint(with_ipv6)
     assert docker.outside_range(["172.17.0.0/16", "10.0.0.0/8", "198.19.64.0/24"]) == [
         "172.17.0.0/16",
         "10.0.0.0/8",
@@ -154,10 +164,8 @@ n = 20
 p = 100
 
 [load]
-schedule = "closed"
-clients = 1
-think_ms = 5
-requests = 100000
+rate_per_s = 100
+requests = 3000
 duration_s = 30
 warmup_s = 0
 warmup_requests = 0

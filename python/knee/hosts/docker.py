@@ -302,6 +302,23 @@ class Network:
                 f"{KNEE_RANGE}: use knee's own daemon (scripts/docker)"
             )
 
+    def no_ipv6(self) -> None:
+        """Turns IPv6 off on the run's bridge and the veth ends in it (this machine's side),
+        so that the kernel gives them no link-local address."""
+        try:
+            links = json.loads(
+                subprocess.run(
+                    ["ip", "-j", "link", "show", "master", self.bridge],
+                    capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=True,
+                ).stdout or "[]"
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            raise HostError(f"docker network {self.name}: listing its links: {e}") from None
+        for name in [self.bridge, *(link["ifname"] for link in links)]:
+            path = Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6")
+            with contextlib.suppress(FileNotFoundError):  # a link that just went
+                path.write_text("1")
+
     def teardown(self) -> None:
         for holder in self.holders:
             if holder.stdin is not None:
@@ -381,6 +398,10 @@ class DockerHost(Host):
             docker(
                 "run", "-i", "--rm", "--name", self.container, *self._labels(),
                 "--network", self.network.name, "--memory", "16m",
+                # No IPv6 in the host's namespace (no link-local address on its eth0): the
+                # wire carries the nodes' IPv4 traffic only, as on an emulated host.
+                "--sysctl", "net.ipv6.conf.all.disable_ipv6=1",
+                "--sysctl", "net.ipv6.conf.default.disable_ipv6=1",
                 self.image, "clock",
             ),
             stdin=subprocess.PIPE,
@@ -422,6 +443,7 @@ class DockerHost(Host):
                     )
                 self._pids[self.container] = int(out[1])
                 self._no_default_route(int(out[1]))
+                self.network.no_ipv6()
                 return out[0]
             time.sleep(0.05)
         raise HostError(f"docker host {self.name}: its container did not start within 30 s")
