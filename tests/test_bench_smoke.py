@@ -36,6 +36,7 @@ BENCHES = [
     "h2_vs_h2load",
     "grpc_vs_ghz",
     "live_cost",
+    "host_start",
 ]
 #: Seconds a smoke run may take on a busy 2-core machine (they take 1 to 40 s).
 SMOKE_TIMEOUT_S = 240.0

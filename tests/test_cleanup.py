@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import Processes, unavailable
 
-from knee.hosts import cgroups, cleanup, netns
+from knee.hosts import cgroups, cleanup, netns, sweep
 from knee.hosts.base import Limits, Unsupported
 
 #: Seconds the runner process may take to make its network and cgroups.
@@ -89,7 +89,7 @@ def test_cleanup_removes_what_a_killed_run_made_and_nothing_else(
 
         assert cleanup.stale_runs() == [run_id]  # not the live run
         problems: list[str] = []
-        removed = cleanup.cleanup(problems=problems)
+        removed = sweep.sweep(problems=problems)
         assert sorted(removed) == sorted([f"network namespace {n}" for n in made["namespaces"]]), (
             removed
         )
@@ -104,11 +104,11 @@ def test_cleanup_removes_what_a_killed_run_made_and_nothing_else(
             time.sleep(0.01)
         orphan = None
         lines: list[str] = []
-        assert cleanup.main(lines.append) == 0
+        assert sweep.main(lines.append) == 0
         assert sorted(lines) == sorted(f"removed cgroup {t}" for t in tops), lines
         assert cleanup.read_record(run_id) is None
         lines.clear()
-        assert cleanup.main(lines.append) == 0
+        assert sweep.main(lines.append) == 0
         assert lines == ["nothing to clean up"]
 
         after_ns, after_cg = _namespaces(), _knee_cgroups()
@@ -142,6 +142,6 @@ def test_a_reused_pid_is_a_dead_runner(tmp_path: Path, monkeypatch: pytest.Monke
         cleanup.note(live, namespaces=["knee-other-h1"])
     with pytest.raises(ValueError):
         cleanup.note(live, cgroups=["/sys/fs/cgroup/cpu"])
-    assert cleanup.remove_run(reused) == []  # its namespace was never made
+    assert sweep.remove_run(reused) == []  # its namespace was never made
     assert cleanup.read_record(reused) is None
     assert len(cleanup.new_run_id()) == 6

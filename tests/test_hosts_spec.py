@@ -96,7 +96,11 @@ BAD_HOSTS = [
         "placement.server",
         "unknown host 'nope'; hosts: local, a, b",
     ),
-    ('[hosts.x]\nkind = "vm"\n', "hosts.x.kind", "expected one of local, netns, ssh, got 'vm'"),
+    (
+        '[hosts.x]\nkind = "vm"\n',
+        "hosts.x.kind",
+        "expected one of local, netns, ssh, docker, got 'vm'",
+    ),
     (
         '[hosts.x]\nkind = "netns"\nrate_mbit = -1\n',
         "hosts.x.rate_mbit",

@@ -558,9 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "find":
         return _find(args, console)
     if args.command == "cleanup":
-        from knee.hosts import cleanup
+        from knee.hosts import sweep
 
-        return cleanup.main(console.print)
+        return sweep.main(console.print)
     _parser().print_help()
     return EXIT_SPEC_ERROR
 

@@ -12,6 +12,7 @@ from knee.hosts.spec import LOCAL, HostSpec, Placement, parse_cpuset
 
 if TYPE_CHECKING:  # imported where a spec has such hosts or limits: a plain run needs none
     from knee.hosts.cgroups import Cgroup, RunCgroups
+    from knee.hosts.docker import Network as DockerNetwork
     from knee.hosts.netns import Network
 
 __all__ = ["Host", "HostError", "Limits", "RunHosts", "Unsupported"]
@@ -29,6 +30,7 @@ class RunHosts:
         self.run_id = run_id
         self.hosts: dict[str, Host] = {LOCAL: LocalHost()}
         self._network: Network | None = None  # made with the first netns host
+        self._docker: DockerNetwork | None = None  # made with the first docker host
         self._cgroups: RunCgroups | None = None  # made with the first limit
         self._host_cgroups: dict[str, Cgroup] = {}
         self._node_cgroups: dict[str, Cgroup] = {}
@@ -37,7 +39,8 @@ class RunHosts:
         return list(self.placement.hosts.values())
 
     def _limited(self) -> list[Limits]:
-        limits = [h.limits for h in self._specs()]
+        """Limits knee sets with cgroups of its own (a docker host's are the engine's)."""
+        limits = [h.limits for h in self._specs() if h.kind != "docker"]
         limits += [self.placement.limits(g) for g in self.placement.node_limits]
         return [x for x in limits if not x.empty()]
 
@@ -55,6 +58,10 @@ class RunHosts:
                 need_loss=any(h.settings.get("loss_percent") for h in netns),
                 need_delay=any(h.settings.get("delay_ms") for h in netns),
             )
+        if any(h.kind == "docker" for h in self._specs()):
+            from knee.hosts import docker
+
+            docker.check_daemon()
         for h in self._specs():
             if h.kind == "ssh" and not h.limits.empty():
                 raise Unsupported(
@@ -76,7 +83,7 @@ class RunHosts:
             self.hosts[spec.name] = host
             host.setup()
         for name, host in self.hosts.items():
-            if not host.limits.empty():
+            if not host.limits.empty() and host.kind != "docker":  # the engine's cgroups
                 self._host_cgroups[name] = self._cgroup_tree().make((f"host-{name}",), host.limits)
 
     def _make(self, spec: HostSpec) -> Host:
@@ -96,6 +103,17 @@ class RunHosts:
                 rate_mbit=s.get("rate_mbit"),
                 loss_percent=s.get("loss_percent"),
                 delay_ms=s.get("delay_ms"),
+            )
+        if spec.kind == "docker":
+            from knee.hosts import docker
+
+            if self._docker is None:
+                self._docker = docker.Network(self.run_id)
+            return docker.DockerHost(
+                spec.name,
+                spec.limits,
+                self._docker,
+                node_limits=lambda node: self.limits_of(node, spec.name),
             )
         from knee.hosts import ssh
 
@@ -123,6 +141,8 @@ class RunHosts:
         """How a node's command joins its cgroups: its own (inside its host's) when
         [limits] gives it some, else its host's; None when neither is limited."""
         own = self.placement.limits(node)
+        if self.hosts[host_name].kind == "docker":  # the container's limits (--cpus, ...)
+            return None
         if own.empty() and host_name not in self._host_cgroups:
             return None
         from knee.hosts import cgroups
@@ -200,6 +220,11 @@ class RunHosts:
                 host.teardown()
             except Exception as e:  # noqa: BLE001 - clean-up goes on, the problem is named
                 problems.append(f"host {host.name}: {e}")
+        try:  # the docker network after its hosts' containers
+            if self._docker is not None:
+                self._docker.teardown()
+        except Exception as e:  # noqa: BLE001
+            problems.append(str(e))
         # The bridge's namespace after the hosts' (a host's teardown leaves it).
         try:
             if self._network is not None:

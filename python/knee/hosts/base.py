@@ -96,12 +96,22 @@ class Host(ABC):
         samples, its histogram)."""
         return str(local)
 
+    def scratch_path(self, local: Path) -> str:
+        """The point's scratch folder (a system's files, ``{scratch}``) as a node on this
+        host sees it."""
+        return str(local)
+
     def fetch(self, node_path: str, local: Path) -> None:  # noqa: B027
         """Brings a file a node wrote at ``node_path`` to ``local`` (after the node ended)."""
 
     def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
         """Sends ``sig`` to the node run by ``proc``."""
         proc.send_signal(sig)
+
+    def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+        """A remote node's ``cpu_s`` and ``rss_bytes`` as this host reads them (a docker
+        host: from the container's cgroup), or None: its own `usage` lines say."""
+        return None
 
     def interface_bytes(self) -> dict[str, int] | None:
         """rx_bytes and tx_bytes of the host's own network interface, or None where the

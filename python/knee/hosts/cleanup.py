@@ -11,7 +11,7 @@ tmpfs: records go with a reboot, as do namespaces and cgroups)::
 
 `note()` adds names before they are made, `forget()` drops them once removed (and the
 record when it is empty). A record whose runner is gone (its pid is not running, or runs
-a process that started at another time: pid reuse) is stale; `cleanup()` removes what
+a process that started at another time: pid reuse) is stale; `knee.hosts.sweep` removes what
 stale records list. Only names with the ``knee-<run_id>`` prefix read from a record are
 ever touched.
 """
@@ -25,7 +25,7 @@ import re
 import secrets
 import subprocess
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,13 +86,20 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def note(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | str] = ()) -> None:
-    """Records that this process (the runner) is about to make these; call it before."""
-    namespaces, cgroup_paths = list(namespaces), [str(c) for c in cgroups]
-    for name in namespaces:
-        _check_namespace(run_id, name)
+def note(
+    run_id: str,
+    namespaces: Iterable[str] = (),
+    cgroups: Iterable[Path | str] = (),
+    docker: Iterable[str] = (),
+) -> None:
+    """Records that this process (the runner) is about to make these; call it before.
+    ``docker``: the run's docker network (knee.hosts.docker), whose removal also removes
+    every container labelled with the run."""
+    namespaces, cgroup_paths, docker = list(namespaces), [str(c) for c in cgroups], list(docker)
+    for name in namespaces + docker:
+        check_namespace(run_id, name)
     for cgroup in cgroup_paths:
-        _check_cgroup(run_id, Path(cgroup))
+        check_cgroup(run_id, Path(cgroup))
     with _lock:
         path = record_path(run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,20 +113,28 @@ def note(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | s
         }
         record["namespaces"] += [n for n in namespaces if n not in record["namespaces"]]
         record["cgroups"] += [c for c in cgroup_paths if c not in record["cgroups"]]
+        record.setdefault("docker", [])
+        record["docker"] += [d for d in docker if d not in record["docker"]]
         _write(path, record)
 
 
-def forget(run_id: str, namespaces: Iterable[str] = (), cgroups: Iterable[Path | str] = ()) -> None:
+def forget(
+    run_id: str,
+    namespaces: Iterable[str] = (),
+    cgroups: Iterable[Path | str] = (),
+    docker: Iterable[str] = (),
+) -> None:
     """Records that these are gone; the record goes when it lists nothing."""
-    gone = set(namespaces) | {str(c) for c in cgroups}
+    gone = set(namespaces) | {str(c) for c in cgroups} | set(docker)
     with _lock:
         record = read_record(run_id)
         if record is None:
             return
         record["namespaces"] = [n for n in record["namespaces"] if n not in gone]
         record["cgroups"] = [c for c in record["cgroups"] if c not in gone]
+        record["docker"] = [d for d in record.get("docker", []) if d not in gone]
         path = record_path(run_id)
-        if record["namespaces"] or record["cgroups"]:
+        if record["namespaces"] or record["cgroups"] or record["docker"]:
             _write(path, record)
         else:
             path.unlink(missing_ok=True)
@@ -153,12 +168,12 @@ def stale_runs() -> list[str]:
     return out
 
 
-def _check_namespace(run_id: str, name: str) -> None:
+def check_namespace(run_id: str, name: str) -> None:
     if not (NAMESPACE_NAME_RE.match(name) and name.startswith(f"knee-{run_id}-")):
         raise ValueError(f"namespace {name!r} is not one of run {run_id}'s")
 
 
-def _check_cgroup(run_id: str, path: Path) -> None:
+def check_cgroup(run_id: str, path: Path) -> None:
     # A run's own top cgroup, directly under a cgroup (the runner's) in a cgroup mount.
     if not (
         path.is_absolute()
@@ -217,58 +232,3 @@ def remove_cgroup_tree(top: Path, problems: list[str]) -> bool:
             else:
                 problems.append(f"cgroup {dirpath}: {e.strerror}")
     return not top.exists()
-
-
-def remove_run(run_id: str, problems: list[str] | None = None) -> list[str]:
-    """Removes what run ``run_id``'s record lists, then the record; what it removed. What
-    it could not remove stays in the record and is described in ``problems``."""
-    problems = problems if problems is not None else []
-    record = read_record(run_id)
-    if record is None:
-        return []
-    removed: list[str] = []
-    # Hosts' namespaces before the bridge's, cgroups children first (inside the tree).
-    for name in sorted(record["namespaces"], key=lambda n: n.endswith("-net")):
-        try:
-            _check_namespace(run_id, name)
-            if delete_namespace(name):
-                removed.append(f"network namespace {name}")
-            forget(run_id, namespaces=[name])
-        except (OSError, ValueError, subprocess.SubprocessError) as e:
-            problems.append(f"namespace {name}: {e}")
-    for path in map(Path, record["cgroups"]):
-        try:
-            _check_cgroup(run_id, path)
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        existed = path.exists()
-        if remove_cgroup_tree(path, problems):
-            if existed:
-                removed.append(f"cgroup {path}")
-            forget(run_id, cgroups=[path])
-    if read_record(run_id) is not None and not problems:
-        record_path(run_id).unlink(missing_ok=True)  # an empty record from a crash
-    return removed
-
-
-def cleanup(
-    all_stale: bool = True, runs: Iterable[str] = (), problems: list[str] | None = None
-) -> list[str]:
-    """Removes what stale runs made (with ``all_stale``) and what the named ``runs`` made,
-    whatever their state; a list of what it removed."""
-    targets = list(dict.fromkeys([*(stale_runs() if all_stale else []), *runs]))
-    return [item for run_id in targets for item in remove_run(run_id, problems)]
-
-
-def main(console_print: Callable[[str], Any]) -> int:
-    """`knee cleanup`: removes what runs that died left behind; 1 if something stayed."""
-    problems: list[str] = []
-    removed = cleanup(problems=problems)
-    for item in removed:
-        console_print(f"removed {item}")
-    for problem in problems:
-        console_print(f"could not remove: {problem}")
-    if not removed and not problems:
-        console_print("nothing to clean up")
-    return 1 if problems else 0

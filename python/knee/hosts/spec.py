@@ -2,7 +2,7 @@
 and ``[limits]`` (CPU and memory per node), checked into plain data (docs/hosts.md).
 
     [hosts.h1]
-    kind = "netns"          # local | netns | ssh
+    kind = "netns"          # local | netns | ssh | docker
     rate_mbit = 100         # netns: the link's rate, each direction
     loss_percent = 1.0      # netns: random loss on receive
     cpu_cores = 1.0         # every node on the host together (cgroup quota)
@@ -28,7 +28,7 @@ from knee.hosts.base import Limits
 from knee.params import REQUIRED, Param, RuleError, Schema
 
 LOCAL = "local"
-KINDS = ("local", "netns", "ssh")
+KINDS = ("local", "netns", "ssh", "docker")
 #: At most this many hosts per run: each netns host is a namespace and two veth ends, and
 #: the emulated network hands out addresses from one /16.
 MAX_HOSTS = 250
@@ -58,6 +58,7 @@ HOST: dict[str, Schema] = {
             "float", None, "one-way delay (tc netem; not in every kernel)", min=0, max=60_000
         ),
     },
+    "docker": _COMMON,  # a container on knee's daemon (scripts/docker)
     "ssh": {
         **_COMMON,
         "address": Param("str", REQUIRED, "the host's address, as ssh and the nodes reach it"),
@@ -197,6 +198,8 @@ def network_of(host: HostSpec) -> str:
     """Which network a host's nodes are on: nodes reach each other only within one."""
     if host.kind == "netns":
         return "the emulated network"
+    if host.kind == "docker":
+        return "the docker network"
     if host.kind == "ssh" and not str(host.settings["address"]).startswith("127."):
         return "the hosts' own network"
     return "this machine's loopback"

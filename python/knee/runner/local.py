@@ -261,7 +261,7 @@ def _start_nodes(
     plans = list(nodes.plans.values())
     for plan in plans:
         host = state.hosts.host_of(where[plan.name])
-        config = substitute(plan.config, {**nodes.addrs, "scratch": str(scratch)})
+        config = substitute(plan.config, {**nodes.addrs, "scratch": host.scratch_path(scratch)})
         if host.kind != "local" and not plan.records:  # reached at its host's address
             config.setdefault("listen", f"{host.address}:0")
         if plan.records:

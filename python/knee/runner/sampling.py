@@ -34,7 +34,8 @@ def sample(state: RunState, point: int) -> list[dict[str, Any]]:
             row["ssh_cpu_percent"] = row["cpu_percent"]
             # The ssh client's waits are not the node's; its host reports none: unknown.
             row["cpu_wait_percent"] = None
-            row.update(_remote_usage(state, name, node.latest.get("usage")))
+            remote = node.host.usage(node.proc) or node.latest.get("usage")
+            row.update(_remote_usage(state, name, remote))
         limits = state.hosts.limits_of(name, node.host.name)
         if limits.get("cpu_cores"):
             # CPU % relative to what the node may use: 100 = its whole quota.

@@ -1,0 +1,638 @@
+"""Docker containers as hosts (docs/hosts.md, "Docker hosts").
+
+A host of kind ``docker`` is a container that holds a network namespace on a network knee
+makes for the run (``knee-R``, an internal bridge network in 198.18.0.0/15), the way a
+Kubernetes pod's pause container holds the pod's: each node placed on the host runs in a
+container of its own that joins it (``--network container:...``), so every node of the
+host has the host's address, and the host's interface counts what its nodes send.
+
+A node is a local ``docker run -i --rm`` client: the container's stdout and stderr are the
+node's, attached, exactly as over a pipe or ssh; its stdin is the node's lifeline
+(``KNEE_NODE_STDIN_LIFELINE=1``): when the client goes (the runner closed it, or died) the
+engine closes the container's stdin and the node stops. The host's limits become each
+container's: ``cpu_cores`` -> ``--cpus``, ``cpuset`` -> ``--cpuset-cpus``, ``memory_mb``
+-> ``--memory``; its CPU time is read from the container's cgroup.
+
+Every container, network and image knee makes is labelled ``knee.run=R`` (images also
+``knee.node_sha256``); the run removes its containers and network at its end, and
+`knee cleanup` what a crashed run left (`remove_run`).
+
+The image is made here, from the installed knee-node: a tarball with knee-node and the
+libraries ``ldd`` lists, ``docker import``ed as ``knee-node:<sha256 of the binary, 16
+hex>``, made once per build and reused (`ensure_image`). No registry, no download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from knee.hosts import cgroups, cleanup
+from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.local import node_binary
+from knee.hosts.spec import parse_cpuset
+
+#: The daemon scripts/docker starts; $KNEE_DOCKER_HOST names another.
+DEFAULT_SOCKET = "unix:///run/knee-docker/docker.sock"
+#: Every address a container gets must be in knee's range (RFC 2544's benchmarking block).
+KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
+#: Labels on what knee makes.
+RUN_LABEL = "knee.run"
+IMAGE_LABEL = "knee.node_sha256"
+IMAGE_REPO = "knee-node"
+#: Inside a container: knee-node, and the folder its files go to (a bind mount).
+NODE_PATH = "/knee-node"
+FILES_DIR = "/knee/files"
+LIFELINE_ENV = "KNEE_NODE_STDIN_LIFELINE"
+#: Seconds a docker command may take (an image import is the longest: ~20 MB).
+COMMAND_TIMEOUT_S = 120.0
+#: Seconds the holders of a run may take to exit once their input ended (about 0.5 s).
+HOLDER_EXIT_S = 10.0
+#: A container's name: knee-<run id>-<host>[-<node>-<n>]; Docker allows [a-zA-Z0-9_.-].
+NAME_RE = re.compile(r"^knee-[0-9a-z]{1,8}-[A-Za-z0-9_.-]+$")
+
+
+def socket() -> str:
+    return os.environ.get("KNEE_DOCKER_HOST") or DEFAULT_SOCKET
+
+
+def client() -> str:
+    """Debian's docker client, else the one on PATH."""
+    if os.access("/usr/bin/docker", os.X_OK):
+        return "/usr/bin/docker"
+    found = shutil.which("docker")
+    if found is None:
+        raise Unsupported("docker hosts: no docker client (run scripts/docker)")
+    return found
+
+
+def docker(*args: str) -> list[str]:
+    """The docker command for knee's daemon."""
+    return [client(), "-H", socket(), *args]
+
+
+def run(args: list[str], what: str, stdin: bytes | None = None) -> str:
+    """Runs a docker command; its stdout. A failure is a one-line HostError."""
+    try:
+        res = subprocess.run(
+            docker(*args),
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise HostError(f"docker: {what}: no answer within {COMMAND_TIMEOUT_S:g} s") from None
+    except OSError as e:
+        raise HostError(f"docker: {what}: {e}") from None
+    if res.returncode != 0:
+        lines = [x for x in res.stderr.decode(errors="replace").splitlines() if x.strip()]
+        raise HostError(f"docker: {what}: {lines[-1] if lines else f'exit {res.returncode}'}")
+    return res.stdout.decode(errors="replace")
+
+
+def outside_range(subnets: list[str]) -> list[str]:
+    """The subnets (IPv4) that are not inside 198.18.0.0/15."""
+    out = []
+    for s in subnets:
+        net = ipaddress.ip_network(s, strict=False)
+        if net.version == 4 and not net.subnet_of(KNEE_RANGE):  # type: ignore[arg-type]
+            out.append(s)
+    return out
+
+
+def network_subnets(names: list[str]) -> dict[str, list[str]]:
+    """Each network's IPAM subnets."""
+    if not names:
+        return {}
+    text = run(["network", "inspect", *names], "inspecting networks")
+    return {
+        n["Name"]: [c["Subnet"] for c in (n.get("IPAM") or {}).get("Config") or [] if "Subnet" in c]
+        for n in json.loads(text)
+    }
+
+
+_checked: set[str] = set()
+
+
+def check_daemon() -> None:
+    """Refuses (Unsupported, one line) a daemon that does not answer, or one with a network
+    outside 198.18.0.0/15 (Docker's defaults: 172.17.0.0/16, 10.0.0.0/8)."""
+    if socket() in _checked:
+        return
+    try:
+        run(["info", "--format", "{{.ID}}"], "connecting")
+        names = run(["network", "ls", "--format", "{{.Name}}"], "listing networks").split()
+        subnets = network_subnets(names)
+    except HostError as e:
+        raise Unsupported(
+            f"docker hosts: no daemon at {socket()} ({e}); run scripts/docker"
+        ) from None
+    for name, nets in subnets.items():
+        if bad := outside_range(nets):
+            raise Unsupported(
+                f"docker hosts: the daemon at {socket()} has network {name} on {bad[0]}, "
+                f"outside {KNEE_RANGE}: use knee's own (scripts/docker)"
+            )
+    _checked.add(socket())
+
+
+# -- the image -----------------------------------------------------------------------------
+
+
+def binary_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def libraries(binary: str) -> list[str]:
+    """The shared libraries `ldd` lists for ``binary`` (and its loader), as absolute paths."""
+    try:
+        out = subprocess.run(
+            ["ldd", binary], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise HostError(f"docker image: ldd {binary}: {e}") from None
+    paths = []
+    for line in out.splitlines():
+        for word in line.split():
+            if word.startswith("/"):
+                paths.append(word)
+                break
+    return paths
+
+
+def image_tarball(binary: str) -> bytes:
+    """A root file system: knee-node at /knee-node and its libraries at their own paths."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(binary, arcname=NODE_PATH.lstrip("/"))
+        for lib in libraries(binary):
+            tar.add(os.path.realpath(lib), arcname=lib.lstrip("/"))  # a link's target's bytes
+        for d in ("tmp", FILES_DIR.lstrip("/")):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def image_name(sha: str) -> str:
+    return f"{IMAGE_REPO}:{sha[:16]}"
+
+
+_image_lock = threading.Lock()
+
+
+def ensure_image(binary: str, run_id: str) -> str:
+    """The image of ``binary``, made once per build (named by its hash) and reused; older
+    knee-node images not used by a container are removed (one image per build at most)."""
+    sha = binary_sha256(binary)
+    name = image_name(sha)
+    with _image_lock:
+        try:
+            run(["image", "inspect", "--format", "{{.Id}}", name], "looking for the image")
+            return name
+        except HostError:
+            pass
+        run(
+            [
+                "import",
+                "--change", f'ENTRYPOINT ["{NODE_PATH}"]',
+                "--change", f"LABEL {IMAGE_LABEL}={sha} {RUN_LABEL}={run_id}",
+                "-", name,
+            ],
+            f"importing {binary} as {name}",
+            stdin=image_tarball(binary),
+        )  # fmt: skip
+        for other in knee_images():
+            if other != name:
+                with contextlib.suppress(HostError):  # in use by a running container
+                    run(["image", "rm", other], f"removing {other}")
+    return name
+
+
+def knee_images() -> list[str]:
+    out = run(
+        ["image", "ls", "--filter", f"label={IMAGE_LABEL}", "--format", "{{.Repository}}:{{.Tag}}"],
+        "listing images",
+    )
+    return out.split()
+
+
+# -- a run's containers and network ------------------------------------------------------
+
+
+def labelled(kind: str, run_id: str | None = None) -> list[str]:
+    """Names of the containers or networks labelled with run ``run_id`` (any knee run)."""
+    label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
+    if kind == "container":
+        args = ["ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"]
+    else:
+        args = ["network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"]
+    return run(args, f"listing {kind}s").split()
+
+
+def remove_run(run_id: str, problems: list[str]) -> list[str]:
+    """Removes run ``run_id``'s containers (killed first) and network; what it removed."""
+    cleanup.check_run_id(run_id)  # it goes into a glob and labels
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"knee-docker-{run_id}-*"):  # hosts' files
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        containers = labelled("container", run_id)
+        if containers:
+            run(["rm", "-f", *containers], "removing containers")
+            removed += [f"container {c}" for c in containers]
+        for net in labelled("network", run_id):
+            run(["network", "rm", net], f"removing network {net}")
+            removed.append(f"docker network {net}")
+    except HostError as e:
+        problems.append(str(e))
+    return removed
+
+
+class Network:
+    """The run's bridge network, internal (no gateway out): its containers reach each
+    other and nothing else. Its subnet comes from the daemon's pool and is checked to be
+    inside 198.18.0.0/15."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.name = f"knee-{run_id}-docker"
+        self.bridge = f"knee-{run_id}"  # an interface name: 15 characters at most
+        self.subnet: str | None = None
+        self.holders: list[subprocess.Popen[bytes]] = []  # the hosts' holders' clients
+
+    def setup(self) -> None:
+        if self.subnet is not None:
+            return
+        check_daemon()
+        cleanup.note(self.run_id, docker=[self.name])
+        run(
+            [
+                "network", "create", "--driver", "bridge", "--internal",
+                "--label", f"{RUN_LABEL}={self.run_id}",
+                "-o", f"com.docker.network.bridge.name={self.bridge}",
+                self.name,
+            ],
+            f"making network {self.name}",
+        )  # fmt: skip
+        subnets = network_subnets([self.name]).get(self.name, [])
+        self.subnet = subnets[0] if subnets else ""
+        if not subnets or outside_range(subnets):
+            self.teardown()
+            raise Unsupported(
+                f"docker hosts: network {self.name} got {self.subnet or 'no subnet'}, outside "
+                f"{KNEE_RANGE}: use knee's own daemon (scripts/docker)"
+            )
+
+    def no_ipv6(self) -> None:
+        """Turns IPv6 off on the run's bridge and the veth ends in it (this machine's side),
+        so that the kernel gives them no link-local address."""
+        try:
+            links = json.loads(
+                subprocess.run(
+                    ["ip", "-j", "link", "show", "master", self.bridge],
+                    capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=True,
+                ).stdout or "[]"
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            raise HostError(f"docker network {self.name}: listing its links: {e}") from None
+        for name in [self.bridge, *(link["ifname"] for link in links)]:
+            path = Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6")
+            with contextlib.suppress(FileNotFoundError):  # a link that just went
+                path.write_text("1")
+
+    def teardown(self) -> None:
+        for holder in self.holders:
+            if holder.stdin is not None:
+                with contextlib.suppress(OSError):
+                    holder.stdin.close()
+        deadline = time.monotonic() + HOLDER_EXIT_S
+        for holder in self.holders:
+            try:
+                holder.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                holder.kill()  # its container goes with remove_run
+                holder.wait()
+            if holder.stderr is not None:
+                holder.stderr.close()
+        self.holders.clear()
+        problems: list[str] = []
+        remove_run(self.run_id, problems)
+        if problems:
+            raise HostError("; ".join(problems))
+        cleanup.forget(self.run_id, docker=[self.name])
+
+
+class DockerHost(Host):
+    """A container holding the host's network namespace; each node a container in it."""
+
+    kind = "docker"
+    #: A node is a process in another container: its config goes inline, its files come
+    #: back through `fetch`, its CPU from its container's cgroup (`usage`).
+    remote = True
+
+    def __init__(
+        self,
+        name: str,
+        limits: Limits,
+        network: Network,
+        node_limits: Callable[[str], dict[str, Any]] | None = None,
+        local_binary: str | None = None,
+    ) -> None:
+        super().__init__(name, limits)
+        self.network = network
+        self.run_id = network.run_id
+        self.node_limits = node_limits  # a node's effective limits (RunHosts.limits_of)
+        self.local_binary = local_binary
+        self.image: str | None = None
+        self.container = f"knee-{self.run_id}-{name}"
+        self._address: str | None = None
+        self._holder: subprocess.Popen[bytes] | None = None
+        self._files: Path | None = None  # bind-mounted at FILES_DIR in every node's container
+        self._starts = 0
+        self._pids: dict[str, int] = {}  # container -> its main process's pid here
+        self._cgroup: dict[str, Path] = {}  # container -> its cpuacct directory
+        self.setup_s: float | None = None  # from setup() to its holder's address
+        self._started = 0.0
+
+    @property
+    def address(self) -> str:
+        return self._ready()
+
+    def _labels(self, node: str = "") -> list[str]:
+        out = ["--label", f"{RUN_LABEL}={self.run_id}", "--label", f"knee.host={self.name}"]
+        return out + (["--label", f"knee.node={node}"] if node else [])
+
+    def setup(self) -> None:
+        """Starts the holder and returns: the hosts of a run start together, and the first
+        use of a host's address waits for its holder (`_ready`)."""
+        if self._holder is not None:
+            return
+        self._started = time.monotonic()
+        self.network.setup()
+        if self.local_binary is None:
+            self.local_binary = node_binary()
+        self.image = ensure_image(self.local_binary, self.run_id)
+        self._files = Path(tempfile.mkdtemp(prefix=f"knee-docker-{self.run_id}-{self.name}-"))
+        # The holder: `knee-node clock` waits on its stdin, attached here, so it lives as long
+        # as this runner does (a killed runner's holder sees its stdin end and exits).
+        self._holder = subprocess.Popen(
+            docker(
+                "run", "-i", "--rm", "--name", self.container, *self._labels(),
+                "--network", self.network.name, "--memory", "16m",
+                # No IPv6 in the host's namespace (no link-local address on its eth0): the
+                # wire carries the nodes' IPv4 traffic only, as on an emulated host.
+                "--sysctl", "net.ipv6.conf.all.disable_ipv6=1",
+                "--sysctl", "net.ipv6.conf.default.disable_ipv6=1",
+                self.image, "clock",
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.network.holders.append(self._holder)
+
+    def _ready(self) -> str:
+        if self._address is None:
+            if self._holder is None:
+                raise HostError(f"docker host {self.name}: setup() has not run")
+            try:
+                self._address = self._wait_address()
+            except BaseException:
+                self.teardown()
+                raise
+            self.setup_s = time.monotonic() - self._started
+        return self._address
+
+    def _wait_address(self) -> str:
+        deadline = time.monotonic() + 30
+        fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}} {{.State.Pid}}"
+        while time.monotonic() < deadline:
+            assert self._holder is not None
+            if self._holder.poll() is not None:
+                stderr = self._holder.stderr
+                err = stderr.read().decode(errors="replace") if stderr is not None else ""
+                lines = [x for x in err.splitlines() if x.strip()] or ["no message"]
+                raise HostError(f"docker host {self.name}: its container ended: {lines[-1]}")
+            try:
+                out = run(["inspect", "--format", fmt, self.container], "inspecting").split()
+            except HostError:
+                out = []
+            if len(out) == 2 and out[0] and out[1] != "0":
+                if outside_range([f"{out[0]}/32"]):
+                    raise HostError(
+                        f"docker host {self.name}: address {out[0]} outside {KNEE_RANGE}"
+                    )
+                self._pids[self.container] = int(out[1])
+                self._no_default_route(int(out[1]))
+                self.network.no_ipv6()
+                return out[0]
+            time.sleep(0.05)
+        raise HostError(f"docker host {self.name}: its container did not start within 30 s")
+
+    def _no_default_route(self, pid: int) -> None:
+        """Removes the default route the engine gives even an internal network's containers
+        (through the bridge, i.e. this machine): as on an emulated host, the host reaches
+        its run's subnet and nothing else ("Network is unreachable")."""
+        try:
+            res = subprocess.run(
+                ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "route", "del", "default"],
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HostError(f"docker host {self.name}: removing its default route: {e}") from None
+        if res.returncode != 0 and "No such process" not in res.stderr:  # none to remove
+            raise HostError(
+                f"docker host {self.name}: removing its default route: {res.stderr.strip()}"
+            )
+
+    def binary(self, local_binary: str) -> str:
+        return NODE_PATH
+
+    def command(self, argv: list[str]) -> list[str]:
+        self._ready()  # its network namespace exists
+        if self.image is None or self._files is None:
+            raise HostError(f"docker host {self.name}: setup() has not run")
+        node = argv[argv.index("--name") + 1] if "--name" in argv else "node"
+        self._starts += 1
+        name = f"{self.container}-{node}-{self._starts}"
+        limits = self.node_limits(node) if self.node_limits else self.limits.as_dict()
+        opts = []
+        if limits.get("cpuset"):
+            opts += ["--cpuset-cpus", str(limits["cpuset"])]
+        cores = limits.get("cpu_cores")
+        cpus = len(parse_cpuset(limits["cpuset"])) if limits.get("cpuset") else None
+        if cores is not None and (cpus is None or cores < cpus):  # a quota, not a cpuset's size
+            opts += ["--cpus", f"{cores:g}"]
+        if limits.get("memory_bytes"):
+            opts += ["--memory", f"{int(limits['memory_bytes'])}b"]
+        return docker(
+            "run", "-i", "--rm", "--name", name, *self._labels(node),
+            "--network", f"container:{self.container}",
+            "-e", f"{LIFELINE_ENV}=1",
+            "-v", f"{self._files}:{FILES_DIR}",
+            *opts, self.image, *argv[1:],
+        )  # fmt: skip
+
+    @staticmethod
+    def container_of(proc: subprocess.Popen[bytes]) -> str:
+        args = list(proc.args)  # type: ignore[arg-type]
+        return str(args[args.index("--name") + 1])
+
+    def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+        word = LIFELINE_SIGNALS.get(sig)
+        if word is None:
+            raise HostError(f"docker host {self.name}: signal {sig} is not sent to containers")
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(HostError):  # the container is already gone
+            run(["kill", "--signal", word, self.container_of(proc)], f"sending {word}")
+
+    def node_path(self, local: Path) -> str:
+        return f"{FILES_DIR}/{local.name}"
+
+    def scratch_path(self, local: Path) -> str:
+        # In the host's folder: the nodes of one host share it, as on one machine; it goes
+        # with the host at the run's end.
+        return f"{FILES_DIR}/scratch-{local.name}"
+
+    def fetch(self, node_path: str, local: Path) -> None:
+        if self._files is None:
+            raise HostError(f"docker host {self.name}: setup() has not run")
+        src = self._files / Path(node_path).name
+        if not src.is_file():
+            raise HostError(f"docker host {self.name}: the node wrote no {node_path}")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(src, local)
+
+    def _pid(self, container: str) -> int | None:
+        pid = self._pids.get(container)
+        if pid is None:
+            try:
+                out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
+            except HostError:
+                return None
+            if not out.strip().isdigit() or out.strip() == "0":
+                return None
+            pid = self._pids[container] = int(out)
+        return pid
+
+    def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+        """The node's container: CPU seconds from its cgroup, resident memory of its main
+        process (the node), as an ssh host's lifeline reports them."""
+        container = self.container_of(proc)
+        pid = self._pid(container)
+        if pid is None:
+            return None
+        path = self._cgroup.get(container) or cpuacct_dir(pid)
+        if path is None:
+            return None
+        self._cgroup[container] = path
+        cpu_s = cgroup_cpu_s(path)
+        if cpu_s is None:
+            return None
+        rss = None
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+        return {"cpu_s": cpu_s, "rss_bytes": rss}
+
+    def cgroup_of(self, proc: subprocess.Popen[bytes]) -> dict[str, Path]:
+        """The node's container's cgroup directories (controller -> path), for the tests
+        and for reading its limits back."""
+        pid = self._pid(self.container_of(proc))
+        return {} if pid is None else cgroup_dirs(pid)
+
+    def interface_bytes(self) -> dict[str, int] | None:
+        pid = self._pids.get(self.container)
+        if pid is None:
+            return None
+        try:
+            text = Path(f"/proc/{pid}/net/dev").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            name, _, rest = line.partition(":")
+            if name.strip() == "eth0":
+                f = rest.split()
+                return {"rx_bytes": int(f[0]), "tx_bytes": int(f[8])}
+        return None
+
+    def teardown(self) -> None:
+        """Ends the holder's input (it exits, --rm removes it) without waiting: the network's
+        teardown waits for every holder of the run, then removes what is left."""
+        holder, self._holder = self._holder, None
+        if holder is not None and holder.stdin is not None:
+            with contextlib.suppress(OSError):
+                holder.stdin.close()
+        if self._files is not None:
+            shutil.rmtree(self._files, ignore_errors=True)
+            self._files = None
+        self._address = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "container": self.container,
+            "network": self.network.name,
+            "subnet": self.network.subnet,
+            "image": self.image,
+            "daemon": socket(),
+            "setup_s": self.setup_s,
+        }
+
+
+def cgroup_dirs(pid: int) -> dict[str, Path]:
+    """Process ``pid``'s cgroup directory in each hierarchy knee knows."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, Path] = {}
+    for controller, h in cgroups.hierarchies().items():
+        for line in lines:
+            _, names, path = line.split(":", 2)
+            if (h.version == 1 and controller in names.split(",")) or (
+                h.version == 2 and names == ""
+            ):
+                out[controller] = h.directory(path)
+                break
+    return out
+
+
+def cpuacct_dir(pid: int) -> Path | None:
+    return cgroup_dirs(pid).get("cpuacct")
+
+
+def cgroup_cpu_s(path: Path) -> float | None:
+    try:
+        if (path / "cpuacct.usage").exists():
+            return int((path / "cpuacct.usage").read_text()) / 1e9
+        for line in (path / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
