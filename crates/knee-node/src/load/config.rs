@@ -1,36 +1,10 @@
 //! The load generator's configuration, as the runner writes it (JSON).
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::harness::{Bounds, Plan};
 use super::schedule::Schedule;
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ScheduleConfig {
-    /// Open loop, exponential inter-arrival times.
-    Poisson { rate_per_s: f64 },
-    /// Open loop, evenly spaced sends.
-    Constant { rate_per_s: f64 },
-    /// Open loop, Poisson at each `[rate_per_s, duration_s]` step in turn.
-    Steps { steps: Vec<(f64, f64)> },
-    /// Closed loop: `clients` each send, wait for the reply, think, and send again.
-    Closed {
-        clients: usize,
-        #[serde(default)]
-        think_ms: f64,
-        #[serde(default)]
-        think: Think,
-    },
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-pub enum Think {
-    #[default]
-    Fixed,
-    Exponential,
-}
+pub use super::schedule::{ScheduleConfig, Think};
 
 fn default_connections() -> usize {
     1
@@ -288,9 +262,11 @@ impl LoadConfig {
         Ok(())
     }
 
-    /// The harness's plan of this load: `schedule` the open loop's (for the target rate;
-    /// its length bounds a run without `duration_s`), `max_in_flight` the role's bound.
-    pub fn plan<P>(&self, schedule: Option<Schedule>, max_in_flight: Option<usize>) -> Plan<P> {
+    /// The harness's plan of this load, with its schedule (built here, once per config: the
+    /// run paces its sends with it, the progress lines read its rate, and its length bounds
+    /// a run without `duration_s`); `max_in_flight` is the role's bound.
+    pub fn plan<P>(&self, max_in_flight: Option<usize>) -> Plan<P> {
+        let schedule = Schedule::new(&self.schedule);
         let duration_s = self.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
         let bounds = Bounds {
             duration_s,
@@ -300,6 +276,7 @@ impl LoadConfig {
         };
         Plan {
             schedule,
+            pace_seed: self.seed,
             ..Plan::new(
                 &self.samples_path,
                 &self.histogram_path,
