@@ -96,11 +96,7 @@ pub enum LoadConfigError {
     /// A TCP load without a `target`.
     NoTarget,
     NoStop,
-    Connections,
-    Timeouts,
-    Rate(f64),
     Steps,
-    Closed,
 }
 
 impl std::fmt::Display for LoadConfigError {
@@ -109,13 +105,9 @@ impl std::fmt::Display for LoadConfigError {
             LoadConfigError::Json(e) => f.write_str(e),
             LoadConfigError::NoTarget => f.write_str("missing field `target`"),
             LoadConfigError::NoStop => f.write_str("give duration_s or requests: a load must stop by itself"),
-            LoadConfigError::Connections => write!(f, "connections must be 1..={MAX_CONNECTIONS}"),
-            LoadConfigError::Timeouts => f.write_str("timeout_ms and late_ms must be > 0"),
-            LoadConfigError::Rate(r) => write!(f, "rate_per_s must be > 0, got {r}"),
             LoadConfigError::Steps => {
                 f.write_str("steps must be a non-empty list of [rate_per_s > 0, duration_s > 0]")
             }
-            LoadConfigError::Closed => write!(f, "clients must be 1..={MAX_CLIENTS} and think_ms >= 0"),
         }
     }
 }
@@ -148,6 +140,8 @@ pub fn contract() -> crate::contract::SystemContract {
     use crate::contract::Key;
     let wait = || Key::float(0, MAX_WAIT_MS);
     crate::contract::SystemContract::new()
+        // The most closed-loop clients a node runs: the queueing models solve up to it.
+        .constant("max_clients", MAX_CLIENTS)
         .reads::<LoadSpec>("load")
         // Required by the loads over TCP (they say so when it is missing), absent for the
         // others (slices reaches its servers through Zenoh).
@@ -204,9 +198,6 @@ impl LoadConfig {
             connections: spec.connections,
             max_frame_bytes: spec.max_frame_bytes,
         };
-        if !(1..=MAX_CONNECTIONS).contains(&target.connections) {
-            return Err(LoadConfigError::Connections);
-        }
         Ok((load, target))
     }
 
@@ -230,6 +221,9 @@ impl LoadConfig {
         Ok((load, spec))
     }
 
+    /// What the contract cannot say: a stop, and the steps' entries. Its bounds (rates,
+    /// timeouts, clients, connections) are checked once, by the contract, before the parse
+    /// (`describe::check`).
     fn check(&self) -> Result<(), LoadConfigError> {
         if self.duration_s.is_none()
             && self.requests.is_none()
@@ -237,26 +231,9 @@ impl LoadConfig {
         {
             return Err(LoadConfigError::NoStop);
         }
-        if !positive(self.timeout_ms) || !positive(self.late_ms) {
-            return Err(LoadConfigError::Timeouts);
-        }
-        match &self.schedule {
-            ScheduleConfig::Poisson { rate_per_s } | ScheduleConfig::Constant { rate_per_s } => {
-                if !positive(*rate_per_s) {
-                    return Err(LoadConfigError::Rate(*rate_per_s));
-                }
-            }
-            ScheduleConfig::Steps { steps } => {
-                if steps.is_empty() || steps.iter().any(|(r, d)| !positive(*r) || !positive(*d)) {
-                    return Err(LoadConfigError::Steps);
-                }
-            }
-            ScheduleConfig::Closed {
-                clients, think_ms, ..
-            } => {
-                if !(1..=MAX_CLIENTS).contains(clients) || !(positive(*think_ms) || *think_ms == 0.0) {
-                    return Err(LoadConfigError::Closed);
-                }
+        if let ScheduleConfig::Steps { steps } = &self.schedule {
+            if steps.is_empty() || steps.iter().any(|(r, d)| !positive(*r) || !positive(*d)) {
+                return Err(LoadConfigError::Steps);
             }
         }
         Ok(())
