@@ -144,8 +144,18 @@ OVER_BOUNDS: dict[str, tuple[str, str, dict[str, Any], str]] = {
         _load(driver={"reply_bytes": 16 * MIB - 44 + 1}),
         "driver.reply_bytes: 16777173 is above 16777172",
     ),
-    "matrix n": ("load", "matrix", _load(driver={"n": 1025, "p": 1}), "driver.n: 1025 is above 1024"),
-    "matrix p": ("load", "matrix", _load(driver={"p": 1_000_001}), "driver.p: 1000001 is above 1000000"),
+    "matrix n": (
+        "load",
+        "matrix",
+        _load(driver={"n": 1025, "p": 1}),
+        "driver.n: 1025 is above 1024",
+    ),
+    "matrix p": (
+        "load",
+        "matrix",
+        _load(driver={"p": 1_000_001}),
+        "driver.p: 1000001 is above 1000000",
+    ),
     "chat replicas": ("load", "chat", _chat_load(65), "client.replicas: 65 entries, at most 64"),
     "share peers": ("load", "share", _share_load(251), "client.peers: 251 entries, at most 250"),
     "slices retries": (
