@@ -62,7 +62,7 @@ pub trait Sender {
     fn last_sent_ns(&self) -> u64;
     /// The longest the loop may wait at `now_ns` without missing one of the sender's own
     /// times (a deadline, a connect, a timer).
-    fn wake_ns(&self, _now_ns: u64) -> u64 {
+    fn wake_ns(&mut self, _now_ns: u64) -> u64 {
         IDLE_WAIT_NS
     }
     /// The run ended with nothing left in flight.
@@ -261,7 +261,7 @@ mod tests {
             self.last_sent_ns
         }
 
-        fn wake_ns(&self, now_ns: u64) -> u64 {
+        fn wake_ns(&mut self, now_ns: u64) -> u64 {
             let next = self.flying.values().map(|f| f.2).min();
             next.map_or(IDLE_WAIT_NS, |t| t.saturating_sub(now_ns).min(IDLE_WAIT_NS))
         }

@@ -212,7 +212,7 @@ impl Sender for Engine<'_> {
         }
     }
 
-    fn wake_ns(&self, now: u64) -> u64 {
+    fn wake_ns(&mut self, now: u64) -> u64 {
         let mut wait = IDLE_WAIT_NS;
         for c in &self.conns {
             if c.is_opening() {

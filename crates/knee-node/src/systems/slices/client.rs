@@ -566,7 +566,7 @@ impl Sender for Engine<'_> {
     }
 
     /// Until the acks are due, and never beyond `MAX_WAIT`.
-    fn wake_ns(&self, now_ns: u64) -> u64 {
+    fn wake_ns(&mut self, now_ns: u64) -> u64 {
         let max_ns = MAX_WAIT.as_nanos() as u64;
         self.acks_due_ns
             .map_or(max_ns, |t| t.saturating_sub(now_ns).min(max_ns))

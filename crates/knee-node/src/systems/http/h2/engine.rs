@@ -290,7 +290,7 @@ impl Sender for Engine<'_> {
         }
     }
 
-    fn wake_ns(&self, now: u64) -> u64 {
+    fn wake_ns(&mut self, now: u64) -> u64 {
         if self.pool.conns.iter().any(|c| c.wake.is_set()) {
             return 0;
         }
