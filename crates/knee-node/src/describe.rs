@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::contract::SystemContract;
 use crate::events::{self, Counts, LatencySummary, NoExtra, NodeEvent};
-use crate::load::recorder::{Status, SAMPLE_BYTES};
+use crate::load::recorder::{Status, SAMPLE_BYTES, SAMPLE_LAYOUT};
 
 #[derive(Serialize)]
 struct Describe {
@@ -19,6 +19,8 @@ struct Describe {
     /// Sample statuses in code order.
     statuses: [&'static str; 5],
     sample_bytes: usize,
+    /// A sample record's fields in file order, each `[name, numpy type]`.
+    sample_layout: [(&'static str, &'static str); 17],
     /// The load generator's keys (`load.*`), common to the open- and closed-loop systems.
     load: SystemContract,
     /// Every stdout event's common fields, by event name, in line order (a system adds its
@@ -56,6 +58,7 @@ pub fn describe() -> String {
             .collect(),
         statuses: Status::NAMES,
         sample_bytes: SAMPLE_BYTES,
+        sample_layout: SAMPLE_LAYOUT,
         load: crate::load::config::contract(),
         events: event_fields(),
         timeseries: TIMESERIES,

@@ -96,8 +96,9 @@ fn options(rest: &[String]) -> Result<(Option<String>, serde_json::Value), Strin
     Ok((name, config))
 }
 
-/// Each role refuses a config outside its contract (`knee-node describe`) before it runs;
-/// a bound the role checks itself keeps its own message.
+/// Each role refuses a config outside its contract (`knee-node describe`) before it parses
+/// it: the contract checks every bound once; a role checks only what the contract cannot say
+/// (and the bounds of the keys it marks `checked`, with its own message).
 fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
     knee_node::describe::check("serve", system, config)?;
     let opts: ServeOptions =
@@ -106,9 +107,8 @@ fn serve_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
 }
 
 fn load_role(system: &str, config: &serde_json::Value) -> Result<(), String> {
-    let role = systems::client(system, config)?;
     knee_node::describe::check("load", system, config)?;
-    role.run_in_harness()
+    systems::client(system, config)?.run_in_harness()
 }
 
 fn gemm_rate(n: Option<&String>, reps: Option<&String>) -> Result<(), String> {

@@ -49,7 +49,7 @@ impl Role for ClosedLoop {
 
     /// One request in flight per client by construction: no in-flight bound.
     fn plan(&self) -> Plan {
-        self.cfg.plan(None, None)
+        self.cfg.plan(None)
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {

@@ -1,36 +1,10 @@
 //! The load generator's configuration, as the runner writes it (JSON).
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::harness::{Bounds, Plan};
 use super::schedule::Schedule;
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ScheduleConfig {
-    /// Open loop, exponential inter-arrival times.
-    Poisson { rate_per_s: f64 },
-    /// Open loop, evenly spaced sends.
-    Constant { rate_per_s: f64 },
-    /// Open loop, Poisson at each `[rate_per_s, duration_s]` step in turn.
-    Steps { steps: Vec<(f64, f64)> },
-    /// Closed loop: `clients` each send, wait for the reply, think, and send again.
-    Closed {
-        clients: usize,
-        #[serde(default)]
-        think_ms: f64,
-        #[serde(default)]
-        think: Think,
-    },
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-pub enum Think {
-    #[default]
-    Fixed,
-    Exponential,
-}
+pub use super::schedule::{ScheduleConfig, Think};
 
 fn default_connections() -> usize {
     1
@@ -122,11 +96,7 @@ pub enum LoadConfigError {
     /// A TCP load without a `target`.
     NoTarget,
     NoStop,
-    Connections,
-    Timeouts,
-    Rate(f64),
     Steps,
-    Closed,
 }
 
 impl std::fmt::Display for LoadConfigError {
@@ -135,13 +105,9 @@ impl std::fmt::Display for LoadConfigError {
             LoadConfigError::Json(e) => f.write_str(e),
             LoadConfigError::NoTarget => f.write_str("missing field `target`"),
             LoadConfigError::NoStop => f.write_str("give duration_s or requests: a load must stop by itself"),
-            LoadConfigError::Connections => write!(f, "connections must be 1..={MAX_CONNECTIONS}"),
-            LoadConfigError::Timeouts => f.write_str("timeout_ms and late_ms must be > 0"),
-            LoadConfigError::Rate(r) => write!(f, "rate_per_s must be > 0, got {r}"),
             LoadConfigError::Steps => {
                 f.write_str("steps must be a non-empty list of [rate_per_s > 0, duration_s > 0]")
             }
-            LoadConfigError::Closed => write!(f, "clients must be 1..={MAX_CLIENTS} and think_ms >= 0"),
         }
     }
 }
@@ -174,6 +140,8 @@ pub fn contract() -> crate::contract::SystemContract {
     use crate::contract::Key;
     let wait = || Key::float(0, MAX_WAIT_MS);
     crate::contract::SystemContract::new()
+        // The most closed-loop clients a node runs: the queueing models solve up to it.
+        .constant("max_clients", MAX_CLIENTS)
         .reads::<LoadSpec>("load")
         // Required by the loads over TCP (they say so when it is missing), absent for the
         // others (slices reaches its servers through Zenoh).
@@ -230,9 +198,6 @@ impl LoadConfig {
             connections: spec.connections,
             max_frame_bytes: spec.max_frame_bytes,
         };
-        if !(1..=MAX_CONNECTIONS).contains(&target.connections) {
-            return Err(LoadConfigError::Connections);
-        }
         Ok((load, target))
     }
 
@@ -256,6 +221,9 @@ impl LoadConfig {
         Ok((load, spec))
     }
 
+    /// What the contract cannot say: a stop, and the steps' entries. Its bounds (rates,
+    /// timeouts, clients, connections) are checked once, by the contract, before the parse
+    /// (`describe::check`).
     fn check(&self) -> Result<(), LoadConfigError> {
         if self.duration_s.is_none()
             && self.requests.is_none()
@@ -263,34 +231,19 @@ impl LoadConfig {
         {
             return Err(LoadConfigError::NoStop);
         }
-        if !positive(self.timeout_ms) || !positive(self.late_ms) {
-            return Err(LoadConfigError::Timeouts);
-        }
-        match &self.schedule {
-            ScheduleConfig::Poisson { rate_per_s } | ScheduleConfig::Constant { rate_per_s } => {
-                if !positive(*rate_per_s) {
-                    return Err(LoadConfigError::Rate(*rate_per_s));
-                }
-            }
-            ScheduleConfig::Steps { steps } => {
-                if steps.is_empty() || steps.iter().any(|(r, d)| !positive(*r) || !positive(*d)) {
-                    return Err(LoadConfigError::Steps);
-                }
-            }
-            ScheduleConfig::Closed {
-                clients, think_ms, ..
-            } => {
-                if !(1..=MAX_CLIENTS).contains(clients) || !(positive(*think_ms) || *think_ms == 0.0) {
-                    return Err(LoadConfigError::Closed);
-                }
+        if let ScheduleConfig::Steps { steps } = &self.schedule {
+            if steps.is_empty() || steps.iter().any(|(r, d)| !positive(*r) || !positive(*d)) {
+                return Err(LoadConfigError::Steps);
             }
         }
         Ok(())
     }
 
-    /// The harness's plan of this load: `schedule` the open loop's (for the target rate;
-    /// its length bounds a run without `duration_s`), `max_in_flight` the role's bound.
-    pub fn plan<P>(&self, schedule: Option<Schedule>, max_in_flight: Option<usize>) -> Plan<P> {
+    /// The harness's plan of this load, with its schedule (built here, once per config: the
+    /// run paces its sends with it, the progress lines read its rate, and its length bounds
+    /// a run without `duration_s`); `max_in_flight` is the role's bound.
+    pub fn plan<P>(&self, max_in_flight: Option<usize>) -> Plan<P> {
+        let schedule = Schedule::new(&self.schedule);
         let duration_s = self.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));
         let bounds = Bounds {
             duration_s,
@@ -300,6 +253,7 @@ impl LoadConfig {
         };
         Plan {
             schedule,
+            pace_seed: self.seed,
             ..Plan::new(
                 &self.samples_path,
                 &self.histogram_path,

@@ -24,7 +24,7 @@ use crate::{clock, signals};
 
 /// After a stop request, how long replies already in flight are still waited for; a request
 /// still unanswered then is a drop (its timeout did not pass).
-const STOP_GRACE_NS: u64 = 1_000_000_000;
+pub(crate) const STOP_GRACE_NS: u64 = 1_000_000_000;
 const PROGRESS_EVERY_NS: u64 = 1_000_000_000;
 /// How often the progress thread looks at the clock (and notices the run's end).
 const PROGRESS_TICK: Duration = Duration::from_millis(20);
@@ -59,8 +59,11 @@ pub struct Plan<P = events::NoExtra> {
     /// role's intended time is its send time, so no send is ever late).
     pub late_ms: Option<f64>,
     pub bounds: Bounds,
-    /// The open-loop schedule, for `target_rate_per_s` (None: no schedule).
+    /// The open-loop schedule: the run's pacing (`RunContext::pacer`) and the progress
+    /// lines' `target_rate_per_s` (None: no schedule).
     pub schedule: Option<Schedule>,
+    /// The load's seed, which the pacer's own draws derive from.
+    pub pace_seed: u64,
     /// The system's own `progress` fields, from the counts so far and the ns since the
     /// start; called on the progress thread while the role runs (None: none).
     pub progress: Option<ProgressFields<P>>,
@@ -85,6 +88,7 @@ impl<P> Plan<P> {
             late_ms,
             bounds,
             schedule: None,
+            pace_seed: 0,
             progress: None,
         }
     }
@@ -122,6 +126,9 @@ pub struct RunContext {
     pub start_ns: u64,
     pub recorder: Arc<Recorder>,
     pub bounds: Bounds,
+    /// The plan's schedule (None: no open loop) and its pacer's seed.
+    schedule: Option<Arc<Schedule>>,
+    pace_seed: u64,
     /// Sending ends here (None: no time bound).
     end_ns: Option<u64>,
     late_ns: u64,
@@ -139,6 +146,12 @@ impl RunContext {
     /// Whether the node may send its request number `n` (counting from 0).
     pub fn allows_request(&self, n: u64) -> bool {
         self.bounds.requests.is_none_or(|max| n < max)
+    }
+
+    /// The send times of the plan's schedule, from the first (None: the role has none).
+    pub fn pacer(&self) -> Option<Pacer> {
+        let schedule = self.schedule.clone()?;
+        Some(Pacer::new(schedule, self.pace_seed))
     }
 
     /// When request number `n` (counting from 0) is due, in monotonic ns: None when the
@@ -175,6 +188,10 @@ impl RunContext {
     }
 
     fn stop_seen_ns(&self) -> Option<u64> {
+        let seen = self.stop_seen_ns.load(Ordering::Relaxed);
+        if seen != 0 {
+            return Some(seen);
+        }
         if !signals::stop_requested() {
             return None;
         }
@@ -226,6 +243,40 @@ impl RunContext {
     }
 }
 
+#[cfg(test)]
+impl RunContext {
+    /// A context for a test of an engine: starting at `start_ns`, sending until `end_ns`,
+    /// paced by `schedule`, its recorder in `dir`.
+    pub(crate) fn for_test(
+        dir: &std::path::Path,
+        start_ns: u64,
+        bounds: Bounds,
+        end_ns: Option<u64>,
+        schedule: Option<Schedule>,
+    ) -> RunContext {
+        std::fs::create_dir_all(dir).unwrap();
+        let recorder = Recorder::create(dir.join("s.bin").to_str().unwrap()).unwrap();
+        RunContext {
+            start_ns,
+            recorder: Arc::new(recorder),
+            bounds,
+            schedule: schedule.map(Arc::new),
+            pace_seed: 0,
+            end_ns,
+            late_ns: u64::MAX,
+            last_sent_ns: AtomicU64::new(0),
+            stop_seen_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A stop request, as if the node had first seen one at `at_ns`.
+    pub(crate) fn stop_at(&self, at_ns: u64) {
+        let _ = self
+            .stop_seen_ns
+            .compare_exchange(0, at_ns, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
 /// Runs a role from its start to its `done` line.
 pub fn run<R: Role>(mut role: R) -> Result<(), String> {
     let plan = role.plan();
@@ -240,10 +291,11 @@ pub fn run<R: Role>(mut role: R) -> Result<(), String> {
         // The thread exists before the start: spawning it after could make the first sends
         // late.
         let (shared, finished) = (&*recorder, &finished);
-        let (schedule, fields) = (plan.schedule, plan.progress);
+        let schedule = plan.schedule.map(Arc::new);
+        let (shown, fields) = (schedule.clone(), plan.progress);
         s.spawn(move || {
             if let Ok(start_ns) = start_rx.recv() {
-                progress_loop(shared, start_ns, finished, schedule.as_ref(), fields.as_ref());
+                progress_loop(shared, start_ns, finished, shown.as_deref(), fields.as_ref());
             }
         });
         let start_ns = clock::now_ns();
@@ -256,6 +308,8 @@ pub fn run<R: Role>(mut role: R) -> Result<(), String> {
             start_ns,
             recorder: recorder.clone(),
             bounds,
+            schedule,
+            pace_seed: plan.pace_seed,
             end_ns: duration_end.into_iter().chain(bounds.deadline_ns).min(),
             late_ns: plan.late_ms.map_or(u64::MAX, |ms| (ms * 1e6) as u64),
             last_sent_ns: AtomicU64::new(0),
@@ -338,6 +392,8 @@ mod tests {
                 requests: Some(2),
                 ..Bounds::default()
             },
+            schedule: None,
+            pace_seed: 0,
             end_ns: Some(5_000),
             late_ns: late_ms.map_or(u64::MAX, |ms| (ms * 1e6) as u64),
             last_sent_ns: AtomicU64::new(0),

@@ -4,6 +4,7 @@
 
 mod closed_loop;
 pub mod config;
+pub mod drive;
 pub mod driver;
 pub mod flights;
 pub mod harness;

@@ -13,12 +13,12 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::config::{LoadConfig, TcpTarget};
+use super::drive::{drive, Sender};
 use super::driver::{Driver, DriverFactory};
 use super::flights::{self, Flights};
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
 use super::reply_sample;
-use super::schedule::{pace_wait_ns, Pacer, Schedule};
 use crate::events::NoExtra;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
@@ -77,6 +77,11 @@ struct Engine<'a> {
     timeout_ns: u64,
     /// Bounded by `max_outstanding` (the harness's `max_in_flight`).
     flights: Flights<InFlight>,
+    driver: Box<dyn Driver>,
+    /// A request's body and its frame, reused from one request to the next.
+    body: Vec<u8>,
+    scratch: Vec<u8>,
+    last_sent_ns: u64,
 }
 
 /// The open-loop role: connected, its schedule still to run.
@@ -108,102 +113,100 @@ impl Role for OpenLoop {
     type Done = NoExtra;
 
     fn plan(&self) -> Plan {
-        let schedule = Schedule::new(&self.cfg.schedule);
-        self.cfg.plan(schedule, Some(self.cfg.max_outstanding))
+        self.cfg.plan(Some(self.cfg.max_outstanding))
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
-        let pacer = Pacer::new(&self.cfg.schedule, self.cfg.seed).ok_or("the open loop needs a schedule")?;
         let streams = std::mem::take(&mut self.streams);
-        run(streams, pacer, &self.cfg, &self.tcp, &*self.factory, ctx);
+        let mut engine = Engine::new(streams, &self.cfg, &self.tcp, &*self.factory, ctx);
+        drive(&mut engine, ctx);
         Ok(NoExtra {})
     }
 }
 
-fn run(
-    streams: Vec<TcpStream>,
-    mut pacer: Pacer,
-    cfg: &LoadConfig,
-    tcp: &TcpTarget,
-    factory: &dyn DriverFactory,
-    ctx: &RunContext,
-) {
-    let conns: Vec<Conn> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, stream)| Conn {
-            index: i as u32,
-            stream,
-            reader: FrameReader::new(tcp.max_frame_bytes),
-            pending: 0,
-            alive: true,
-        })
-        .collect();
-    let pollfds = conns
-        .iter()
-        .map(|c| libc::pollfd {
-            fd: c.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let mut engine = Engine {
-        conns,
-        pollfds,
-        factory,
-        ctx,
-        timeout_ns: (cfg.timeout_ms * 1e6) as u64,
-        flights: Flights::new(ctx.bounds.max_in_flight.unwrap_or(usize::MAX)),
-    };
-    let mut driver = factory.driver(cfg.seed, 0);
-    let (mut body, mut scratch) = (Vec::new(), Vec::new());
-    let mut next_id = 0;
-    let mut due = ctx.next_due(&mut pacer, next_id);
-    let mut next_expiry_ns = 0;
-    let mut last_sent_ns = 0;
-    loop {
-        let now = clock::now_ns();
-        // Checked on every pass, also while the sender is behind and sends back to back.
-        if now >= next_expiry_ns {
-            engine.expire(now);
-            next_expiry_ns = now + EXPIRY_EVERY_NS;
+impl Sender for Engine<'_> {
+    const EXPIRY_EVERY_NS: u64 = EXPIRY_EVERY_NS;
+
+    fn send(&mut self, id: u64, intended_ns: u64) {
+        let sent_ns = self.write(id, intended_ns);
+        self.last_sent_ns = self.last_sent_ns.max(sent_ns);
+    }
+
+    fn poll(&mut self, wait_ns: u64) {
+        self.poll_replies(wait_ns);
+    }
+
+    fn expire(&mut self, now_ns: u64) {
+        while let Some((id, _, f)) = self.flights.pop_expired(now_ns) {
+            self.conns[f.slot].pending -= 1;
+            self.record_unanswered(id, &f, Status::Timeout);
         }
-        if ctx.stopping() {
-            due = None;
+    }
+
+    fn in_flight(&self) -> bool {
+        !self.flights.is_empty()
+    }
+
+    fn last_sent_ns(&self) -> u64 {
+        self.last_sent_ns
+    }
+
+    /// After a stop request's grace period: every request still in flight is dropped.
+    fn close(&mut self, _now_ns: u64) {
+        for (id, f) in self.flights.drain() {
+            self.record_unanswered(id, &f, Status::Drop);
         }
-        if let Some(intended_ns) = due.filter(|&t| now >= t) {
-            let sent_ns = engine.send(next_id, intended_ns, &mut *driver, &mut body, &mut scratch);
-            last_sent_ns = last_sent_ns.max(sent_ns);
-            next_id += 1;
-            due = ctx.next_due(&mut pacer, next_id);
-            // Read what has arrived before the next send, even when behind schedule, so
-            // replies never pile up unread.
-            engine.poll_replies(0);
-            continue;
+        for slot in 0..self.conns.len() {
+            self.close_conn(slot);
         }
-        if due.is_none() && engine.flights.is_empty() {
-            break;
-        }
-        if ctx.grace_over(now) {
-            engine.abandon_all();
-            break;
-        }
-        engine.poll_replies(pace_wait_ns(now, due, !engine.flights.is_empty(), last_sent_ns));
     }
 }
 
-impl Engine<'_> {
-    /// Sends request `id` (or records it as dropped); returns when it was written (0 if not).
-    fn send(
-        &mut self,
-        id: u64,
-        intended_ns: u64,
-        driver: &mut dyn Driver,
-        body: &mut Vec<u8>,
-        scratch: &mut Vec<u8>,
-    ) -> u64 {
-        body.clear();
-        let (op, arg) = driver.next_request(body);
+impl<'a> Engine<'a> {
+    fn new(
+        streams: Vec<TcpStream>,
+        cfg: &LoadConfig,
+        tcp: &TcpTarget,
+        factory: &'a dyn DriverFactory,
+        ctx: &'a RunContext,
+    ) -> Engine<'a> {
+        let conns: Vec<Conn> = streams
+            .into_iter()
+            .enumerate()
+            .map(|(i, stream)| Conn {
+                index: i as u32,
+                stream,
+                reader: FrameReader::new(tcp.max_frame_bytes),
+                pending: 0,
+                alive: true,
+            })
+            .collect();
+        let pollfds = conns
+            .iter()
+            .map(|c| libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Engine {
+            conns,
+            pollfds,
+            factory,
+            ctx,
+            timeout_ns: (cfg.timeout_ms * 1e6) as u64,
+            flights: Flights::new(ctx.bounds.max_in_flight.unwrap_or(usize::MAX)),
+            driver: factory.driver(cfg.seed, 0),
+            body: Vec::new(),
+            scratch: Vec::new(),
+            last_sent_ns: 0,
+        }
+    }
+
+    /// Writes request `id` (or records it as dropped); returns when it was written (0 if not).
+    fn write(&mut self, id: u64, intended_ns: u64) -> u64 {
+        self.body.clear();
+        let (op, arg) = self.driver.next_request(&mut self.body);
         let slot = (id % self.conns.len() as u64) as usize;
         // Not sent (yet): no send time, no bytes.
         let f = InFlight {
@@ -225,13 +228,14 @@ impl Engine<'_> {
             flags: 0,
         };
         let conn = &mut self.conns[slot];
-        if let Err(e) = write_frame(&mut conn.stream, scratch, &[&header.encode(), body]) {
+        let frame = [&header.encode()[..], &self.body];
+        if let Err(e) = write_frame(&mut conn.stream, &mut self.scratch, &frame) {
             stdio::log(&format!("connection {slot}: send failed: {e}"));
             self.record_unanswered(id, &f, Status::Drop);
-            self.close(slot);
+            self.close_conn(slot);
             return 0;
         }
-        let bytes_out = request_frame_bytes(body.len()) as u64;
+        let bytes_out = request_frame_bytes(self.body.len()) as u64;
         let sent = InFlight {
             sent_ns,
             bytes_out,
@@ -314,14 +318,7 @@ impl Engine<'_> {
         if let Some(reason) = failure {
             stdio::log(&format!("connection {slot}: {reason}; closing it"));
         }
-        self.close(slot);
-    }
-
-    fn expire(&mut self, now_ns: u64) {
-        while let Some((id, _, f)) = self.flights.pop_expired(now_ns) {
-            self.conns[f.slot].pending -= 1;
-            self.record_unanswered(id, &f, Status::Timeout);
-        }
+        self.close_conn(slot);
     }
 
     /// Records a request that got no reply (it has left the table, or never entered it).
@@ -340,7 +337,7 @@ impl Engine<'_> {
     }
 
     /// The connection is gone: what is pending on it will never be answered.
-    fn close(&mut self, slot: usize) {
+    fn close_conn(&mut self, slot: usize) {
         let conn = &mut self.conns[slot];
         conn.alive = false;
         self.pollfds[slot].fd = -1; // ppoll skips negative descriptors
@@ -349,16 +346,6 @@ impl Engine<'_> {
         }
         for (id, f) in self.flights.take_if(|f| f.slot == slot) {
             self.record_unanswered(id, &f, Status::Drop);
-        }
-    }
-
-    /// After a stop request's grace period: every request still in flight is dropped.
-    fn abandon_all(&mut self) {
-        for (id, f) in self.flights.drain() {
-            self.record_unanswered(id, &f, Status::Drop);
-        }
-        for slot in 0..self.conns.len() {
-            self.close(slot);
         }
     }
 }

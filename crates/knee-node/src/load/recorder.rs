@@ -24,6 +24,28 @@ use crate::clock;
 use crate::events::{Counts, LatencySummary};
 
 pub const SAMPLE_BYTES: usize = 96;
+/// A sample record's fields in file order, each with its numpy type (little-endian): what
+/// `Sample::encode_into` writes, and what `knee-node describe` gives the Python side to read
+/// the records with.
+pub const SAMPLE_LAYOUT: [(&str, &str); 17] = [
+    ("request_id", "<u8"),
+    ("intended_ns", "<u8"),
+    ("sent_ns", "<u8"),
+    ("received_ns", "<u8"),
+    ("server_ns", "<u8"),
+    ("queue_ns", "<u8"),
+    ("service_ns", "<u8"),
+    ("detail_ns", "<u8"),
+    ("bytes_out", "<u8"),
+    ("bytes_in", "<u8"),
+    ("client", "<u4"),
+    ("arg", "<u4"),
+    ("op", "<u2"),
+    ("flags", "<u2"),
+    ("status", "u1"),
+    ("service", "u1"),
+    ("pad", "<u2"),
+];
 const FLUSH_EVERY_NS: u64 = 100_000_000;
 const FLUSH_AT_BYTES: usize = 1 << 20;
 
@@ -280,6 +302,46 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes of a numpy type of a layout ("<u8": 8).
+    fn type_bytes(t: &str) -> usize {
+        t.trim_start_matches(['<', 'u']).parse().unwrap()
+    }
+
+    #[test]
+    fn the_described_layout_is_what_a_record_holds() {
+        let sizes: Vec<usize> = SAMPLE_LAYOUT.iter().map(|(_, t)| type_bytes(t)).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), SAMPLE_BYTES);
+        // Each field a distinct value: read back at its described offset, it is that field.
+        let s = Sample {
+            request_id: 1,
+            intended_ns: 2,
+            sent_ns: 3,
+            received_ns: 4,
+            server_ns: 5,
+            queue_ns: 6,
+            service_ns: 7,
+            detail_ns: 8,
+            bytes_out: 9,
+            bytes_in: 10,
+            client: 11,
+            arg: 12,
+            op: 13,
+            flags: 14,
+            status: 15,
+            service: 16,
+        };
+        let mut out = Vec::new();
+        s.encode_into(&mut out);
+        let mut at = 0;
+        for (i, size) in sizes.iter().enumerate() {
+            let mut v = [0u8; 8];
+            v[..*size].copy_from_slice(&out[at..at + size]);
+            let want = if i == 16 { 0 } else { i as u64 + 1 }; // the padding is 0
+            assert_eq!(u64::from_le_bytes(v), want, "{}", SAMPLE_LAYOUT[i].0);
+            at += size;
+        }
+    }
 
     /// A folder of the test's own: tests run in parallel, and one removing a shared folder
     /// made another's `Recorder::create` fail (CI).

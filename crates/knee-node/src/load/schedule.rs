@@ -1,23 +1,46 @@
 //! Open-loop schedules: when each request is meant to leave, as ns offsets from the start.
+//! A config's schedule is built once (`Schedule`, in the harness's plan); a run draws its
+//! send times from it through a `Pacer`, the progress lines read its target rate.
 
-use super::config::ScheduleConfig;
+use serde::{Deserialize, Serialize};
+
+use std::sync::Arc;
+
 use crate::rng::Rng;
 
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ScheduleConfig {
+    /// Open loop, exponential inter-arrival times.
+    Poisson { rate_per_s: f64 },
+    /// Open loop, evenly spaced sends.
+    Constant { rate_per_s: f64 },
+    /// Open loop, Poisson at each `[rate_per_s, duration_s]` step in turn.
+    Steps { steps: Vec<(f64, f64)> },
+    /// Closed loop: `clients` each send, wait for the reply, think, and send again.
+    Closed {
+        clients: usize,
+        #[serde(default)]
+        think_ms: f64,
+        #[serde(default)]
+        think: Think,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Think {
+    #[default]
+    Fixed,
+    Exponential,
+}
+
+/// An open-loop schedule: its rates, never its progress (a `Pacer` keeps that).
+#[derive(Debug)]
 pub enum Schedule {
-    Poisson {
-        mean_gap_ns: f64,
-        at_ns: f64,
-    },
-    Constant {
-        gap_ns: f64,
-        index: u64,
-    },
-    Steps {
-        steps: Vec<(f64, f64)>,
-        step: usize,
-        step_start_ns: f64,
-        at_ns: f64,
-    },
+    Poisson { mean_gap_ns: f64 },
+    Constant { gap_ns: f64 },
+    Steps { steps: Vec<(f64, f64)> },
 }
 
 impl Schedule {
@@ -26,61 +49,21 @@ impl Schedule {
         Some(match cfg {
             ScheduleConfig::Poisson { rate_per_s } => Schedule::Poisson {
                 mean_gap_ns: 1e9 / rate_per_s,
-                at_ns: 0.0,
             },
             ScheduleConfig::Constant { rate_per_s } => Schedule::Constant {
                 gap_ns: 1e9 / rate_per_s,
-                index: 0,
             },
-            ScheduleConfig::Steps { steps } => Schedule::Steps {
-                steps: steps.clone(),
-                step: 0,
-                step_start_ns: 0.0,
-                at_ns: 0.0,
-            },
+            ScheduleConfig::Steps { steps } => Schedule::Steps { steps: steps.clone() },
             ScheduleConfig::Closed { .. } => return None,
         })
-    }
-
-    /// The next intended send offset in ns, or `None` when the schedule is over.
-    pub fn next_offset_ns(&mut self, rng: &mut Rng) -> Option<u64> {
-        match self {
-            Schedule::Poisson { mean_gap_ns, at_ns } => {
-                *at_ns += rng.exponential(*mean_gap_ns);
-                Some(*at_ns as u64)
-            }
-            Schedule::Constant { gap_ns, index } => {
-                let at = *index as f64 * *gap_ns;
-                *index += 1;
-                Some(at as u64)
-            }
-            Schedule::Steps {
-                steps,
-                step,
-                step_start_ns,
-                at_ns,
-            } => loop {
-                let (rate_per_s, duration_s) = *steps.get(*step)?;
-                let step_end_ns = *step_start_ns + duration_s * 1e9;
-                let next = *at_ns + rng.exponential(1e9 / rate_per_s);
-                if next < step_end_ns {
-                    *at_ns = next;
-                    return Some(next as u64);
-                }
-                // Memorylessness: restarting the draw at the step boundary keeps each step Poisson.
-                *step += 1;
-                *step_start_ns = step_end_ns;
-                *at_ns = step_end_ns;
-            },
-        }
     }
 
     /// The target rate at an offset, for progress lines.
     pub fn rate_at(&self, offset_ns: u64) -> f64 {
         match self {
-            Schedule::Poisson { mean_gap_ns, .. } => 1e9 / mean_gap_ns,
-            Schedule::Constant { gap_ns, .. } => 1e9 / gap_ns,
-            Schedule::Steps { steps, .. } => {
+            Schedule::Poisson { mean_gap_ns } => 1e9 / mean_gap_ns,
+            Schedule::Constant { gap_ns } => 1e9 / gap_ns,
+            Schedule::Steps { steps } => {
                 let mut end_s = 0.0;
                 for (rate, duration_s) in steps {
                     end_s += duration_s;
@@ -96,7 +79,7 @@ impl Schedule {
     /// Total length of a schedule that ends by itself (steps), in seconds.
     pub fn length_s(&self) -> Option<f64> {
         match self {
-            Schedule::Steps { steps, .. } => Some(steps.iter().map(|s| s.1).sum()),
+            Schedule::Steps { steps } => Some(steps.iter().map(|s| s.1).sum()),
             _ => None,
         }
     }
@@ -125,25 +108,60 @@ pub fn pace_wait_ns(now_ns: u64, due_ns: Option<u64>, awaiting: bool, last_sent_
     .min(IDLE_WAIT_NS)
 }
 
-/// An open loop's send times: its schedule and the schedule's own random draws, seeded apart
-/// from the request choices so that a driver's draws never shift the send times.
+/// An open loop's send times: its schedule, how far it has come, and the schedule's own
+/// random draws, seeded apart from the request choices so that a driver's draws never shift
+/// the send times.
 pub struct Pacer {
-    schedule: Schedule,
+    schedule: Arc<Schedule>,
     rng: Rng,
+    /// The last offset drawn (Poisson, steps).
+    at_ns: f64,
+    /// Sends drawn so far (constant).
+    index: u64,
+    /// The step under way and its start (steps).
+    step: usize,
+    step_start_ns: f64,
 }
 
 impl Pacer {
-    /// `None` for the closed loop, which has no schedule.
-    pub fn new(cfg: &ScheduleConfig, seed: u64) -> Option<Pacer> {
-        Some(Pacer {
-            schedule: Schedule::new(cfg)?,
+    /// The send times of `schedule` for a load seeded with `seed`.
+    pub fn new(schedule: Arc<Schedule>, seed: u64) -> Pacer {
+        Pacer {
+            schedule,
             rng: Rng::new(seed ^ 0x5EED_5C4E_D01E),
-        })
+            at_ns: 0.0,
+            index: 0,
+            step: 0,
+            step_start_ns: 0.0,
+        }
     }
 
     /// The next intended send offset in ns, or `None` when the schedule is over.
     pub fn next_offset_ns(&mut self) -> Option<u64> {
-        self.schedule.next_offset_ns(&mut self.rng)
+        match &*self.schedule {
+            Schedule::Poisson { mean_gap_ns } => {
+                self.at_ns += self.rng.exponential(*mean_gap_ns);
+                Some(self.at_ns as u64)
+            }
+            Schedule::Constant { gap_ns } => {
+                let at = self.index as f64 * *gap_ns;
+                self.index += 1;
+                Some(at as u64)
+            }
+            Schedule::Steps { steps } => loop {
+                let (rate_per_s, duration_s) = *steps.get(self.step)?;
+                let step_end_ns = self.step_start_ns + duration_s * 1e9;
+                let next = self.at_ns + self.rng.exponential(1e9 / rate_per_s);
+                if next < step_end_ns {
+                    self.at_ns = next;
+                    return Some(next as u64);
+                }
+                // Memorylessness: restarting the draw at the step boundary keeps each step Poisson.
+                self.step += 1;
+                self.step_start_ns = step_end_ns;
+                self.at_ns = step_end_ns;
+            },
+        }
     }
 }
 
@@ -168,9 +186,9 @@ mod tests {
 
     #[test]
     fn constant_is_evenly_spaced() {
-        let mut s = Schedule::new(&ScheduleConfig::Constant { rate_per_s: 1000.0 }).unwrap();
-        let mut rng = Rng::new(1);
-        let t: Vec<u64> = (0..4).map(|_| s.next_offset_ns(&mut rng).unwrap()).collect();
+        let s = Schedule::new(&ScheduleConfig::Constant { rate_per_s: 1000.0 }).unwrap();
+        let mut p = Pacer::new(Arc::new(s), 1);
+        let t: Vec<u64> = (0..4).map(|_| p.next_offset_ns().unwrap()).collect();
         assert_eq!(t, vec![0, 1_000_000, 2_000_000, 3_000_000]);
     }
 
@@ -179,10 +197,10 @@ mod tests {
         let cfg = ScheduleConfig::Steps {
             steps: vec![(1000.0, 1.0), (4000.0, 0.5)],
         };
-        let mut s = Schedule::new(&cfg).unwrap();
-        let mut rng = Rng::new(2);
+        let s = Arc::new(Schedule::new(&cfg).unwrap());
+        let mut p = Pacer::new(s.clone(), 2);
         let mut offsets = Vec::new();
-        while let Some(t) = s.next_offset_ns(&mut rng) {
+        while let Some(t) = p.next_offset_ns() {
             offsets.push(t);
         }
         let first = offsets.iter().filter(|&&t| t < 1_000_000_000).count();

@@ -107,14 +107,9 @@ pub struct EchoDriverFactory {
 }
 
 impl EchoDriverFactory {
+    /// `cfg` within the contract's bounds (`driver.request_bytes`, `driver.reply_bytes`:
+    /// with their headers, frames of at most `DEFAULT_MAX_FRAME_BYTES`), checked before.
     pub fn new(cfg: EchoDriverConfig) -> Result<Self, String> {
-        if cfg.request_bytes > MAX_DRIVER_REQUEST_BYTES || cfg.reply_bytes > MAX_DRIVER_REPLY_BYTES {
-            return Err(format!(
-                "request_bytes must be <= {MAX_DRIVER_REQUEST_BYTES} and reply_bytes <= \
-                 {MAX_DRIVER_REPLY_BYTES}: with their headers, frames of at most \
-                 {DEFAULT_MAX_FRAME_BYTES} bytes"
-            ));
-        }
         let mut body = (cfg.reply_bytes as u32).to_le_bytes().to_vec();
         body.resize(cfg.request_bytes.max(4), 0);
         Ok(EchoDriverFactory {

@@ -20,6 +20,11 @@ use super::{framed, parse, System};
 use crate::contract::{Key, SystemContract};
 use crate::load::config::{MAX_CLIENTS, MAX_DURATION_S, MAX_WAIT_MS};
 
+/// Replicas a spec may plan for one point (each a process with its own database session),
+/// below what a node accepts (`server::MAX_REPLICAS`). No node reads it; the contract carries
+/// it to the spec's rules.
+pub const MAX_PLANNED_REPLICAS: u64 = 16;
+
 pub const SYSTEM: System = System {
     name: "chat",
     serve: |opts| framed(opts, server::build(parse(&opts.server, "server")?)?),
@@ -43,6 +48,7 @@ pub const SYSTEM: System = System {
                     .filter(|&op| is_write(op))
                     .collect::<Vec<u16>>(),
             )
+            .constant("max_planned_replicas", MAX_PLANNED_REPLICAS)
             .column("arg", "attempts", "attempts the request took (1: no retry)")
             .column("detail_ns", "detail_ns", "the database transaction's time")
             .column("flags", "flags", "reply flags (not_primary, duplicate)")

@@ -17,7 +17,7 @@ use super::message::PREFIX_BYTES;
 use super::status;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::Sample;
-use crate::load::schedule::Schedule;
+use crate::load::schedule::ScheduleConfig;
 use crate::systems::http::client::HttpDone;
 use crate::systems::http::h2::{run_h2, H2Options, H2Pool, H2Request, H2Setup, H2Table, Judge, Verdict};
 use crate::systems::http::response::Reason as HttpReason;
@@ -137,9 +137,8 @@ impl Role for GrpcClient {
 
     fn plan(&self) -> Plan {
         let load = &self.cfg.load;
-        let schedule = Schedule::new(&load.schedule);
-        let max_in_flight = schedule.is_some().then_some(load.max_outstanding);
-        load.plan(schedule, max_in_flight)
+        let open = !matches!(load.schedule, ScheduleConfig::Closed { .. });
+        load.plan(open.then_some(load.max_outstanding))
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {

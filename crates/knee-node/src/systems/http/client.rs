@@ -15,7 +15,7 @@ use super::pool::Pool;
 use super::requests::{self, Table};
 use super::tls::Tls;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
-use crate::load::schedule::Schedule;
+use crate::load::schedule::ScheduleConfig;
 
 /// The role's own fields of its `done` line.
 #[derive(Serialize, Default, Debug, Clone, Copy)]
@@ -109,9 +109,8 @@ impl Role for HttpClient {
 
     fn plan(&self) -> Plan {
         let load = &self.cfg.load;
-        let schedule = Schedule::new(&load.schedule);
-        let max_in_flight = schedule.is_some().then_some(load.max_outstanding);
-        load.plan(schedule, max_in_flight)
+        let open = !matches!(load.schedule, ScheduleConfig::Closed { .. });
+        load.plan(open.then_some(load.max_outstanding))
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {

@@ -31,11 +31,12 @@ use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
 use crate::load::config::{ScheduleConfig, Think};
+use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::{pace_wait_ns, Pacer, IDLE_WAIT_NS};
+use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
 use crate::{clock, stdio};
 
@@ -59,9 +60,6 @@ struct Queued {
 
 enum Mode {
     Open {
-        pacer: Pacer,
-        /// The next request's intended time (None: no more).
-        due: Option<u64>,
         /// Due requests waiting for a free connection, at most `max_outstanding` with those
         /// on connections (beyond: recorded as dropped, not queued without end).
         queue: VecDeque<Queued>,
@@ -107,6 +105,142 @@ pub struct Engine<'a> {
     logged: u64,
 }
 
+/// HTTP/1.1 on the drive loop: a due request waits in the FIFO for a free connection.
+impl Sender for Engine<'_> {
+    const GRACE: Grace = Grace::AfterStopOrEnd;
+
+    /// Open loop: the request joins the queue (or is dropped past the bound) and goes out
+    /// at once if a connection is free.
+    fn send(&mut self, id: u64, intended_ns: u64) {
+        let Mode::Open { queue } = &mut self.mode else {
+            return;
+        };
+        if queue.len() + self.busy >= self.max_outstanding {
+            self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
+        } else {
+            queue.push_back(Queued {
+                id,
+                intended_ns,
+                waited: false,
+            });
+        }
+        self.dispatch(clock::now_ns());
+    }
+
+    fn poll(&mut self, wait_ns: u64) {
+        self.poll_conns(wait_ns);
+    }
+
+    fn stop(&mut self) {
+        if let Mode::Closed { next_ns, .. } = &mut self.mode {
+            next_ns.iter_mut().for_each(|n| *n = None);
+        }
+    }
+
+    fn advance(&mut self, now: u64) {
+        self.dispatch(now);
+    }
+
+    fn in_flight(&self) -> bool {
+        self.busy > 0
+    }
+
+    fn last_sent_ns(&self) -> u64 {
+        self.last_sent_ns
+    }
+
+    /// Requests past their deadline are timeouts, their connection closed (a late
+    /// response on it would be taken for the next request's); connects past theirs fail.
+    fn expire(&mut self, now: u64) {
+        for slot in 0..self.conns.len() {
+            let conn = &mut self.conns[slot];
+            if conn.is_opening() && now >= conn.connect_deadline_ns {
+                let ms = self.connect_timeout_ns / 1_000_000;
+                if conn.job.is_some() {
+                    let failed = Failed {
+                        reason: Reason::ConnectTimeout,
+                        error: format!("connect: not made within {ms} ms"),
+                        refused: false,
+                    };
+                    self.connect_failed(slot, failed, now);
+                } else {
+                    conn.close();
+                }
+                continue;
+            }
+            let Some(job) = conn
+                .job
+                .filter(|j| j.sent_ns > 0 && flights::past(j.deadline_ns, now))
+            else {
+                continue;
+            };
+            conn.job = None;
+            conn.free_ns = now;
+            conn.close();
+            self.busy -= 1;
+            self.record(&Self::sample(slot, &job, Status::Timeout, Reason::Timeout as u32));
+            self.client_done(slot, now);
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.busy == 0
+            && match &self.mode {
+                Mode::Open { queue } => queue.is_empty(),
+                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
+            }
+    }
+
+    /// After the grace: what waits, connects or is in flight is dropped (`stopped`).
+    fn close(&mut self, now: u64) {
+        if let Mode::Open { queue, .. } = &mut self.mode {
+            let waiting: Vec<Queued> = queue.drain(..).collect();
+            for q in waiting {
+                self.record_unsent(q.id, q.intended_ns, 0, Reason::Stopped);
+            }
+        }
+        for slot in 0..self.conns.len() {
+            let conn = &mut self.conns[slot];
+            conn.close();
+            if let Some(mut job) = conn.job.take() {
+                self.busy -= 1;
+                if job.sent_ns == 0 {
+                    job.connect_ns = now.saturating_sub(job.taken_ns).max(1);
+                }
+                self.record(&Self::sample(slot, &job, Status::Drop, Reason::Stopped as u32));
+            }
+        }
+    }
+
+    fn wake_ns(&mut self, now: u64) -> u64 {
+        let mut wait = IDLE_WAIT_NS;
+        for c in &self.conns {
+            if c.is_opening() {
+                wait = wait.min(c.connect_deadline_ns.saturating_sub(now));
+            } else if let Some(j) = c.job.filter(|j| j.sent_ns > 0) {
+                wait = wait.min(j.deadline_ns.saturating_sub(now));
+            }
+        }
+        match &self.mode {
+            // A connection is free for a request that waits: no wait.
+            Mode::Open { queue } => {
+                if !queue.is_empty() && self.busy < self.conns.len() {
+                    return 0;
+                }
+            }
+            // Closed loop: no spinning; a response wakes the thread.
+            Mode::Closed { next_ns, .. } => {
+                for (slot, t) in next_ns.iter().enumerate() {
+                    if let Some(t) = t.filter(|_| self.conns[slot].job.is_none()) {
+                        wait = wait.min(t.saturating_sub(now));
+                    }
+                }
+            }
+        }
+        wait
+    }
+}
+
 impl<'a> Engine<'a> {
     /// The engine over `pool`'s connections (made before the start).
     pub fn new(
@@ -123,9 +257,7 @@ impl<'a> Engine<'a> {
                 think: *think,
                 next_ns: vec![Some(ctx.start_ns); count],
             },
-            other => Mode::Open {
-                pacer: Pacer::new(other, load.seed).ok_or("the open loop needs a schedule")?,
-                due: None,
+            _ => Mode::Open {
                 queue: VecDeque::new(),
             },
         };
@@ -152,67 +284,12 @@ impl<'a> Engine<'a> {
         })
     }
 
+    /// Runs the load to its end (the duration and its grace at the latest).
     pub fn run(mut self) -> Tally {
-        self.schedule_next();
-        loop {
-            let now = clock::now_ns();
-            self.expire(now);
-            if self.ctx.stopping() {
-                self.stop_sending();
-            }
-            self.enqueue_due(now);
-            self.dispatch(now);
-            if self.finished() {
-                break;
-            }
-            if self.ctx.past_grace(now) {
-                self.abandon_all(now);
-                break;
-            }
-            let wait_ns = self.wait_ns(clock::now_ns());
-            self.poll(wait_ns);
-        }
+        let ctx = self.ctx;
+        drive(&mut self, ctx);
         self.tally.connections_opened = self.conns.iter().map(|c| c.opened).sum();
         self.tally
-    }
-
-    /// Open loop: the next intended time, if the bounds allow one.
-    fn schedule_next(&mut self) {
-        let (ctx, next_id) = (self.ctx, self.next_id);
-        if let Mode::Open { pacer, due, .. } = &mut self.mode {
-            *due = ctx.next_due(pacer, next_id);
-        }
-    }
-
-    /// Open loop: every request now due joins the queue (or is dropped past the bound).
-    fn enqueue_due(&mut self, now: u64) {
-        loop {
-            let Mode::Open { due, queue, .. } = &mut self.mode else {
-                return;
-            };
-            let Some(intended_ns) = due.filter(|&t| now >= t) else {
-                return;
-            };
-            let id = self.next_id;
-            self.next_id += 1;
-            if queue.len() + self.busy >= self.max_outstanding {
-                self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
-            } else {
-                queue.push_back(Queued {
-                    id,
-                    intended_ns,
-                    waited: false,
-                });
-            }
-            self.schedule_next();
-        }
-    }
-
-    fn stop_sending(&mut self) {
-        match &mut self.mode {
-            Mode::Open { due, .. } => *due = None,
-            Mode::Closed { next_ns, .. } => next_ns.iter_mut().for_each(|n| *n = None),
-        }
     }
 
     /// Puts waiting requests on free connections.
@@ -300,12 +377,12 @@ impl<'a> Engine<'a> {
                 return;
             }
         }
-        self.advance(slot);
+        self.advance_conn(slot);
     }
 
     /// Drives connection `slot` on its way to a written request: its connect and handshake,
     /// then the write (or the rest of it).
-    fn advance(&mut self, slot: usize) {
+    fn advance_conn(&mut self, slot: usize) {
         let now = clock::now_ns();
         if self.conns[slot].is_opening() {
             match self.conns[slot].progress(self.tls.as_ref(), now) {
@@ -388,7 +465,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn poll(&mut self, wait_ns: u64) {
+    fn poll_conns(&mut self, wait_ns: u64) {
         conn::watch(&self.conns, &mut self.pollfds);
         if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return;
@@ -400,19 +477,19 @@ impl<'a> Engine<'a> {
             }
             let conn = &self.conns[slot];
             if conn.is_opening() || (revents & libc::POLLOUT != 0 && conn.writing()) {
-                self.advance(slot);
+                self.advance_conn(slot);
             }
             if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && self.conns[slot].is_open() {
                 let read = self.conns[slot].read(&mut self.buf, &self.keys);
                 if let Read::Done(job, result) = read {
-                    self.finish(slot, job, result, clock::now_ns());
+                    self.finish_job(slot, job, result, clock::now_ns());
                 }
             }
         }
     }
 
     /// Records a request that got its response (or failed on the wire).
-    fn finish(&mut self, slot: usize, job: Job, result: Result<Response, Reason>, now: u64) {
+    fn finish_job(&mut self, slot: usize, job: Job, result: Result<Response, Reason>, now: u64) {
         self.busy -= 1;
         self.conns[slot].free_ns = now;
         let mut s = Self::sample(slot, &job, Status::Ok, 0);
@@ -451,97 +528,6 @@ impl<'a> Engine<'a> {
         }
         self.record(&s);
         self.client_done(slot, now);
-    }
-
-    /// Requests past their deadline are timeouts, their connection closed (a late
-    /// response on it would be taken for the next request's); connects past theirs fail.
-    fn expire(&mut self, now: u64) {
-        for slot in 0..self.conns.len() {
-            let conn = &mut self.conns[slot];
-            if conn.is_opening() && now >= conn.connect_deadline_ns {
-                let ms = self.connect_timeout_ns / 1_000_000;
-                if conn.job.is_some() {
-                    let failed = Failed {
-                        reason: Reason::ConnectTimeout,
-                        error: format!("connect: not made within {ms} ms"),
-                        refused: false,
-                    };
-                    self.connect_failed(slot, failed, now);
-                } else {
-                    conn.close();
-                }
-                continue;
-            }
-            let Some(job) = conn
-                .job
-                .filter(|j| j.sent_ns > 0 && flights::past(j.deadline_ns, now))
-            else {
-                continue;
-            };
-            conn.job = None;
-            conn.free_ns = now;
-            conn.close();
-            self.busy -= 1;
-            self.record(&Self::sample(slot, &job, Status::Timeout, Reason::Timeout as u32));
-            self.client_done(slot, now);
-        }
-    }
-
-    fn finished(&self) -> bool {
-        self.busy == 0
-            && match &self.mode {
-                Mode::Open { due, queue, .. } => due.is_none() && queue.is_empty(),
-                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
-            }
-    }
-
-    /// After the grace: what waits, connects or is in flight is dropped (`stopped`).
-    fn abandon_all(&mut self, now: u64) {
-        if let Mode::Open { queue, .. } = &mut self.mode {
-            let waiting: Vec<Queued> = queue.drain(..).collect();
-            for q in waiting {
-                self.record_unsent(q.id, q.intended_ns, 0, Reason::Stopped);
-            }
-        }
-        for slot in 0..self.conns.len() {
-            let conn = &mut self.conns[slot];
-            conn.close();
-            if let Some(mut job) = conn.job.take() {
-                self.busy -= 1;
-                if job.sent_ns == 0 {
-                    job.connect_ns = now.saturating_sub(job.taken_ns).max(1);
-                }
-                self.record(&Self::sample(slot, &job, Status::Drop, Reason::Stopped as u32));
-            }
-        }
-    }
-
-    fn wait_ns(&self, now: u64) -> u64 {
-        let mut wait = IDLE_WAIT_NS;
-        for c in &self.conns {
-            if c.is_opening() {
-                wait = wait.min(c.connect_deadline_ns.saturating_sub(now));
-            } else if let Some(j) = c.job.filter(|j| j.sent_ns > 0) {
-                wait = wait.min(j.deadline_ns.saturating_sub(now));
-            }
-        }
-        match &self.mode {
-            Mode::Open { due, queue, .. } => {
-                if !queue.is_empty() && self.busy < self.conns.len() {
-                    return 0;
-                }
-                wait = wait.min(pace_wait_ns(now, *due, self.busy > 0, self.last_sent_ns));
-            }
-            // Closed loop: no spinning; a response wakes the thread.
-            Mode::Closed { next_ns, .. } => {
-                for (slot, t) in next_ns.iter().enumerate() {
-                    if let Some(t) = t.filter(|_| self.conns[slot].job.is_none()) {
-                        wait = wait.min(t.saturating_sub(now));
-                    }
-                }
-            }
-        }
-        wait
     }
 
     /// The sample of `job` on `slot` with `status` and its reason (`arg`, 0: none),

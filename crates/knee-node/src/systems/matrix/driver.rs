@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::{encode_request, MAX_N, MAX_P, OP_POWER};
+use super::{encode_request, OP_POWER};
 use crate::load::driver::{Driver, DriverFactory};
 use crate::rng::Rng;
 
@@ -46,12 +46,7 @@ impl MatrixDriverFactory {
             (None, Some(lo), Some(hi)) if lo <= hi => (lo, hi),
             _ => return Err("give either p, or p_min <= p_max".into()),
         };
-        if p_min == 0 || p_max > MAX_P {
-            return Err(format!("P must be in 1..={MAX_P}"));
-        }
-        if cfg.n == 0 || cfg.n > MAX_N {
-            return Err(format!("n must be in 1..={MAX_N}"));
-        }
+        // P and n within 1..=MAX_P and 1..=MAX_N (`super`): the contract's bounds, checked before.
         Ok(MatrixDriverFactory {
             n: cfg.n,
             same_matrix: cfg.same_matrix,

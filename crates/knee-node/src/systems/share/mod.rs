@@ -22,6 +22,11 @@ mod route;
 pub mod server;
 mod sqlite_index;
 
+/// Peers a spec may plan for one point (each a server and a client process), below what a
+/// node accepts (`client::MAX_PEERS`). No node reads it; the contract carries it to the
+/// spec's rules.
+pub const MAX_PLANNED_PEERS: u64 = 64;
+
 pub const SYSTEM: super::System = super::System {
     name: "share",
     serve: |opts| super::framed(opts, server::build(super::parse(&opts.server, "server")?)?),
@@ -39,6 +44,7 @@ pub const SYSTEM: super::System = super::System {
             .flag("replica", FLAG_REPLICA)
             .flag("for_obtain", FLAG_FOR_OBTAIN)
             .flag("not_found", FLAG_NOT_FOUND)
+            .constant("max_planned_peers", MAX_PLANNED_PEERS)
             .column("arg", "arg", "obtain: the file's size in KiB")
             .column(
                 "flags",

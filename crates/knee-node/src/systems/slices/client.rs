@@ -20,10 +20,10 @@ use super::gray;
 use super::session::{self, Keys, Mode, Opened};
 use crate::clock;
 use crate::load::config::{LoadConfig, ScheduleConfig};
+use crate::load::drive::{drive, Sender};
 use crate::load::flights::Flights;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::{Sample, Status};
-use crate::load::schedule::{Pacer, Schedule};
 use crate::rng::Rng;
 
 /// Distinct images a client publishes (chosen by id): generated once from the seed, so
@@ -100,18 +100,9 @@ impl ClientConfig {
     }
 
     fn check(&self) -> Result<(), String> {
-        let d = &self.driver;
-        super::check_slices(d.slices)?;
-        codec::image_shape(d.image_bytes)?;
-        if !(1..=MAX_ACK_MS).contains(&d.ack_ms) {
-            return Err(format!("ack_ms must be 1..={MAX_ACK_MS}"));
-        }
-        if d.retries > MAX_RETRIES {
-            return Err(format!("retries must be <= {MAX_RETRIES}"));
-        }
-        if !(1..=MAX_OUTSTANDING).contains(&self.load.max_outstanding) {
-            return Err(format!("max_outstanding must be 1..={MAX_OUTSTANDING}"));
-        }
+        // Its shape, which the contract cannot say (a multiple of 3); the other bounds are
+        // the contract's, checked before the parse.
+        codec::image_shape(self.driver.image_bytes)?;
         if matches!(self.load.schedule, ScheduleConfig::Closed { .. }) {
             return Err("slices' client is open loop: poisson, constant or steps".into());
         }
@@ -197,11 +188,10 @@ impl Role for SlicesClient {
 
     fn plan(&self) -> Plan<SlicesFields> {
         let cfg = &self.cfg;
-        let schedule = Schedule::new(&cfg.load.schedule);
         let live = self.live.clone();
         Plan {
             progress: Some(Box::new(move |_, _| live.fields())),
-            ..cfg.load.plan(schedule, Some(cfg.load.max_outstanding))
+            ..cfg.load.plan(Some(cfg.load.max_outstanding))
         }
     }
 
@@ -218,8 +208,8 @@ impl Role for SlicesClient {
             })
             .wait()
             .map_err(|e| format!("subscribing to replies: {e}"))?;
-        let mut engine = Engine::new(&self.cfg, &self.keys, &session, ctx, &self.live)?;
-        engine.run(&rx);
+        let mut engine = Engine::new(&self.cfg, &self.keys, &session, ctx, &self.live, &rx)?;
+        drive(&mut engine, ctx);
         drop(sub);
         let _ = session.close().wait();
         Ok(self.live.fields())
@@ -259,6 +249,9 @@ struct Engine<'a> {
     acks: Vec<u64>,
     acks_due_ns: Option<u64>,
     ack_ns: u64,
+    /// The replies zenoh's callback queued.
+    replies: &'a mpsc::Receiver<Vec<u8>>,
+    last_sent_ns: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -268,6 +261,7 @@ impl<'a> Engine<'a> {
         session: &'a zenoh::Session,
         ctx: &'a RunContext,
         live: &'a Live,
+        replies: &'a mpsc::Receiver<Vec<u8>>,
     ) -> Result<Self, String> {
         let d = &cfg.driver;
         let shape = codec::image_shape(d.image_bytes)?;
@@ -296,6 +290,8 @@ impl<'a> Engine<'a> {
             acks: Vec::new(),
             acks_due_ns: None,
             ack_ns: d.ack_ms * 1_000_000,
+            replies,
+            last_sent_ns: 0,
         })
     }
 
@@ -329,50 +325,6 @@ impl<'a> Engine<'a> {
             crate::stdio::log(&e);
         }
         n
-    }
-
-    fn run(&mut self, replies: &mpsc::Receiver<Vec<u8>>) {
-        let ctx = self.ctx;
-        let Some(mut pacer) = Pacer::new(&self.cfg.load.schedule, self.cfg.load.seed) else {
-            return;
-        };
-        let mut due = ctx.next_due(&mut pacer, 0);
-        loop {
-            let now = clock::now_ns();
-            self.expire(now);
-            if self.acks_due_ns.is_some_and(|t| now >= t) {
-                self.send_acks();
-            }
-            if ctx.stopping() {
-                due = None;
-            }
-            if let Some(intended_ns) = due.filter(|&t| now >= t) {
-                self.send_new(intended_ns);
-                due = ctx.next_due(&mut pacer, self.next_id);
-                while let Ok(r) = replies.try_recv() {
-                    self.on_reply(&r);
-                }
-                continue;
-            }
-            if due.is_none() && self.in_flight.is_empty() {
-                self.send_acks();
-                return;
-            }
-            if ctx.grace_over(now) {
-                self.abandon_all();
-                self.send_acks();
-                return;
-            }
-            let next_ns = due.into_iter().chain(self.acks_due_ns).min();
-            let wait_ns = next_ns.map_or(u64::MAX, |d| d.saturating_sub(now));
-            let wait = Duration::from_nanos(wait_ns).min(MAX_WAIT);
-            if let Ok(r) = replies.recv_timeout(wait) {
-                self.on_reply(&r);
-                while let Ok(r) = replies.try_recv() {
-                    self.on_reply(&r);
-                }
-            }
-        }
     }
 
     /// Tells the PNs the ids answered since the last time (in parts of `MAX_ACKS`).
@@ -450,9 +402,8 @@ impl<'a> Engine<'a> {
         self.live.junk_sent.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn send_new(&mut self, intended_ns: u64) {
-        let id = self.next_id;
-        self.next_id += 1;
+    fn send_new(&mut self, id: u64, intended_ns: u64) {
+        self.next_id = id + 1;
         let every = self.cfg.driver.junk_every;
         if every > 0 && id % every == every - 1 {
             self.publish_junk(id / every);
@@ -470,6 +421,7 @@ impl<'a> Engine<'a> {
         }
         let bytes = self.publish(id, 1);
         let sent_ns = clock::now_ns();
+        self.last_sent_ns = sent_ns;
         self.ctx.count_send(intended_ns, sent_ns, bytes);
         let f = InFlight {
             intended_ns,
@@ -484,7 +436,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Re-publishes what timed out, or gives it up after `retries`.
-    fn expire(&mut self, now: u64) {
+    fn expire_items(&mut self, now: u64) {
         while let Some((id, _, mut f)) = self.in_flight.pop_expired(now) {
             if (f.attempts as u32) <= self.cfg.driver.retries && !self.ctx.stopping() {
                 f.attempts += 1;
@@ -573,6 +525,60 @@ impl<'a> Engine<'a> {
             status: if good { Status::Ok } else { Status::Error } as u8,
             service: r.pn.min(u8::MAX as u32) as u8,
         });
+    }
+}
+
+/// Slices on the drive loop: items published on their schedule, replies from zenoh's queue.
+impl Sender for Engine<'_> {
+    fn send(&mut self, id: u64, intended_ns: u64) {
+        self.send_new(id, intended_ns);
+    }
+
+    fn poll(&mut self, wait_ns: u64) {
+        if wait_ns > 0 {
+            match self.replies.recv_timeout(Duration::from_nanos(wait_ns)) {
+                Ok(r) => self.on_reply(&r),
+                Err(_) => return,
+            }
+        }
+        while let Ok(r) = self.replies.try_recv() {
+            self.on_reply(&r);
+        }
+    }
+
+    fn expire(&mut self, now_ns: u64) {
+        self.expire_items(now_ns);
+    }
+
+    /// The acks no item took within `ack_ms` go out on their own.
+    fn advance(&mut self, now_ns: u64) {
+        if self.acks_due_ns.is_some_and(|t| now_ns >= t) {
+            self.send_acks();
+        }
+    }
+
+    fn in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    fn last_sent_ns(&self) -> u64 {
+        self.last_sent_ns
+    }
+
+    /// Until the acks are due, and never beyond `MAX_WAIT`.
+    fn wake_ns(&mut self, now_ns: u64) -> u64 {
+        let max_ns = MAX_WAIT.as_nanos() as u64;
+        self.acks_due_ns
+            .map_or(max_ns, |t| t.saturating_sub(now_ns).min(max_ns))
+    }
+
+    fn finish(&mut self) {
+        self.send_acks();
+    }
+
+    fn close(&mut self, _now_ns: u64) {
+        self.abandon_all();
+        self.send_acks();
     }
 }
 

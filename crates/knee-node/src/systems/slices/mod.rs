@@ -42,6 +42,9 @@ pub const ACKS_PER_ROOM: u64 = 4;
 /// The longest failure timeout (10 minutes: beyond, no crash is detected within a point),
 /// and so the longest heartbeat (it must be shorter).
 const MAX_FAILURE_TIMEOUT_MS: u64 = 600_000;
+/// PNs a spec may plan for one point: each is a process with its own Zenoh session. No node
+/// reads it (a node knows its own PN only); the contract carries it to the spec's rules.
+pub const MAX_PLANNED_PNS: u64 = 64;
 /// Times the grayscale is computed per item: the capacity knob, bounded so an item's
 /// service time stays within seconds.
 const MAX_WORK_REPEAT: u32 = 1_000_000;
@@ -68,6 +71,12 @@ fn contract() -> crate::contract::SystemContract {
         .size("item_header_bytes", codec::ITEM_HEADER_BYTES)
         .size("reply_header_bytes", codec::REPLY_HEADER_BYTES)
         .size("pn_log_record_bytes", pnlog::RECORD_BYTES)
+        .constant("pn_log_layout", serde_json::json!(pnlog::LAYOUT))
+        .constant(
+            "pn_log_kinds",
+            serde_json::json!({"processed": pnlog::PROCESSED, "held": pnlog::HELD}),
+        )
+        .constant("max_planned_pns", MAX_PLANNED_PNS)
         .size("max_image_bytes", codec::MAX_IMAGE_BYTES)
         .size("max_control_bytes", codec::MAX_CONTROL_BYTES)
         .constant("beats_per_timeout", BEATS_PER_TIMEOUT)

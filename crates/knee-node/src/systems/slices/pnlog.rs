@@ -12,6 +12,17 @@ use std::io::Write;
 use crate::clock;
 
 pub const RECORD_BYTES: usize = 40;
+/// A record's fields in file order, each with its numpy type (what `Record::encode`
+/// writes; `knee-node describe` gives it to the checker).
+pub const LAYOUT: [(&str, &str); 7] = [
+    ("pn", "<u4"),
+    ("slice", "<u4"),
+    ("sender", "<u4"),
+    ("kind", "<u4"),
+    ("id", "<u8"),
+    ("epoch", "<u8"),
+    ("done_ns", "<u8"),
+];
 /// `kind`: the item was processed and its reply published.
 pub const PROCESSED: u32 = 0;
 /// `kind`: the item was in the PN's queue when it stopped (`done_ns`: the stop).
@@ -136,7 +147,9 @@ mod tests {
         }
         .encode(&mut out);
         assert_eq!(out.len(), RECORD_BYTES);
-        assert_eq!(out[8], 3);
+        let sizes = LAYOUT.map(|(_, t)| t[2..].parse::<usize>().unwrap());
+        assert_eq!(sizes.iter().sum::<usize>(), RECORD_BYTES, "the described layout");
+        assert_eq!((LAYOUT[2].0, out[8]), ("sender", 3));
         assert_eq!(out[12], 1);
         assert_eq!(u64::from_le_bytes(out[16..24].try_into().unwrap()), 4);
         assert_eq!(out[32], 6);

@@ -20,6 +20,7 @@ use super::frames::Frame;
 use super::lines::{add, Live};
 use super::rto::Rto;
 use crate::clock;
+use crate::load::drive::{drive, Sender};
 use crate::load::flights::{self, Flights};
 use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status};
@@ -69,6 +70,10 @@ pub struct Accessor<'a> {
     next_request_id: u64,
     next_slot: usize,
     buf: Vec<u8>,
+    /// A request's datagram, reused.
+    out: Vec<u8>,
+    /// No new requests (a stop, or the time is up).
+    ending: bool,
 }
 
 impl<'a> Accessor<'a> {
@@ -107,38 +112,29 @@ impl<'a> Accessor<'a> {
             next_request_id: 0,
             next_slot: 0,
             buf: vec![0; RECV_BUFFER_BYTES],
+            out: Vec::with_capacity(REQUEST_BYTES),
+            ending: false,
         }
     }
 
     /// Fetches every frame (or until the time is up or a stop is asked), then waits for the
     /// requests in flight and the late-reply window of those that timed out. After a stop,
-    /// the harness's grace cuts both waits short.
+    /// the harness's grace cuts both waits short. It runs on the drive loop without a
+    /// schedule: a block's request leaves when a service's slot frees (`advance`).
     pub fn run(&mut self) {
-        let mut ending = false;
-        let mut out = Vec::with_capacity(REQUEST_BYTES);
-        loop {
-            let now = clock::now_ns();
-            if !ending && (self.ctx.stopping() || self.ctx.past_end(now)) {
-                ending = true; // no new requests
-                if let Some(mut frame) = self.frame.take() {
-                    frame.abandon();
-                    self.count_frame(&frame);
-                }
-            }
-            let give_up = self.ctx.grace_over(now);
-            self.expire(now);
-            self.finalize_expired(now, give_up);
-            self.advance_frame();
-            self.send_requests(&mut out);
-            if self.frame.is_none() && self.in_flight.is_empty() && self.expired.is_empty() {
-                return;
-            }
-            if give_up {
-                self.abandon_in_flight();
-                return;
-            }
-            let wait_ns = self.next_wake_ns().saturating_sub(now).min(MAX_WAIT_NS);
-            self.poll(wait_ns);
+        let ctx = self.ctx;
+        drive(self, ctx);
+    }
+
+    /// No new requests: the frame under way is abandoned (its missing blocks counted).
+    fn end_sending(&mut self) {
+        if self.ending {
+            return;
+        }
+        self.ending = true;
+        if let Some(mut frame) = self.frame.take() {
+            frame.abandon();
+            self.count_frame(&frame);
         }
     }
 
@@ -248,7 +244,7 @@ impl<'a> Accessor<'a> {
     }
 
     /// Requests past their deadline: given up (or queued again), remembered for late replies.
-    fn expire(&mut self, now_ns: u64) {
+    fn expire_requests(&mut self, now_ns: u64) {
         while let Some((request_id, deadline_ns, flight)) = self.in_flight.pop_expired(now_ns) {
             let service = &mut self.services[flight.slot];
             service.in_flight -= 1;
@@ -309,7 +305,7 @@ impl<'a> Accessor<'a> {
         self.ctx.recorder.record(&s);
     }
 
-    fn poll(&mut self, wait_ns: u64) {
+    fn poll_services(&mut self, wait_ns: u64) {
         if crate::poll::ppoll_ns(&mut self.pollfds, wait_ns) == 0 {
             return;
         }
@@ -437,5 +433,59 @@ impl<'a> Accessor<'a> {
             bytes_in: bytes as u64,
             ..self.sample(id, f, Status::Ok as u8)
         }
+    }
+}
+
+/// Stream on the drive loop, without a schedule: its requests go out as slots free.
+impl Sender for Accessor<'_> {
+    /// Never called: stream has no schedule (a block's request is sent in `advance`).
+    fn send(&mut self, _id: u64, _intended_ns: u64) {}
+
+    fn poll(&mut self, wait_ns: u64) {
+        self.poll_services(wait_ns);
+    }
+
+    /// Timeouts, and the late-reply windows that closed.
+    fn expire(&mut self, now_ns: u64) {
+        self.expire_requests(now_ns);
+        self.finalize_expired(now_ns, false);
+    }
+
+    fn stop(&mut self) {
+        self.end_sending();
+    }
+
+    /// At the time bound sending ends; else the next frame, and a request on each free slot.
+    fn advance(&mut self, now_ns: u64) {
+        if self.ctx.past_end(now_ns) {
+            self.end_sending();
+        }
+        self.advance_frame();
+        let mut out = std::mem::take(&mut self.out);
+        self.send_requests(&mut out);
+        self.out = out;
+    }
+
+    fn in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    fn done(&self) -> bool {
+        self.frame.is_none() && self.in_flight.is_empty() && self.expired.is_empty()
+    }
+
+    /// Not paced: its intended time is its send time.
+    fn last_sent_ns(&self) -> u64 {
+        0
+    }
+
+    fn wake_ns(&mut self, now_ns: u64) -> u64 {
+        self.next_wake_ns().saturating_sub(now_ns).min(MAX_WAIT_NS)
+    }
+
+    /// After a stop's grace: the late windows close and what is in flight is dropped.
+    fn close(&mut self, now_ns: u64) {
+        self.finalize_expired(now_ns, true);
+        self.abandon_in_flight();
     }
 }

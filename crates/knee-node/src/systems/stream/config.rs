@@ -75,35 +75,14 @@ impl ClientConfig {
                 self.service_ids.len()
             ));
         }
-        if !(1..=MAX_BLOCKS_PER_FRAME).contains(&self.blocks_per_frame) {
-            return Err(format!("blocks_per_frame must be 1..={MAX_BLOCKS_PER_FRAME}"));
-        }
         if self.frames == 0 || self.first_frame.checked_add(self.frames).is_none() {
             return Err("frames must be >= 1 (and first_frame + frames fit in a u32)".into());
         }
-        if !(1..=MAX_OUTSTANDING).contains(&self.outstanding) {
-            return Err(format!("outstanding must be 1..={MAX_OUTSTANDING}"));
-        }
-        if !(self.timeout_ms > 0.0 && self.timeout_ms <= MAX_TIMEOUT_MS) {
-            return Err(format!("timeout_ms must be in (0, {MAX_TIMEOUT_MS}]"));
-        }
-        if !(self.min_rto_ms > 0.0 && self.min_rto_ms <= self.timeout_ms) {
+        if self.min_rto_ms > self.timeout_ms {
             return Err("min_rto_ms must be in (0, timeout_ms]".into());
-        }
-        if self
-            .late_window_ms
-            .is_some_and(|w| !(0.0..=MAX_TIMEOUT_MS).contains(&w))
-        {
-            return Err(format!("late_window_ms must be in [0, {MAX_TIMEOUT_MS}]"));
-        }
-        if self.retransmit > MAX_RETRANSMISSIONS {
-            return Err(format!("retransmit must be <= {MAX_RETRANSMISSIONS}"));
         }
         if self.hedge && n < 2 {
             return Err("hedge needs at least two services".into());
-        }
-        if !(self.duration_s > 0.0 && self.duration_s.is_finite()) {
-            return Err("duration_s must be > 0: a load must stop by itself".into());
         }
         Ok(())
     }

@@ -70,6 +70,9 @@ fn delay_ms(name: &str, ms: f64) -> Result<(), String> {
 }
 
 impl Delay {
+    /// Every variant's `kind`, as serde reads it (a test holds the two together).
+    pub const KINDS: [&'static str; 3] = ["fixed", "uniform", "lognormal"];
+
     pub fn check(&self) -> Result<(), String> {
         match *self {
             Delay::Fixed { ms } => delay_ms("delay.ms", ms),
@@ -110,6 +113,9 @@ fn standard_normal(rng: &mut Rng) -> f64 {
 }
 
 impl Loss {
+    /// Every variant's `kind`, as serde reads it (a test holds the two together).
+    pub const KINDS: [&'static str; 3] = ["none", "bernoulli", "gilbert-elliott"];
+
     pub fn check(&self) -> Result<(), String> {
         match *self {
             Loss::None => Ok(()),
@@ -187,6 +193,22 @@ impl LossProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// serde's list of the variants, from its error on an unknown one.
+    fn serde_kinds<T: serde::de::DeserializeOwned + std::fmt::Debug>() -> String {
+        let e = serde_json::from_value::<T>(serde_json::json!({"kind": "no-such"})).unwrap_err();
+        e.to_string()
+    }
+
+    #[test]
+    fn the_described_kinds_are_the_variants_serde_reads() {
+        let listed = |kinds: &[&str]| {
+            let quoted: Vec<String> = kinds.iter().map(|k| format!("`{k}`")).collect();
+            format!("unknown variant `no-such`, expected one of {}", quoted.join(", "))
+        };
+        assert_eq!(serde_kinds::<Delay>(), listed(&Delay::KINDS));
+        assert_eq!(serde_kinds::<Loss>(), listed(&Loss::KINDS));
+    }
 
     fn loss_rate(loss: Loss, n: usize) -> f64 {
         let (mut rng, mut process) = (Rng::new(9), LossProcess::new(loss));

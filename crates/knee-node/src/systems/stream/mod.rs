@@ -52,6 +52,9 @@ pub const SYSTEM: super::System = super::System {
             )
             .key("server.delay", Key::object())
             .key("server.loss", Key::object())
+            // The variants' tables (`kind` picks one).
+            .key("server.delay.kind", Key::one_of(&link::Delay::KINDS))
+            .key("server.loss.kind", Key::one_of(&link::Loss::KINDS))
             .key("server.seed", Key::int(0, u64::MAX).default(0))
             .key(
                 "server.max_pending",

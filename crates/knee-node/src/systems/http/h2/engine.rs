@@ -30,10 +30,11 @@ use super::stream::{Polled, Reply, Stream};
 use super::Reason;
 use super::{H2Done, H2Table, Judge};
 use crate::load::config::{LoadConfig, ScheduleConfig, Think};
+use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status, NO_SERVER_TIME};
-use crate::load::schedule::{pace_wait_ns, Pacer, IDLE_WAIT_NS};
+use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
 use crate::{clock, stdio};
 
@@ -82,10 +83,8 @@ struct InFlight {
 }
 
 enum Mode {
-    Open {
-        pacer: Pacer,
-        due: Option<u64>,
-    },
+    /// Requests fall due on the drive loop's schedule.
+    Open,
     Closed {
         think_ns: f64,
         think: Think,
@@ -144,10 +143,7 @@ pub(crate) fn run_h2(
             think: *think,
             next_ns: vec![Some(ctx.start_ns); *clients],
         },
-        other => Mode::Open {
-            pacer: Pacer::new(other, load.seed).unwrap_or_else(|| unreachable!("an open schedule")),
-            due: None,
-        },
+        _ => Mode::Open,
     };
     let scheme = if pool.setup.tls.is_some() { "https" } else { "http" };
     let prepared = prepare(&table, scheme, &pool.setup.authority);
@@ -172,7 +168,7 @@ pub(crate) fn run_h2(
         connect_failures: 0,
         logged: 0,
     };
-    e.run();
+    drive(&mut e, ctx);
     e.done.connections_opened = e.pool.conns.iter().map(|c| c.opened).sum();
     e.done.connect_failures = e.connect_failures;
     e.done
@@ -213,93 +209,155 @@ fn prepare(table: &H2Table, scheme: &str, authority: &str) -> Vec<Vec<Prepared>>
         .collect()
 }
 
+/// HTTP/2 (and gRPC) on the drive loop: a due request waits in the FIFO for a stream.
+impl Sender for Engine<'_> {
+    const GRACE: Grace = Grace::AfterStopOrEnd;
+
+    /// Open loop: the request joins the FIFO (dropped beyond `max_outstanding`) and goes
+    /// out at once on a stream with room.
+    fn send(&mut self, id: u64, intended_ns: u64) {
+        let now = clock::now_ns();
+        if self.queue.len() + self.in_flight >= self.max_outstanding {
+            self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
+        } else {
+            self.queue.push_back(Waiting {
+                id,
+                intended_ns,
+                enqueued_ns: now,
+                waited: false,
+                client: None,
+                again: None,
+            });
+        }
+        self.dispatch(now);
+        self.drive_flagged();
+    }
+
+    fn expire(&mut self, now: u64) {
+        self.expire_streams(now);
+    }
+
+    fn stop(&mut self) {
+        if let Mode::Closed { next_ns, .. } = &mut self.mode {
+            next_ns.iter_mut().for_each(|n| *n = None);
+        }
+    }
+
+    /// The closed-loop clients due, what waits onto streams, the flagged connections polled.
+    fn advance(&mut self, now: u64) {
+        self.enqueue_clients(now);
+        self.dispatch(clock::now_ns());
+        self.drive_flagged();
+    }
+
+    fn in_flight(&self) -> bool {
+        self.in_flight > 0
+    }
+
+    fn last_sent_ns(&self) -> u64 {
+        self.last_sent_ns
+    }
+
+    fn done(&self) -> bool {
+        self.in_flight == 0
+            && self.queue.is_empty()
+            && match &self.mode {
+                Mode::Open => true,
+                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
+            }
+    }
+
+    /// After the grace: what waits or is in flight is dropped (`stopped`).
+    fn close(&mut self, now: u64) {
+        let waiting: Vec<Waiting> = self.queue.drain(..).collect();
+        for w in waiting {
+            let mut s = self.unsent_sample(&w, 0, Reason::Stopped);
+            if let Some(a) = w.again {
+                s.held_ns_add(a.held_ns + now.saturating_sub(w.enqueued_ns));
+            }
+            self.record(&s);
+        }
+        for slot in 0..self.streams.len() {
+            let left: Vec<InFlight> = self.streams[slot].drain(..).collect();
+            for f in left {
+                self.in_flight -= 1;
+                let mut s = self.sample(slot, &f);
+                s.status = Status::Drop as u8;
+                s.arg = Reason::Stopped as u32;
+                self.record(&s);
+            }
+            self.pool.conns[slot].close();
+        }
+    }
+
+    fn wake_ns(&mut self, now: u64) -> u64 {
+        if self.pool.conns.iter().any(|c| c.wake.is_set()) {
+            return 0;
+        }
+        // A stream became free since the dispatch: the next request waiting takes it now.
+        if !self.queue.is_empty() && (0..self.pool.conns.len()).any(|s| self.room(s) > 0) {
+            return 0;
+        }
+        let mut wait = IDLE_WAIT_NS;
+        for (slot, c) in self.pool.conns.iter().enumerate() {
+            if c.is_opening() {
+                wait = wait.min(c.connect_deadline_ns.saturating_sub(now));
+            }
+            for f in &self.streams[slot] {
+                wait = wait.min(f.deadline_ns.saturating_sub(now));
+            }
+        }
+        match &self.mode {
+            Mode::Open => wait,
+            Mode::Closed { next_ns, .. } => next_ns
+                .iter()
+                .flatten()
+                .fold(wait, |w, t| w.min(t.saturating_sub(now))),
+        }
+    }
+
+    fn poll(&mut self, wait_ns: u64) {
+        conn::watch(&self.pool.conns, &mut self.pool.pollfds);
+        if crate::poll::ppoll_ns(&mut self.pool.pollfds, wait_ns) == 0 {
+            return;
+        }
+        let now = clock::now_ns();
+        for slot in 0..self.pool.conns.len() {
+            if self.pool.pollfds[slot].revents == 0 {
+                continue;
+            }
+            if matches!(self.pool.conns[slot].interest(), (fd, _) if fd >= 0) {
+                self.progress(slot, now);
+                self.pool.conns[slot].wake.set();
+            }
+        }
+    }
+}
+
 impl Engine<'_> {
-    fn run(&mut self) {
-        self.schedule_next();
-        loop {
-            let now = clock::now_ns();
-            self.expire(now);
-            if self.ctx.stopping() {
-                self.stop_sending();
+    /// The closed-loop clients whose think time is over join the FIFO.
+    fn enqueue_clients(&mut self, now: u64) {
+        let Mode::Closed { next_ns, .. } = &mut self.mode else {
+            return;
+        };
+        for (client, next) in next_ns.iter_mut().enumerate() {
+            let Some(intended_ns) = next.filter(|&t| t <= now) else {
+                continue;
+            };
+            *next = None; // set again when its response is in
+            let id = self.next_id;
+            if self.ctx.past_end(intended_ns) || !self.ctx.allows_request(id) {
+                continue;
             }
-            self.enqueue_due(now);
-            self.dispatch(clock::now_ns());
-            self.drive_flagged();
-            if self.finished() {
-                break;
-            }
-            let now = clock::now_ns();
-            if self.ctx.past_grace(now) {
-                self.abandon_all(now);
-                break;
-            }
-            let wait_ns = self.wait_ns(now);
-            self.poll(wait_ns);
-        }
-    }
-
-    fn schedule_next(&mut self) {
-        let (ctx, next_id) = (self.ctx, self.next_id);
-        if let Mode::Open { pacer, due } = &mut self.mode {
-            *due = ctx.next_due(pacer, next_id);
-        }
-    }
-
-    fn stop_sending(&mut self) {
-        match &mut self.mode {
-            Mode::Open { due, .. } => *due = None,
-            Mode::Closed { next_ns, .. } => next_ns.iter_mut().for_each(|n| *n = None),
-        }
-    }
-
-    /// Due requests join the FIFO: the open loop's (dropped beyond `max_outstanding`), and
-    /// the closed-loop clients whose think time is over.
-    fn enqueue_due(&mut self, now: u64) {
-        match &mut self.mode {
-            Mode::Open { .. } => loop {
-                let Mode::Open { due, .. } = &self.mode else {
-                    return;
-                };
-                let Some(intended_ns) = due.filter(|&t| now >= t) else {
-                    return;
-                };
-                let id = self.next_id;
-                self.next_id += 1;
-                if self.queue.len() + self.in_flight >= self.max_outstanding {
-                    self.record_unsent(id, intended_ns, 0, Reason::MaxOutstanding);
-                } else {
-                    self.queue.push_back(Waiting {
-                        id,
-                        intended_ns,
-                        enqueued_ns: now,
-                        waited: false,
-                        client: None,
-                        again: None,
-                    });
-                }
-                self.schedule_next();
-            },
-            Mode::Closed { next_ns, .. } => {
-                for (client, next) in next_ns.iter_mut().enumerate() {
-                    let Some(intended_ns) = next.filter(|&t| t <= now) else {
-                        continue;
-                    };
-                    *next = None; // set again when its response is in
-                    let id = self.next_id;
-                    if self.ctx.past_end(intended_ns) || !self.ctx.allows_request(id) {
-                        continue;
-                    }
-                    self.next_id += 1;
-                    self.queue.push_back(Waiting {
-                        id,
-                        intended_ns,
-                        enqueued_ns: now,
-                        waited: false,
-                        client: Some(client),
-                        again: None,
-                    });
-                }
-            }
+            self.next_id += 1;
+            self.queue.push_back(Waiting {
+                id,
+                intended_ns,
+                enqueued_ns: now,
+                waited: false,
+                client: Some(client),
+                again: None,
+            });
         }
     }
 
@@ -489,13 +547,13 @@ impl Engine<'_> {
     fn drive_flagged(&mut self) {
         for slot in 0..self.pool.conns.len() {
             if self.pool.conns[slot].wake.is_set() {
-                self.drive(slot);
+                self.drive_conn(slot);
             }
         }
     }
 
     /// Polls connection `slot` and its streams while they keep waking it, up to MAX_ROUNDS.
-    fn drive(&mut self, slot: usize) {
+    fn drive_conn(&mut self, slot: usize) {
         for _ in 0..MAX_ROUNDS {
             if !self.pool.conns[slot].wake.take() {
                 return;
@@ -545,7 +603,7 @@ impl Engine<'_> {
                 Polled::Pending => i += 1,
                 Polled::Done(result) => {
                     let f = self.streams[slot].swap_remove(i);
-                    self.finish(slot, f, result, clock::now_ns());
+                    self.finish_stream(slot, f, result, clock::now_ns());
                 }
             }
         }
@@ -574,7 +632,7 @@ impl Engine<'_> {
         self.pool.conns[slot].close();
     }
 
-    fn finish(
+    fn finish_stream(
         &mut self,
         slot: usize,
         f: InFlight,
@@ -661,7 +719,7 @@ impl Engine<'_> {
 
     /// Streams past their deadline are timeouts (dropped: h2 resets them, CANCEL); connects
     /// not ready by theirs fail.
-    fn expire(&mut self, now: u64) {
+    fn expire_streams(&mut self, now: u64) {
         for slot in 0..self.pool.conns.len() {
             let c = &self.pool.conns[slot];
             if c.is_opening() && now >= c.connect_deadline_ns {
@@ -689,83 +747,6 @@ impl Engine<'_> {
                 s.arg = Reason::Timeout as u32;
                 self.record(&s);
                 self.client_done(f.client, now);
-            }
-        }
-    }
-
-    fn finished(&self) -> bool {
-        self.in_flight == 0
-            && self.queue.is_empty()
-            && match &self.mode {
-                Mode::Open { due, .. } => due.is_none(),
-                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
-            }
-    }
-
-    /// After the grace: what waits or is in flight is dropped (`stopped`).
-    fn abandon_all(&mut self, now: u64) {
-        let waiting: Vec<Waiting> = self.queue.drain(..).collect();
-        for w in waiting {
-            let mut s = self.unsent_sample(&w, 0, Reason::Stopped);
-            if let Some(a) = w.again {
-                s.held_ns_add(a.held_ns + now.saturating_sub(w.enqueued_ns));
-            }
-            self.record(&s);
-        }
-        for slot in 0..self.streams.len() {
-            let left: Vec<InFlight> = self.streams[slot].drain(..).collect();
-            for f in left {
-                self.in_flight -= 1;
-                let mut s = self.sample(slot, &f);
-                s.status = Status::Drop as u8;
-                s.arg = Reason::Stopped as u32;
-                self.record(&s);
-            }
-            self.pool.conns[slot].close();
-        }
-    }
-
-    fn wait_ns(&mut self, now: u64) -> u64 {
-        if self.pool.conns.iter().any(|c| c.wake.is_set()) {
-            return 0;
-        }
-        // A stream became free since the dispatch: the next request waiting takes it now.
-        if !self.queue.is_empty() && (0..self.pool.conns.len()).any(|s| self.room(s) > 0) {
-            return 0;
-        }
-        let mut wait = IDLE_WAIT_NS;
-        for (slot, c) in self.pool.conns.iter().enumerate() {
-            if c.is_opening() {
-                wait = wait.min(c.connect_deadline_ns.saturating_sub(now));
-            }
-            for f in &self.streams[slot] {
-                wait = wait.min(f.deadline_ns.saturating_sub(now));
-            }
-        }
-        match &self.mode {
-            Mode::Open { due, .. } => {
-                wait.min(pace_wait_ns(now, *due, self.in_flight > 0, self.last_sent_ns))
-            }
-            Mode::Closed { next_ns, .. } => next_ns
-                .iter()
-                .flatten()
-                .fold(wait, |w, t| w.min(t.saturating_sub(now))),
-        }
-    }
-
-    fn poll(&mut self, wait_ns: u64) {
-        conn::watch(&self.pool.conns, &mut self.pool.pollfds);
-        if crate::poll::ppoll_ns(&mut self.pool.pollfds, wait_ns) == 0 {
-            return;
-        }
-        let now = clock::now_ns();
-        for slot in 0..self.pool.conns.len() {
-            if self.pool.pollfds[slot].revents == 0 {
-                continue;
-            }
-            if matches!(self.pool.conns[slot].interest(), (fd, _) if fd >= 0) {
-                self.progress(slot, now);
-                self.pool.conns[slot].wake.set();
             }
         }
     }
