@@ -19,6 +19,13 @@ from typing import Any
 #: The whole of `knee-node describe`.
 DESCRIBED: dict[str, Any] = json.loads((Path(__file__).parent / "contract.json").read_text())
 SYSTEMS: dict[str, Any] = DESCRIBED["systems"]
+#: A sample record, field by field (name, numpy type), as knee-node's recorder writes it.
+SAMPLE_LAYOUT: list[tuple[str, str]] = [(str(n), str(t)) for n, t in DESCRIBED["sample_layout"]]
+#: The most clients a closed loop may have (load.clients), which the MVA model solves for.
+MAX_CLIENTS: int = DESCRIBED["load"]["constants"]["max_clients"]
+#: Most chat replicas and share peers one point may plan (the specs' bounds).
+CHAT_MAX_REPLICAS: int = SYSTEMS["chat"]["constants"]["max_planned_replicas"]
+SHARE_MAX_PEERS: int = SYSTEMS["share"]["constants"]["max_planned_peers"]
 #: The load generator's part (`load.*` keys).
 LOAD: dict[str, Any] = DESCRIBED["load"]
 #: Sample statuses in code order.
@@ -109,8 +116,14 @@ SLICES_MAX_SLICES = _max("slices", "server.slices")
 SLICES_MAX_IMAGE_BYTES = _size("slices", "max_image_bytes")
 SLICES_MAX_CONTROL_BYTES = _size("slices", "max_control_bytes")
 #: PNs a point may plan: each is a process with its own Zenoh session. (The spec's bound on
-#: its topology: no node reads it.)
-SLICES_MAX_PNS = 64
+#: its topology: no node reads it; knee-node states it beside the roles' own.)
+SLICES_MAX_PNS: int = SYSTEMS["slices"]["constants"]["max_planned_pns"]
+#: A PN's log record, field by field (name, numpy type), as the PN writes it.
+SLICES_PN_LOG_LAYOUT: list[tuple[str, str]] = [
+    (str(n), str(t)) for n, t in SYSTEMS["slices"]["constants"]["pn_log_layout"]
+]
+#: A PN log record's kinds by name.
+SLICES_PN_LOG_KINDS: dict[str, int] = dict(SYSTEMS["slices"]["constants"]["pn_log_kinds"])
 
 # ------------------------------------------------------------------ http
 

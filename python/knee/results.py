@@ -31,28 +31,9 @@ import pyarrow.parquet as pq
 
 from knee import contract
 
-SAMPLE_DTYPE = np.dtype(
-    [
-        ("request_id", "<u8"),
-        ("intended_ns", "<u8"),
-        ("sent_ns", "<u8"),
-        ("received_ns", "<u8"),
-        ("server_ns", "<u8"),
-        ("queue_ns", "<u8"),
-        ("service_ns", "<u8"),
-        ("detail_ns", "<u8"),
-        ("bytes_out", "<u8"),
-        ("bytes_in", "<u8"),
-        ("client", "<u4"),
-        ("arg", "<u4"),
-        ("op", "<u2"),
-        ("flags", "<u2"),
-        ("status", "u1"),
-        ("service", "u1"),
-        ("pad", "<u2"),
-    ]
-)
-assert SAMPLE_DTYPE.itemsize == 96, "must match knee-node's recorder.rs"
+#: The sample record as knee-node describes it (`sample_layout`; recorder.rs).
+SAMPLE_DTYPE = np.dtype(contract.SAMPLE_LAYOUT)
+assert SAMPLE_DTYPE.itemsize == contract.SAMPLE_BYTES, "must match the record"
 
 #: Sample statuses in code order, as knee-node describes them.
 STATUS_NAMES = contract.STATUSES

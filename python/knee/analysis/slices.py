@@ -20,28 +20,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from knee.contract import SLICES_PN_LOG_KINDS, SLICES_PN_LOG_LAYOUT
 from knee.contract import SLICES_PN_LOG_RECORD_BYTES as LOG_RECORD_BYTES
 from knee.results import Run, by_point, node_lines, read_manifest
 from knee.run_params import PointParams, point_params, setting
 from knee.stats.intervals import mean_ci
 from knee.stats.seconds import second_of
 
-LOG_DTYPE = np.dtype(
-    [
-        ("pn", "<u4"),
-        ("slice", "<u4"),
-        ("sender", "<u4"),
-        ("kind", "<u4"),  # LOG_PROCESSED or LOG_HELD
-        ("id", "<u8"),
-        ("epoch", "<u8"),
-        ("done_ns", "<u8"),
-    ]
-)
+#: A PN's log record as knee-node describes it (`pn_log_layout`); `kind` is LOG_PROCESSED
+#: or LOG_HELD.
+LOG_DTYPE = np.dtype(SLICES_PN_LOG_LAYOUT)
 assert LOG_DTYPE.itemsize == LOG_RECORD_BYTES, "must match the PN's log record"
 #: A log record's kind: the item was processed (and its reply published) ...
-LOG_PROCESSED = 0
+LOG_PROCESSED = SLICES_PN_LOG_KINDS["processed"]
 #: ... or it was still in the PN's queue when the PN stopped (`done_ns`: the stop).
-LOG_HELD = 1
+LOG_HELD = SLICES_PN_LOG_KINDS["held"]
 
 #: Seconds either side of a balancing that Table 2 calls "before" and "after".
 TABLE2_WINDOW_S = 1.0

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Largest population solved (the recursion is O(N^2)).
-MAX_CLIENTS = 4096
+from knee.contract import MAX_CLIENTS as MAX_CLIENTS  # the largest population solved: O(N^2)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import os
 import uuid
 from typing import Any
 
+from knee import contract
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -119,7 +120,13 @@ SYSTEM = System(
     detail_part=_database_part,
     summary="replicated login/logout/chat service over SQLite or PostgreSQL (report 001)",
     server={
-        "replicas": Param("int", 3, "replicas; replica-0 is the first primary", min=1, max=16),
+        "replicas": Param(
+            "int",
+            3,
+            "replicas; replica-0 is the first primary",
+            min=1,
+            max=contract.CHAT_MAX_REPLICAS,
+        ),
         "heartbeat_ms": from_node("chat", "server.heartbeat_ms", "fault detector heartbeat period"),
         "failure_timeout_ms": from_node(
             "chat", "server.failure_timeout_ms", "a replica silent this long is suspected dead"

@@ -101,7 +101,9 @@ SYSTEM = System(
             choices=("sqlite-global-lock", "concurrent"),
             default="concurrent",
         ),
-        "peers": Param("int", 2, "peers (each with one client)", min=1, max=64),
+        "peers": Param(
+            "int", 2, "peers (each with one client)", min=1, max=contract.SHARE_MAX_PEERS
+        ),
         # A peer shares files; the central index's node has none (the node's 0).
         "files": from_node("share", "server.files", "files each peer shares", default=50, min=1),
         "file_bytes": from_node(

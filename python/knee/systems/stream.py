@@ -17,6 +17,9 @@ from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
 _LIMITS = contract.SYSTEMS["stream"]["constants"]
+#: The delay and loss kinds, as knee-node's stream server names them.
+DELAY_KINDS = tuple(contract.SYSTEMS["stream"]["keys"]["server.delay.kind"]["choices"])
+LOSS_KINDS = tuple(contract.SYSTEMS["stream"]["keys"]["server.loss.kind"]["choices"])
 #: A stream's largest frame side, a delay's and a lognormal spread's largest values (the
 #: block service's own bounds).
 MAX_SIDE_PX = _LIMITS["max_side_px"]
@@ -51,7 +54,7 @@ DEFAULT_SERVICES = [
 #: Keys of one service table: type, default, and what it means.
 SERVICE_KEYS: dict[str, Param] = {
     "name": Param("str", "", "a label for tables and figures"),
-    "delay": Param("str", "fixed", "delay distribution", choices=("fixed", "uniform", "lognormal")),
+    "delay": Param("str", "fixed", "delay distribution", choices=DELAY_KINDS),
     "delay_ms": Param("float", 0.0, "fixed: the delay", min=0, max=MAX_DELAY_MS),
     "min_ms": Param("float", 0.0, "uniform: lowest delay", min=0, max=MAX_DELAY_MS),
     "max_ms": Param("float", 0.0, "uniform: highest delay", min=0, max=MAX_DELAY_MS),
@@ -63,7 +66,7 @@ SERVICE_KEYS: dict[str, Param] = {
         "str",
         "bernoulli",
         "loss process",
-        choices=("none", "bernoulli", "gilbert-elliott"),
+        choices=LOSS_KINDS,
     ),
     "loss_p": Param("float", 0.0, "bernoulli: probability a request is lost", min=0, max=1),
     "p_good_bad": Param("float", 0.0, "gilbert-elliott: good -> bad per request", min=0, max=1),
