@@ -95,7 +95,7 @@ def test_the_search_finds_a_rate_limiters_rate_and_names_the_shedding(
     proc = run_knee(
         "http",
         limited_nginx,
-        "--min-rate", "50", "--probe", "3s", "--budget", "120s",
+        "--min-rate", "120", "--probe", "2s", "--budget", "120s",
         "--out", str(tmp_path / "runs"), "--no-progress", "--json",
         timeout_s=300,
     )  # fmt: skip
