@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import BenchError, Row, Section, report  # noqa: E402
-from find_accuracy import Gunicorn, last_json, point_stats, run_knee, write_spec  # noqa: E402
+from find_accuracy import gunicorn, last_json, point_stats, run_knee, write_spec  # noqa: E402
 
 from knee.analysis.answers import interference  # noqa: E402 (find_accuracy set sys.path)
 from knee.resources.bottleneck import ON_CPU, explain  # noqa: E402
@@ -252,7 +252,7 @@ def http_case(
     min_rate: float, cfg: Config, work: Path,
 ) -> Case:  # fmt: skip
     case = Case(key, name, expected)
-    server = Gunicorn(workers, sleep_ms)
+    server = gunicorn(workers, sleep_ms)
     try:
         url = f"http://127.0.0.1:{server.port}/"
         args = ["http", url, "--server-timing", "app", "--min-rate", f"{min_rate:g}", *extra]

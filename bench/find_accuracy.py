@@ -261,36 +261,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Gunicorn:
-    def __init__(self, workers: int, sleep_ms: float) -> None:
-        self.port = free_port()
-        env = os.environ | {"KNEE_SLEEP_MS": f"{sleep_ms:g}"}
-        cmd = [sys.executable, "-m", "gunicorn", "--workers", str(workers)]
-        cmd += ["--worker-class", "sync", "-b", f"127.0.0.1:{self.port}", "sleep_app:app"]
+class Server:
+    """A server process in its own session, started from `cmd`, ready once its port accepts
+    (and `settle_s` later); stopped with its whole session."""
+
+    def __init__(
+        self, name: str, cmd: list[str], port: int, settle_s: float = 0.0, **popen: Any
+    ) -> None:
+        self.port = port
         self.proc = subprocess.Popen(
             cmd,
-            cwd=HTTP_APPS,
-            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            **popen,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BenchError(f"gunicorn exited {self.proc.returncode} at start")
+                raise BenchError(f"{name} exited {self.proc.returncode} at start")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    time.sleep(1.0)  # the workers boot after the master listens
+                    time.sleep(settle_s)
                     return
             except OSError:
-                time.sleep(0.2)
+                time.sleep(0.1)
         self.stop()
-        raise BenchError("gunicorn did not listen within 20 s")
+        raise BenchError(f"{name} did not listen within 20 s")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: the master and workers
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: every process of it
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -298,33 +299,27 @@ class Gunicorn:
                 self.proc.wait(10)
 
 
-class GoSemaphore(Gunicorn):
+def gunicorn(workers: int, sleep_ms: float) -> Server:
+    """gunicorn's sync workers in front of tests/http_apps/sleep_app.py."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "--workers", str(workers)]
+    cmd += ["--worker-class", "sync", "-b", f"127.0.0.1:{port}", "sleep_app:app"]
+    env = os.environ | {"KNEE_SLEEP_MS": f"{sleep_ms:g}"}
+    # The workers boot after the master listens.
+    return Server("gunicorn", cmd, port, settle_s=1.0, cwd=HTTP_APPS, env=env)
+
+
+def go_semaphore(slots: int, sleep_ms: float) -> Server:
     """tests/http_apps/go_app with `-slots N -sleep-ms D`: /sleep holds one of N slots for D."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from real_http_servers import build_go_app  # the tests' build: standard library only
 
-    def __init__(self, slots: int, sleep_ms: float) -> None:
-        sys.path.insert(0, str(REPO / "tests"))
-        from real_http_servers import build_go_app  # the tests' build: standard library only
-
-        self.port = free_port()
-        binary = build_go_app()
-        cmd = [str(binary), str(self.port), "-slots", str(slots), "-sleep-ms", f"{sleep_ms:g}"]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"go-app exited {self.proc.returncode} at start")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise BenchError("go-app did not listen within 20 s")
+    port = free_port()
+    cmd = [str(build_go_app()), str(port), "-slots", str(slots), "-sleep-ms", f"{sleep_ms:g}"]
+    return Server("go-app", cmd, port)
 
 
-def go_target(cfg: Config, server: GoSemaphore, work: Path) -> Target:
+def go_target(cfg: Config, server: Server, work: Path) -> Target:
     url = f"http://127.0.0.1:{server.port}/sleep"
     args = ["http", url, "--clients", "16", "--duration", f"{cfg.low_s:g}s"]
     _, _, run_dir = run_knee(args, work / "go-closed", 300)
@@ -345,7 +340,7 @@ def go_target(cfg: Config, server: GoSemaphore, work: Path) -> Target:
     )
 
 
-def gunicorn_target(cfg: Config, server: Gunicorn, work: Path) -> Target:
+def gunicorn_target(cfg: Config, server: Server, work: Path) -> Target:
     url = f"http://127.0.0.1:{server.port}/"
     args = ["http", url, "--clients", "16", "--duration", f"{cfg.low_s:g}s"]
     _, _, run_dir = run_knee(args + ["--server-timing", "app"], work / "gunicorn-closed", 300)
@@ -712,13 +707,13 @@ def run_all(
             work.mkdir(parents=True, exist_ok=True)
             try:
                 if make == "go":
-                    go = GoSemaphore(cfg.go_slots, cfg.go_sleep_ms)
+                    go = go_semaphore(cfg.go_slots, cfg.go_sleep_ms)
                     try:
                         o = measure(go_target(cfg, go, work), cfg, work)
                     finally:
                         go.stop()
                 elif make is None:
-                    server = Gunicorn(cfg.gunicorn_workers, cfg.gunicorn_sleep_ms)
+                    server = gunicorn(cfg.gunicorn_workers, cfg.gunicorn_sleep_ms)
                     try:
                         o = measure(gunicorn_target(cfg, server, work), cfg, work)
                     finally:

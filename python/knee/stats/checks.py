@@ -77,9 +77,9 @@ def sender_check(
     "generator" when the check failed otherwise, else None.
 
     `scheduled_per_s`: the rate the schedule itself made due over the same requests. A
-    Poisson schedule draws a rate of its own (a short probe's 2.5% lower tail is 12% under
-    the target at 400 requests); a send rate below the target but not below that draw is
-    the schedule's, kept to by the generator, and passes."""
+    Poisson schedule draws a rate of its own (at 400 requests its 2.5% lower tail is 10%
+    under the target); a send rate below the target but not below that draw is the
+    schedule's, kept to by the generator, and passes."""
     if sent == 0:
         return check("sender", "n/a", None, "nothing was sent after warm-up") | {"limit": None}
     free = late_sends - held if late_sends is not None and held is not None else late_sends
