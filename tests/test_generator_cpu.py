@@ -126,6 +126,30 @@ def test_who_held_the_generator_back(figures: dict[str, Any], cause: str, limit:
         assert "machine's 2 cores" in d.reason and "quieter machine" in d.reason, d
 
 
+def test_sends_that_kept_to_a_low_poisson_draw_are_not_behind() -> None:
+    """Report 004's 4-thread probe at 81.21/s: the Poisson schedule itself drew 74.86/s,
+    and the generator sent 74.9/s [69.02, 81.15]: below the target beyond its interval, but
+    on the schedule. Waiting for the cores the server took does not make it "not offered":
+    the probe is judged by its latency, as any other. A rate below the schedule's own draw
+    is still behind."""
+    stats = _stats(gen_cpu=1.0, gen_wait=12.0, run=1.9, foreign=0.05, quota=None)
+    stats |= {
+        "late_sends": 101,
+        "late_sends_free": 101,
+        "target_rate_per_s": 81.21,
+        "achieved_rate_per_s": 74.9,
+        "achieved_rate_ci_per_s": [69.02, 81.15],
+        "scheduled_rate_per_s": 74.86,
+    }
+    assert generator_cpu(stats)["cause"] == "shared_cores"
+    d = decide(stats)
+    assert d.capacity == "stable" and d.limit is None, d
+    behind = stats | {"scheduled_rate_per_s": 81.3}  # the schedule drew the target
+    d = decide(behind)
+    assert d.capacity == "unstable" and d.limit == "target", d
+    assert "the rate was not offered" in d.reason, d
+
+
 MATRIX = """
 [experiment]
 name = "cores"
@@ -189,15 +213,17 @@ def test_a_target_that_takes_both_cores_is_the_limit_set_by_the_shared_cores(
 
 
 def test_a_generator_held_to_a_tiny_quota_is_the_limit(tmp_path: Path) -> None:
-    """A one-thread matrix server at 30/s, half its capacity, its generator in a cgroup of
-    0.01 cores (knee.hosts' limits): throttled, the generator sends late and reads its
-    replies late (their latency grows as if the server were over capacity). Its probe says
-    the generator is the limit, from its own CPU at its quota and its wait for a CPU."""
+    """A two-thread matrix server at 60/s, about half its capacity, its generator in a
+    cgroup of 0.01 cores (knee.hosts' limits): throttled, the generator sends late and reads
+    its replies late (their latency grows as if the server were over capacity). Its probe
+    says the generator is the limit, from its own CPU at its quota and its wait for a CPU.
+    (At 30/s a fast machine's generator fit in its quota, sent on time, and was rightly not
+    the limit: the rate must ask for more than the quota gives.)"""
     reason = cgroups_usable(0.01)
     if reason:
         unavailable(reason)
     limits = "[limits.load]\ncpu_cores = 0.01\n"
-    _, point = _point(tmp_path, MATRIX.format(threads=1, rate=30, limits=limits))
+    _, point = _point(tmp_path, MATRIX.format(threads=2, rate=60, limits=limits))
     why = generator_cpu(point)
     assert why["cause"] == "own_cpu", why
     d = decide(point)

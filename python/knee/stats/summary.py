@@ -131,6 +131,7 @@ class PointStats(TypedDict, total=False):
     sent: int
     send_window_s: float | None
     achieved_rate_per_s: float | None
+    scheduled_rate_per_s: float | None
     achieved_rate_ci_per_s: list[float] | None
     bytes_out_per_s: float | None
     bytes_in_per_s: float | None
