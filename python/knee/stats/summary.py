@@ -8,6 +8,7 @@ no key and drop none: each is the dict that was written before, named.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 #: The key and role of the machine's shared cores among a point's `resources`
@@ -15,18 +16,24 @@ from typing import Any, NotRequired, TypedDict
 MACHINE = "machine"
 
 
-class Distribution(TypedDict):
+class Percentiles(TypedDict):
+    """A distribution's percentiles (knee.stats.distribution.QUANTILES)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    p999: float | None
+
+
+class Distribution(Percentiles):
     """`knee.stats.distribution.distribution`: one set of durations (ns)."""
 
     n: int
     mean: float | None
     std: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    p999: float | None
     max: float | None
-    ci: dict[str, list[float] | None]  # per statistic: [lo, hi], None when too few
+    #: per statistic: [lo, hi], None when too few; a headline's hi is None past the successes
+    ci: dict[str, Sequence[float | None] | None]
     supported: dict[str, bool]  # per percentile
     #: A headline distribution (every request, failures ranked above every success):
     failures: NotRequired[int]
@@ -73,6 +80,141 @@ class SloVerdict(TypedDict):
     confidence: float
     limit_ns: float
     detail: str
+
+
+class Drain(TypedDict):
+    """`knee.stats.rates`: the replies after the window's end, and until when."""
+
+    replies: int
+    ok: int
+    until_s: float | None
+
+
+class LateSends(TypedDict):
+    """`knee.stats.rates.late_sends`: None where no late threshold was set."""
+
+    late_sends: int | None
+    late_send_share: float | None
+    late_sends_held: int | None
+    late_sends_free: int | None
+    late_send_held_share: float | None
+    late_send_free_share: float | None
+
+
+class Rates(LateSends):
+    """`knee.stats.rates.rates`: the sends, the window's throughput, drain and backlog."""
+
+    sent: int
+    send_window_s: float
+    scheduled_rate_per_s: float
+    achieved_rate_per_s: float
+    achieved_rate_ci_per_s: list[float] | None
+    bytes_out_per_s: float
+    window_s: float
+    throughput_per_s: float
+    completion_rate_per_s: float
+    bytes_in_per_s: float
+    throughput_bytes_per_s: float
+    ok_in_window: int
+    sent_in_window: int
+    drain: Drain
+    backlog: int
+    backlog_waiting: int
+
+
+class GroupStats(TypedDict):
+    """One entry of a point's `by_op` or `by_service` (knee.stats.groups.group_entry)."""
+
+    count: int
+    achieved_rate_per_s: float
+    throughput_per_s: float
+    status_rates: dict[str, float]
+    latency_ns: Distribution
+    latency_ok_ns: Distribution
+    server_ns: Distribution
+    network_ns: Distribution
+
+
+class CacheSegment(TypedDict):
+    n: int
+    hits: int
+
+
+class CacheSplit(TypedDict):
+    """`knee.stats.cache.cache_split`: a result cache's hit ratio and service times."""
+
+    hit_ratio: float
+    n_hits: int
+    n_misses: int
+    hit_ratio_steady: float
+    hit_ratio_steady_ci: list[float]
+    n_steady: int
+    n_hits_steady: int
+    hit_service_mean_ns: float | None
+    hit_service_std_ns: float | None
+    miss_service_mean_ns: float | None
+    miss_service_std_ns: float | None
+    steady_rule: str
+    segments: list[CacheSegment]
+
+
+class GeneratorStats(TypedDict):
+    """One entry of a point's `generators` (knee.stats.generators): a node's own sending."""
+
+    node: str
+    sent: int
+    achieved_rate_per_s: float
+    achieved_rate_ci_per_s: list[float] | None
+    late_sends: int | None
+    late_send_share: float | None
+    late_sends_held: int | None
+    late_sends_free: int | None
+    target_rate_per_s: float | None
+    sender: Check
+
+
+class MadeOf(TypedDict):
+    """`knee.stats.tail`: the shares of a set of requests' summed latency."""
+
+    server_share: float | None
+    network_share: float | None
+    late_share: float | None
+    mean_ns: float | None
+
+
+class Clustering(TypedDict):
+    """`knee.stats.tail.clustering`: do the slowest 1% bunch up in time?"""
+
+    index_of_dispersion: float
+    longest_run: int
+    verdict: str  # "clustered", "scattered"
+    detail: str
+
+
+#: `knee.stats.tail.top1`: the slowest 1% of OK requests and the rest.
+Top1 = TypedDict(
+    "Top1",
+    {
+        "threshold_ns": float | None,
+        "count": int,
+        "with": Distribution,  # a keyword: hence the functional form
+        "without": Distribution,
+        "top": MadeOf,
+        "rest": MadeOf,
+        "clustering": Clustering,
+    },
+)
+
+
+class PointInterference(TypedDict):
+    """`knee.stats.interference.interference`: others' use of the machine during a point."""
+
+    foreign_cpu_percent_mean: float | None
+    foreign_cpu_percent_max: float | None
+    steal_percent_mean: float | None
+    iowait_percent_mean: float | None
+    tick_error_percent: float | None
+    samples: int
 
 
 class Resource(TypedDict, total=False):
@@ -126,11 +268,12 @@ class PointStats(TypedDict, total=False):
     # knee.stats.point_stats
     count: int
     statuses: dict[str, int]
-    status_rates: dict[str, float | None]
+    status_rates: dict[str, float]
     warmup_count: int
     sent: int
     send_window_s: float | None
     achieved_rate_per_s: float | None
+    scheduled_rate_per_s: float | None
     achieved_rate_ci_per_s: list[float] | None
     bytes_out_per_s: float | None
     bytes_in_per_s: float | None
@@ -140,7 +283,7 @@ class PointStats(TypedDict, total=False):
     throughput_bytes_per_s: float | None
     ok_in_window: int
     sent_in_window: int
-    drain: dict[str, Any] | None
+    drain: Drain | None
     backlog: int
     backlog_waiting: int
     late_sends: int | None
@@ -160,11 +303,11 @@ class PointStats(TypedDict, total=False):
     held_ns: Distribution  # http: the wait for a free stream or connection
     stability: Stability
     checks: list[Check]
-    by_op: dict[str, Any]
-    by_service: dict[str, Any]
-    cache: dict[str, Any] | None
-    generators: list[dict[str, Any]]
-    top1: dict[str, Any] | None
+    by_op: dict[str, GroupStats]
+    by_service: dict[str, GroupStats]
+    cache: CacheSplit | None
+    generators: list[GeneratorStats]
+    top1: Top1 | None
     # the runner's (knee.runner.local)
     point: int
     series: str
@@ -178,7 +321,7 @@ class PointStats(TypedDict, total=False):
     check: dict[str, Any]
     cut_short: str
     slo: SloVerdict
-    interference: dict[str, Any] | None
+    interference: PointInterference | None
     # knee find's (knee.find.run)
     stopped_early: str
 
