@@ -343,6 +343,34 @@ class Answer(TypedDict):
     partial: NotRequired[str]
 
 
+class MeasuredKnee(TypedDict):
+    """knee.models.measured.measured_knee: the load of highest power of a group."""
+
+    x: float
+    point: int
+    target_x: float | None
+    power_per_s2: float
+    power_ci_per_s2: list[float | None]
+    interval_x: list[float]
+    interval_points: list[int]
+    edge: str | None  # "highest", "lowest"
+    excluded_unstable: list[int]
+
+
+class ModelKnee(TypedDict):
+    """knee.models.analyze.model_knee: the knee of one group's primary model."""
+
+    kind: str
+    label: str
+    servers: int
+    servers_source: str | None  # "declared", "estimated", "assumed"
+    x: float
+    interval: list[float] | None
+    capacity_per_s: float
+    capacity_interval_per_s: list[float] | None
+    fits: bool | None
+
+
 class Knee(TypedDict):
     """The knee of one group's curve: the load of highest power (knee.models.measured), or
     the fitted model's (`method`), with its interval and why."""
@@ -351,8 +379,8 @@ class Knee(TypedDict):
     interval_per_s: list[float] | None
     method: str  # "power", "model"
     why: str
-    power: dict[str, Any] | None
-    model: dict[str, Any] | None
+    power: MeasuredKnee | None
+    model: ModelKnee | None
 
 
 class Interference(TypedDict):
@@ -364,13 +392,22 @@ class Interference(TypedDict):
     detail: str
 
 
+class SaturatedThroughput(TypedDict):
+    """knee.analysis.answers.saturated_throughput: OK completions per second while over
+    capacity, pooled, with Garwood's 95% interval."""
+
+    per_s: float
+    ci_per_s: list[float]
+    points: list[int]
+
+
 class GroupAnswers(TypedDict, total=False):
     """The answers of one group of a curve's points (knee.analysis.answers.group_answers),
     then what a search adds (knee.find.run)."""
 
     label: str
     capacity: Answer
-    saturated_throughput: dict[str, Any] | None
+    saturated_throughput: SaturatedThroughput | None
     slo_capacity: Answer | None
     knee: Knee | None
     interference: Interference | None
