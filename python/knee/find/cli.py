@@ -12,6 +12,7 @@ from rich.markup import escape
 from knee.find.run import Options
 from knee.httpcli import HttpArgsError, seconds
 from knee.stats import slo as slo_mod
+from knee.stats.summary import Answer, Bottleneck
 
 
 class FindArgsError(ValueError):
@@ -67,7 +68,7 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
-def _interval(answer: dict[str, Any] | None) -> str:
+def _interval(answer: Answer | None) -> str:
     if not answer:
         return "-"
     lo, hi = answer.get("interval_per_s") or [None, None]
@@ -80,17 +81,17 @@ def _interval(answer: dict[str, Any] | None) -> str:
     return f"{shown}  [{lo:.4g}, {hi:.4g}]"
 
 
-def state(answer: dict[str, Any] | None) -> str:
+def state(answer: Answer | None) -> str:
     """'' for a decided answer; else its state and, when partial, that its hold did not run."""
-    st = (answer or {}).get("state")
-    if not answer or st in (None, "decided"):
+    st = answer.get("state") if answer else None
+    if st in (None, "decided"):
         return ""
     if st == "partial":
         return "(partial: not held) "
     return f"({st}) "
 
 
-def set_by(bottleneck: dict[str, Any]) -> str:
+def set_by(bottleneck: Bottleneck) -> str:
     """The bottleneck's sentence (knee.resources.bottleneck.sentence) after "set by", as
     markup that shows it as it is."""
     return escape(str(bottleneck.get("sentence") or "").removeprefix("set by "))

@@ -401,6 +401,70 @@ class SaturatedThroughput(TypedDict):
     points: list[int]
 
 
+class Shedding(TypedDict):
+    """knee.resources.shedding.shedding: how the target refused work over its capacity."""
+
+    from_rate_per_s: float
+    failed_share: list[float]  # [lowest, highest] over the points
+    statuses: dict[str, int]  # per HTTP status code
+    shed_share_of_failures: float
+    served_p50_ms: float | None
+    points: list[int | None]
+
+
+class NamedResource(TypedDict):
+    """A ranked resource as knee.resources.bottleneck names it (`_named`): some of its
+    entry's keys (None where the entry has none) and its name among the point's resources."""
+
+    resource: str
+    kind: str | None
+    label: str | None
+    u: float | None
+    u_ci: list[float] | None
+    d_ns: float | None
+    bound_per_s: float | None
+    bound_ci_per_s: list[float | None] | None
+    capacity: float | None
+    capacity_unit: str | None
+    threads: NotRequired[float]  # a CPU with its CPU-bound pool folded in
+
+
+class RankedAt(TypedDict):
+    """The resources of one point in the order of their demand."""
+
+    point: int | None
+    rate_per_s: float
+    ranked: list[str]
+
+
+class GeneratorShare(TypedDict):
+    """knee.resources.bottleneck.generator: the load generator's own share at a point."""
+
+    cpu_percent: float | None
+    cpu_wait_percent: float | None
+    late_send_share: float | None
+    connections_u: float | None
+    all_connections_busy_share: float | None
+
+
+class Bottleneck(TypedDict):
+    """knee.resources.bottleneck.explain: one load curve's bottleneck."""
+
+    at_point: int | None
+    at_rate_per_s: float
+    bottleneck: NamedResource
+    next: NamedResource | None
+    measured_per_s: list[float | None]  # [lo, hi]
+    agreement: str | None  # "agrees", "below", "above", "unclear"
+    bound_ratio: float | None
+    unseen: bool
+    sheds: Shedding | None
+    generator: GeneratorShare
+    per_point: list[RankedAt]
+    doubling_gain: NotRequired[float]
+    sentence: NotRequired[str]  # set last, from the rest
+
+
 class GroupAnswers(TypedDict, total=False):
     """The answers of one group of a curve's points (knee.analysis.answers.group_answers),
     then what a search adds (knee.find.run)."""
@@ -412,7 +476,7 @@ class GroupAnswers(TypedDict, total=False):
     knee: Knee | None
     interference: Interference | None
     points: list[int]
-    bottleneck: dict[str, Any] | None  # knee.resources.bottleneck.explain
+    bottleneck: Bottleneck | None
     # knee find's
     model_error: str | None
     hold: dict[str, Any]
