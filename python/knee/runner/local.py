@@ -32,7 +32,7 @@ from knee.analysis.answers import from_points
 from knee.analysis.point import TARGET_NODE, MeasuredPoint, analyse_point
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import check_nodes
-from knee.params import Point
+from knee.params import Point, TimelineEvent
 from knee.run_params import PointParams
 from knee.runner import interrupt
 from knee.runner.display import Display
@@ -365,7 +365,7 @@ def _measured(
 
 def _drive(
     point: Point,
-    timeline: list[dict[str, Any]],
+    timeline: list[TimelineEvent],
     state: RunState,
     display: Display,
     nodes: PointNodes,
