@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from knee.contract import HTTP_ARGS
 from knee.results import Run, node_lines
 from knee.stats.quantiles import order_statistic
+from knee.stats.summary import HttpDone
 
 COLUMNS = [
     "status",
@@ -101,34 +101,30 @@ def points(run: Run) -> list[PointHttp]:
     return [point_http(run, p) for p in run.sample_points()]
 
 
-#: The http role's own `done` fields (docs/http2.md) summed over a point's generators.
-DONE_SUMS = (
-    "connections_opened",
-    "connect_failures",
-    "streams_limit_total",
-    "goaways",
-    "resets_received",
-    "refused_resent",
-)
-
-
-def done_fields(run_dir: Path, point: int, nodes: list[str]) -> dict[str, Any] | None:
+def done_fields(run_dir: Path, point: int, nodes: list[str]) -> HttpDone | None:
     """The http generators' `done` fields of one point, as summary.json keeps them (the
     point's `http`): `protocol` ("h2", "http/1.1", or "mixed"), `server_max_streams` the
     smallest the server sent (None: none), `max_streams_in_use` the largest peak of one
-    generator, and the counters summed. None when no generator's done line was kept."""
+    generator, and the http role's own counters (docs/http2.md) summed. None when no
+    generator's done line was kept."""
     done = [e for n in nodes for e in node_lines(run_dir, n, point) if e.get("event") == "done"]
     if not done:
         return None
     protocols = {str(d.get("protocol", "http/1.1")) for d in done}
     limits = [int(d["server_max_streams"]) for d in done if d.get("server_max_streams")]
-    out: dict[str, Any] = {
+
+    def total(key: str) -> int | None:
+        known = [int(v) for d in done if (v := d.get(key)) is not None]
+        return sum(known) if known else None
+
+    return {
         "protocol": protocols.pop() if len(protocols) == 1 else "mixed",
         "server_max_streams": min(limits) if limits else None,
         "max_streams_in_use": max(int(d.get("max_streams_in_use") or 0) for d in done),
+        "connections_opened": total("connections_opened"),
+        "connect_failures": total("connect_failures"),
+        "streams_limit_total": total("streams_limit_total"),
+        "goaways": total("goaways"),
+        "resets_received": total("resets_received"),
+        "refused_resent": total("refused_resent"),
     }
-    for key in DONE_SUMS:
-        values = [d.get(key) for d in done]
-        known = [int(v) for v in values if v is not None]
-        out[key] = sum(known) if known else None
-    return out

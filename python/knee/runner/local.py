@@ -45,7 +45,7 @@ from knee.runner.timeline import apply_event
 from knee.spec import Spec
 from knee.stats.point import PointSettings
 from knee.stats.progress import merged_progress
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, Target
 from knee.toml_writer import dump_toml
 
 #: Slack beyond a point's own bounds before the runner calls the load generator stuck.
@@ -318,7 +318,7 @@ def _measured(
     nodes: PointNodes,
     frame: Any,
     raws: dict[str, results.RawFile],
-    target: dict[str, Any] | None,
+    target: Target | None,
     check: dict[str, Any] | None,
     cut: str | None,
 ) -> MeasuredPoint:

@@ -261,6 +261,36 @@ class Resource(TypedDict, total=False):
     shared_by: list[str]  # the machine's cores: the nodes folded into them
 
 
+class HttpDone(TypedDict):
+    """A point's `http` (knee.analysis.http.done_fields): the generators' `done` fields,
+    the counters summed (None where no generator reported one)."""
+
+    protocol: str  # "h2", "http/1.1", "mixed"
+    server_max_streams: int | None
+    max_streams_in_use: int
+    connections_opened: int | None
+    connect_failures: int | None
+    streams_limit_total: int | None
+    goaways: int | None
+    resets_received: int | None
+    refused_resent: int | None
+
+
+class Target(TypedDict, total=False):
+    """A point's `target` (knee.runner.target.watch_target): the external target's
+    process tree as found, or why it was not."""
+
+    found: bool
+    reason: str  # when not found
+    name: str
+    root_pid: int
+    pids: list[int]
+    workers: int | None
+    cpus: str | None  # knee.hosts.cgroups.process_cpu_limit's
+    quota_cores: float | None
+    cpu_cores: float | None
+
+
 class PointStats(TypedDict, total=False):
     """One point of summary.json's `points`: `knee.stats.point_stats`'s keys, then the
     runner's (point, series, label, swept, target, resources, slo, ...)."""
@@ -314,9 +344,9 @@ class PointStats(TypedDict, total=False):
     label: str
     swept: dict[str, Any]
     target_rate_per_s: float | None
-    target: dict[str, Any]
+    target: Target
     http_statuses: dict[str, int]
-    http: dict[str, Any] | None
+    http: HttpDone | None
     resources: dict[str, Resource]
     check: dict[str, Any]
     cut_short: str
