@@ -4,7 +4,6 @@ printed at the end of `knee find` (and `knee http` with no rate)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +11,7 @@ from rich.markup import escape
 from knee.find.run import Options
 from knee.httpcli import HttpArgsError, seconds
 from knee.stats import slo as slo_mod
-from knee.stats.summary import Answer, Bottleneck
+from knee.stats.summary import Answer, Bottleneck, RunAnswers
 
 
 class FindArgsError(ValueError):
@@ -97,7 +96,7 @@ def set_by(bottleneck: Bottleneck) -> str:
     return escape(str(bottleneck.get("sentence") or "").removeprefix("set by "))
 
 
-def print_answers(console: Console, answers: dict[str, Any]) -> None:
+def print_answers(console: Console, answers: RunAnswers) -> None:
     """One block per group: capacity, SLO capacity, knee, and how the search ended."""
     if answers.get("skipped_series"):
         names = ", ".join(answers["skipped_series"])
@@ -118,15 +117,14 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
                 f"[{lo:.4g}, {hi:.4g}]",
                 highlight=False,
             )
-        if group.get("bottleneck"):
-            console.print(f"  set by        {set_by(group['bottleneck'])}", highlight=False)
-        if group.get("slo_capacity"):
-            slo = group["slo_capacity"]
+        if bottleneck := group.get("bottleneck"):
+            console.print(f"  set by        {set_by(bottleneck)}", highlight=False)
+        if slo := group.get("slo_capacity"):
             console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}  {state(slo)}", highlight=False)
         knee = group.get("knee")
         if knee:
-            lo, hi = knee.get("interval_per_s") or [None, None]
-            shown = f"  [{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else ""
+            interval = knee.get("interval_per_s")
+            shown = f"  [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else ""
             console.print(
                 f"  knee          {knee['rate_per_s']:.4g}/s{shown}  "
                 f"({knee['method']}: {knee['why']})",
@@ -134,13 +132,13 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
             )
         else:
             console.print("  knee          - (too few stable probes)", highlight=False)
-        if group.get("model_error"):
+        if model_error := group.get("model_error"):
             console.print(
-                f"  [yellow]model[/]         the fit failed: {escape(group['model_error'])}",
+                f"  [yellow]model[/]         the fit failed: {escape(model_error)}",
                 highlight=False,
             )
-        if group.get("interference"):
-            console.print(f"  [yellow]busy[/]          {group['interference']['detail']}")
+        if interference := group.get("interference"):
+            console.print(f"  [yellow]busy[/]          {interference['detail']}")
         search = group.get("search") or {}
         if search:
             console.print(

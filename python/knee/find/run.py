@@ -39,7 +39,7 @@ from knee.stats import slo as slo_mod
 from knee.stats.decision import decide
 from knee.stats.replies import every_request_failed
 from knee.stats.slo import Slo
-from knee.stats.summary import Answer, GroupAnswers, ModelKnee, PointStats
+from knee.stats.summary import Answer, GroupAnswers, ModelKnee, PointStats, RunAnswers
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ class _Finder:
             out["capacity"]["detail"] += f" (search stopped: {outcome.detail})"
         return out
 
-    def answers(self) -> dict[str, Any]:
+    def answers(self) -> RunAnswers:
         return {
             "slo": self.slo.text if self.slo else None,
             "tolerance": self.o.tolerance,

@@ -511,3 +511,16 @@ class GroupAnswers(TypedDict, total=False):
     model_error: str | None
     hold: dict[str, Any]
     search: dict[str, Any]
+
+
+class RunAnswers(TypedDict):
+    """summary.json's `find` (knee.find.run.Finder.answers): a search's answers per group."""
+
+    slo: str | None
+    tolerance: float
+    budget_s: float | None
+    elapsed_s: float
+    probe_s: float
+    skipped_series: list[str]
+    error: str | None
+    groups: list[GroupAnswers]
