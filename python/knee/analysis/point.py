@@ -18,7 +18,7 @@ from knee.stats.interference import add_interference
 from knee.stats.point import PointSettings, point_stats
 from knee.stats.replies import http_status_counts
 from knee.stats.slo import Slo, point_slo
-from knee.stats.summary import PointStats, Target
+from knee.stats.summary import PointStats, SystemCheck, Target
 
 #: The node name and role of the process tree serving an external target, in timeseries.
 TARGET_NODE = "target"
@@ -48,7 +48,7 @@ class MeasuredPoint:
     http: bool  # HTTP/1.1 or HTTP/2 (http, grpc): the generators' `done` fields count
     slo: Slo | None
     target: Target | None  # the external target found (knee.hosts.listener)
-    check: dict[str, Any] | None  # the system's checker's verdict (knee.analysis.chaos)
+    check: SystemCheck | None  # the system's checker's verdict (knee.analysis.chaos)
     cut: str | None  # why the point was cut short
 
 

@@ -45,7 +45,7 @@ from knee.runner.timeline import apply_event
 from knee.spec import Spec
 from knee.stats.point import PointSettings
 from knee.stats.progress import merged_progress
-from knee.stats.summary import PointStats, Target
+from knee.stats.summary import PointStats, SystemCheck, Target
 from knee.toml_writer import dump_toml
 
 #: Slack beyond a point's own bounds before the runner calls the load generator stuck.
@@ -319,7 +319,7 @@ def _measured(
     frame: Any,
     raws: dict[str, results.RawFile],
     target: Target | None,
-    check: dict[str, Any] | None,
+    check: SystemCheck | None,
     cut: str | None,
 ) -> MeasuredPoint:
     """What the analysis of the point (knee.analysis.point) needs of it."""

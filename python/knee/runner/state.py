@@ -22,7 +22,7 @@ class RunState:
     run_dir: Path
     t0_ns: int
     hosts: RunHosts  # where nodes run (knee.hosts)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[results.RunEvent] = field(default_factory=list)
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     points: list[PointStats] = field(default_factory=list)
     raws: list[results.RawFile] = field(default_factory=list)

@@ -291,6 +291,35 @@ class Target(TypedDict, total=False):
     cpu_cores: float | None
 
 
+class Gaps(TypedDict, total=False):
+    """knee.analysis.chat_checker.distribution: the unavailability after each failure."""
+
+    count: int
+    unanswered: int
+    p50_ms: float
+    p90_ms: float
+    max_ms: float
+
+
+class SystemCheck(TypedDict, total=False):
+    """A point's `check` (knee.analysis.chaos): a system checker's verdict, then what
+    chat's (knee.analysis.chat_checker) adds."""
+
+    name: str
+    verdict: str  # "PASS", "FAIL", "UNCHECKED"
+    counts: dict[str, int]
+    detail: str
+    database: str  # "postgres", "sqlite"
+    failures: dict[str, int]  # per kind of failure event
+    unavailability: Gaps
+    unavailability_each_ms: list[float | None]
+    reason: str  # UNCHECKED's
+    acknowledged_writes: int
+    applied_writes: int
+    lost: int
+    applied_twice: int
+
+
 class PointStats(TypedDict, total=False):
     """One point of summary.json's `points`: `knee.stats.point_stats`'s keys, then the
     runner's (point, series, label, swept, target, resources, slo, ...)."""
@@ -348,7 +377,7 @@ class PointStats(TypedDict, total=False):
     http_statuses: dict[str, int]
     http: HttpDone | None
     resources: dict[str, Resource]
-    check: dict[str, Any]
+    check: SystemCheck
     cut_short: str
     slo: SloVerdict
     interference: PointInterference | None
