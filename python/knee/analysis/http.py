@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from knee.analysis.calls import connects, failure_reasons, post_warmup
 from knee.contract import HTTP_ARGS
 from knee.results import Run, node_lines
 from knee.stats.quantiles import order_statistic
@@ -59,39 +60,30 @@ class PointHttp:
 
 
 def point_http(run: Run, point: int) -> PointHttp:
-    df = run.point_samples(point, COLUMNS)
-    if "warmup" in df:
-        df = df[~df["warmup"].to_numpy(dtype=bool)]
+    df = post_warmup(run, point, COLUMNS)
     http_status = df["http_status"].to_numpy(dtype=np.int64)
     fail_reason = df["fail_reason"].to_numpy(dtype=np.int64)
     split = df["service"].to_numpy(dtype=np.int64) == 1
     answered = http_status > 0
     codes, code_counts = np.unique(http_status[answered], return_counts=True)
-    reasons, reason_counts = np.unique(fail_reason[fail_reason > 0], return_counts=True)
     server = df["server_ns"].to_numpy(dtype=np.float64)[split]
     detail = df["detail_ns"].to_numpy(dtype=np.float64)[split]
-    # A connect that failed is a drop with its reason (never sent): counted there, not here.
-    sent = df["sent_ns"].to_numpy(dtype=np.int64) >= 0
-    connect = df["queue_ns"].to_numpy(dtype=np.float64)
-    connect = connect[sent & (connect > 0)]
+    c = connects(df)
     waits = df["held_ns"].to_numpy(dtype=np.float64) if "held_ns" in df else None
     held = waits[waits > 0] if waits is not None else None
     return PointHttp(
         point=point,
         requests=len(df),
         codes={int(c): int(n) for c, n in zip(codes, code_counts, strict=True)},
-        reasons={
-            HTTP_ARGS.get(int(r), f"code {r}"): int(n)
-            for r, n in zip(reasons, reason_counts, strict=True)
-        },
+        reasons=failure_reasons(fail_reason, HTTP_ARGS),
         answered=int(answered.sum()),
         with_split=int(split.sum()),
         server_mean_ns=float(server.mean()) if len(server) else None,
         detail_mean_ns=float(detail.mean()) if len(detail) and detail.any() else None,
-        sent=int(sent.sum()),
-        connected=len(connect),
-        connect_p50_ns=float(order_statistic(connect, 0.5)) if len(connect) else None,
-        connect_max_ns=float(connect.max()) if len(connect) else None,
+        sent=c.sent,
+        connected=c.connected,
+        connect_p50_ns=c.p50_ns,
+        connect_max_ns=c.max_ns,
         held=len(held) if held is not None else None,
         held_p99_ns=float(order_statistic(held, 0.99)) if held is not None and len(held) else None,
     )
