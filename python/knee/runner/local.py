@@ -45,7 +45,7 @@ from knee.runner.timeline import apply_event
 from knee.spec import Spec
 from knee.stats.point import PointSettings
 from knee.stats.progress import merged_progress
-from knee.stats.summary import PointStats, SystemCheck, Target
+from knee.stats.summary import PointStats, Summary, SummaryExtra, SystemCheck, Target
 from knee.toml_writer import dump_toml
 
 #: Slack beyond a point's own bounds before the runner calls the load generator stuck.
@@ -433,8 +433,8 @@ def _drive(
 
 
 def _summary(
-    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    spec: Spec, state: RunState, status: str, extra: SummaryExtra | None = None
+) -> Summary:
     return {
         "experiment": spec.experiment["name"],
         "system": spec.experiment["system"],
@@ -446,7 +446,7 @@ def _summary(
 
 
 def _write_outputs(
-    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
+    spec: Spec, state: RunState, status: str, extra: SummaryExtra | None = None
 ) -> None:
     results.write_table(state.run_dir / results.EVENTS, state.events)
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)

@@ -553,3 +553,28 @@ class RunAnswers(TypedDict):
     skipped_series: list[str]
     error: str | None
     groups: list[GroupAnswers]
+
+
+class SweepAnswers(TypedDict):
+    """summary.json's `answers` (knee run): a sweep's answers, in the shape of a search's."""
+
+    slo: str | None
+    groups: list[GroupAnswers]
+
+
+class SummaryExtra(TypedDict, total=False):
+    """What a run adds to summary.json besides its points: a search's answers (`find`) or
+    a sweep's (`answers`)."""
+
+    find: RunAnswers
+    answers: SweepAnswers
+
+
+class Summary(SummaryExtra, total=False):
+    """summary.json (knee.runner.local)."""
+
+    experiment: str
+    system: str
+    preset: str | None
+    status: str  # "running", "complete", "failed", "interrupted"
+    points: list[PointStats]
