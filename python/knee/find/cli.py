@@ -139,8 +139,7 @@ def print_answers(console: Console, answers: RunAnswers) -> None:
             )
         if interference := group.get("interference"):
             console.print(f"  [yellow]busy[/]          {interference['detail']}")
-        search = group.get("search") or {}
-        if search:
+        if search := group.get("search"):
             console.print(
                 f"  search        {search['probes']} probes, {search['wall_s']:.0f} s; "
                 f"{search['stopped']}{': ' + search['detail'] if search.get('detail') else ''}",

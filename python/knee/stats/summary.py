@@ -524,6 +524,29 @@ class Bottleneck(TypedDict):
     sentence: NotRequired[str]  # set last, from the rest
 
 
+class Hold(TypedDict):
+    """A search's holds of one group (knee.find.run): the answer repeated with fresh probes."""
+
+    rate_per_s: float | None
+    answers: list[str]  # "capacity", "slo"
+    probes: list[int]
+    phases: list[str]
+    verdicts: list[str]
+    duration_s: list[float]
+    throughput_per_s: list[float | None]
+
+
+class SearchEnd(TypedDict):
+    """How a search of one group ended (knee.find.run)."""
+
+    stopped: str  # "done", "budget", "generator", ...
+    detail: str
+    probes: int
+    wall_s: float
+    service_s: float | None
+    first_model_per_s: float | None
+
+
 class GroupAnswers(TypedDict, total=False):
     """The answers of one group of a curve's points (knee.analysis.answers.group_answers),
     then what a search adds (knee.find.run)."""
@@ -538,8 +561,8 @@ class GroupAnswers(TypedDict, total=False):
     bottleneck: Bottleneck | None
     # knee find's
     model_error: str | None
-    hold: dict[str, Any]
-    search: dict[str, Any]
+    hold: Hold
+    search: SearchEnd
 
 
 class RunAnswers(TypedDict):
