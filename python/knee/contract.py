@@ -14,10 +14,55 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+
+class KeySpec(TypedDict):
+    """One config key as described: its type, whether required, its default (any TOML
+    value), its bounds and what else `knee-node describe` says of it."""
+
+    type: str  # "int", "float", "str", "bool", "list", "object"
+    required: bool
+    default: Any
+    min: float | None
+    max: float | None
+    min_exclusive: NotRequired[bool]
+    choices: NotRequired[list[str]]
+    derived: NotRequired[str]  # how a 0 in a spec is derived
+
+
+class Column(TypedDict):
+    name: str  # the column's name in the system's frames
+    meaning: str
+
+
+class PartContract(TypedDict):
+    """A system's (or the load generator's) part of the contract."""
+
+    ops: dict[str, int]
+    flags: dict[str, int]
+    sizes: dict[str, int]
+    args: NotRequired[dict[str, int]]
+    columns: dict[str, Column]
+    constants: NotRequired[dict[str, Any]]  # ints, floats, lists and tables, by name
+    keys: dict[str, KeySpec]
+
+
+class Described(TypedDict):
+    """The whole of `knee-node describe`."""
+
+    systems: dict[str, PartContract]
+    statuses: list[str]
+    sample_bytes: int
+    sample_layout: list[list[str]]  # [name, numpy type]
+    load: PartContract
+    events: dict[str, list[str]]
+    timeseries: list[str]
+
 
 #: The whole of `knee-node describe`.
-DESCRIBED: dict[str, Any] = json.loads((Path(__file__).parent / "contract.json").read_text())
+DESCRIBED: Described = json.loads((Path(__file__).parent / "contract.json").read_text())
+#: (dict[str, Any], not PartContract: knee.live.samples reads it with `(... or {}).get`.)
 SYSTEMS: dict[str, Any] = DESCRIBED["systems"]
 #: A sample record, field by field (name, numpy type), as knee-node's recorder writes it.
 SAMPLE_LAYOUT: list[tuple[str, str]] = [(str(n), str(t)) for n, t in DESCRIBED["sample_layout"]]
@@ -27,7 +72,7 @@ MAX_CLIENTS: int = DESCRIBED["load"]["constants"]["max_clients"]
 CHAT_MAX_REPLICAS: int = SYSTEMS["chat"]["constants"]["max_planned_replicas"]
 SHARE_MAX_PEERS: int = SYSTEMS["share"]["constants"]["max_planned_peers"]
 #: The load generator's part (`load.*` keys).
-LOAD: dict[str, Any] = DESCRIBED["load"]
+LOAD: PartContract = DESCRIBED["load"]
 #: Sample statuses in code order.
 STATUSES: tuple[str, ...] = tuple(DESCRIBED["statuses"])
 SAMPLE_BYTES: int = DESCRIBED["sample_bytes"]
@@ -39,11 +84,11 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
 TIMESERIES_FIELDS: tuple[str, ...] = tuple(DESCRIBED["timeseries"])
 
 
-def key(system: str | None, name: str) -> dict[str, Any]:
+def key(system: str | None, name: str) -> KeySpec:
     """A config key as described ("section.name"): type, required, default, min, max,
     min_exclusive, choices, derived. `system` None: the load generator's."""
     part = LOAD if system is None else SYSTEMS[system]
-    return dict(part["keys"][name])
+    return part["keys"][name].copy()
 
 
 def columns(system: str) -> dict[str, str]:

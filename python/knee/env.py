@@ -6,10 +6,11 @@ import os
 import platform
 import subprocess
 import tomllib
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from knee import __version__
 
@@ -57,7 +58,53 @@ def _cpuinfo_mhz() -> list[float]:
     return [float(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu MHz")]
 
 
-def _cpu_frequency() -> dict[str, Any]:
+class CpuFrequency(TypedDict):
+    """`_cpu_frequency`: the governor and per-core MHz, or why they are unknown."""
+
+    governor: str | None
+    current_mhz: Sequence[float | None] | None
+    min_mhz: list[float | None] | None
+    max_mhz: list[float | None] | None
+    source: str
+    reason: str | None
+
+
+class Smt(TypedDict):
+    active: bool | None
+    control: str | None
+    threads_per_core: int | None
+
+
+class RustCrates(TypedDict):
+    """`_rust_crates`: knee-node's direct dependencies as locked, or why not known."""
+
+    crates: dict[str, str | None] | None
+    source: str | None
+    reason: str | None
+
+
+class Env(TypedDict):
+    """env.json: the machine and the software a run ran on."""
+
+    started_utc: str
+    host: str
+    cores: int | None
+    cpu_model: str
+    memory_bytes: int | None
+    os: str
+    kernel: str
+    python: str
+    knee_version: str
+    knee_node_version: str
+    knee_node_path: str
+    git_revision: str | None
+    packages: dict[str, str | None]
+    knee_node_crates: RustCrates
+    cpu_frequency: CpuFrequency
+    smt: Smt
+
+
+def _cpu_frequency() -> CpuFrequency:
     """Governor and current/min/max frequency (MHz) per core from sysfs cpufreq. Without
     cpufreq (most VMs) they are null with the reason, and the current frequency is the one
     /proc/cpuinfo states (on a VM, often the host's nominal clock)."""
@@ -83,7 +130,7 @@ def _cpu_frequency() -> dict[str, Any]:
     }
 
 
-def _smt() -> dict[str, Any]:
+def _smt() -> Smt:
     """Simultaneous multithreading: whether it is on (sysfs) and hardware threads per
     core (/proc/cpuinfo's siblings over cpu cores, as lscpu counts them)."""
     active = _read(SYS_CPU / "smt" / "active")
@@ -104,7 +151,7 @@ def _smt() -> dict[str, Any]:
     }
 
 
-def _rust_crates(binary: str) -> dict[str, Any]:
+def _rust_crates(binary: str) -> RustCrates:
     """knee-node's direct dependencies as locked in this source tree's Cargo.lock, when the
     binary is this tree's build; an installed knee-node does not say which it was built
     with."""
@@ -146,7 +193,7 @@ def node_version(binary: str) -> str:
         return "unknown"
 
 
-def collect(node_binary: str) -> dict[str, Any]:
+def collect(node_binary: str) -> Env:
     versions: dict[str, str | None] = {}
     for pkg in PACKAGES:
         try:

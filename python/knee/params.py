@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from knee import contract
 from knee.stats.slo import Slo
@@ -211,6 +211,22 @@ LOAD: Schema = {
         max=MAX_GENERATORS,
     ),
 }
+
+
+class TimelineEvent(TypedDict):
+    """One of the spec's [[events]] (knee.spec.EVENT), as checked."""
+
+    at_s: float
+    action: str  # "kill", "stop", "start", "freeze", "resume"
+    node: str  # a node of the point, or knee.spec.PRIMARY
+    resolved: NotRequired[str]  # the runner's: the replica that was primary
+
+
+class AppliedEvent(TimelineEvent):
+    """A timeline event as the runner applied (or skipped) it in one point."""
+
+    t_s: float  # seconds since the run's start
+    outcome: str
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -361,7 +361,18 @@ def _unify_dictionaries(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
+class RunEvent(TypedDict):
+    """One row of events.parquet (knee.runner.state.RunState.event): what the runner did
+    or saw, when, in which point (-1: none) and to which node."""
+
+    t_s: float
+    point: int
+    node: str
+    kind: str
+    detail: str
+
+
+def write_table(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
     """Writes rows (dicts) as Parquet, atomically (a reader never sees half a file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     pd.DataFrame(rows).to_parquet(tmp, index=False, write_page_checksum=True)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from knee.params import Point
+from knee.params import AppliedEvent, Point, TimelineEvent
 from knee.results import Run, write_json
 
 PLAN = "plan.json"
@@ -62,7 +62,7 @@ class PointParams:
     #: placeholder replaced).
     topology: list[dict[str, Any]] = field(default_factory=list)
     #: The timeline events as applied: at_s, action, node, t_s, outcome.
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[AppliedEvent] = field(default_factory=list)
     #: False when re-derived from spec.toml (a run directory older than these records).
     recorded: bool = True
 
@@ -100,7 +100,7 @@ def from_point(point: Point) -> PointParams:
 
 
 def write_plan(
-    run_dir: Path, experiment: dict[str, Any], events: list[dict[str, Any]], points: list[Point]
+    run_dir: Path, experiment: dict[str, Any], events: list[TimelineEvent], points: list[Point]
 ) -> None:
     """plan.json: the experiment, the event timeline and every planned point."""
     (run_dir / POINTS).mkdir(exist_ok=True)
@@ -164,7 +164,7 @@ def _point_params(run_dir: Path, _plan_ns: int, _points_ns: int) -> dict[int, Po
     return dict(sorted(out.items()))
 
 
-def timeline(run: Run | str | os.PathLike[str]) -> list[dict[str, Any]]:
+def timeline(run: Run | str | os.PathLike[str]) -> list[TimelineEvent]:
     """The spec's event timeline (the same for every point): at_s, action, node."""
     run_dir = _path(run)
     plan = _read_json(run_dir / PLAN)

@@ -29,6 +29,7 @@ from knee.params import (
     RuleError,
     Schema,
     Sections,
+    TimelineEvent,
 )
 from knee.stats import slo
 from knee.systems import SYSTEMS, plan_nodes
@@ -52,6 +53,8 @@ EVENT: Schema = {
         "primary when the event is due (systems whose replicas report it: chat)",
     ),
 }
+
+
 #: The node name an event uses for "the current primary" (resolved by the runner).
 PRIMARY = "primary"
 _SERIES_KEYS = ("description", *SECTIONS, "sweep", "placement")
@@ -85,7 +88,7 @@ class Spec:
     resolved: dict[str, Any]  # merged, defaulted spec without presets; dump_toml() writes it
     points: list[Point]
     presets: list[str]  # preset names defined in the file
-    events: list[dict[str, Any]]  # the timeline of every point, sorted by at_s
+    events: list[TimelineEvent]  # the timeline of every point, sorted by at_s
     placement: Placement = Placement()  # hosts, which node runs where, per-node limits
 
 
@@ -372,13 +375,14 @@ def _validate(doc: Doc) -> tuple[Doc, Schemas]:
     return out, schemas
 
 
-def _check_events(events: Any) -> list[Doc]:
+def _check_events(events: Any) -> list[TimelineEvent]:
     if not isinstance(events, list):
         raise RuleError("events", f"expected [[events]] tables, got {_given(events)}")
     out = []
     for i, table in enumerate(events):
         key = f"events[{i}]"
-        out.append(_require(key, EVENT, _fill(EVENT, _check_section(key, EVENT, table))))
+        e = _require(key, EVENT, _fill(EVENT, _check_section(key, EVENT, table)))
+        out.append(TimelineEvent(at_s=e["at_s"], action=e["action"], node=e["node"]))
     return sorted(out, key=lambda e: e["at_s"])
 
 

@@ -27,7 +27,16 @@ from knee.models.measured import measured_knee
 from knee.resources.bottleneck import explain
 from knee.stats.decision import decide
 from knee.stats.intervals import poisson_count_ci
-from knee.stats.summary import Answer, GroupAnswers, Interference, Knee, PointStats
+from knee.stats.summary import (
+    Answer,
+    GroupAnswers,
+    Interference,
+    Knee,
+    MeasuredKnee,
+    ModelKnee,
+    PointStats,
+    SaturatedThroughput,
+)
 
 RATE_KEY = "load.rate_per_s"
 
@@ -67,7 +76,7 @@ def bracket(points: list[PointStats], answer: str) -> tuple[float | None, float 
     return (max(good) if good else None), hi
 
 
-def saturated_throughput(points: list[PointStats]) -> dict[str, Any] | None:
+def saturated_throughput(points: list[PointStats]) -> SaturatedThroughput | None:
     """OK completions per second while over capacity (unstable points not cut short and
     not failing), pooled, with Garwood's 95% interval; None without such a point."""
     over = [
@@ -112,7 +121,7 @@ def _answer(lo: float | None, hi: float | None, what: str, limit: str | None) ->
     }
 
 
-def _between_neighbours(points: list[PointStats], power: dict[str, Any]) -> list[float]:
+def _between_neighbours(points: list[PointStats], power: MeasuredKnee) -> list[float]:
     """The measured knee's interval widened to the stable rates next to it: between two
     measured rates the power is not known, and its maximum may lie anywhere up to them."""
     stable = sorted({_rate(p) for p in points if decide(p).capacity == "stable"})
@@ -123,12 +132,12 @@ def _between_neighbours(points: list[PointStats], power: dict[str, Any]) -> list
     return [min(lo, below[-1]) if below else lo, max(hi, above[0]) if above else hi]
 
 
-def knee(points: list[PointStats], model: dict[str, Any] | None) -> Knee | None:
+def knee(points: list[PointStats], model: ModelKnee | None) -> Knee | None:
     """The knee of one group (see the module's docstring for which estimate is used)."""
     # On the offered rate, the axis of every answer (and of the report's figure).
     power = measured_knee(points, _rate)
-    model_x = (model or {}).get("x")
-    fits = bool((model or {}).get("fits"))
+    model_x = model["x"] if model is not None else None
+    fits = bool(model is not None and model["fits"])
     interval: list[float] | None
 
     if power is not None and power["edge"] is None:
@@ -139,12 +148,12 @@ def knee(points: list[PointStats], model: dict[str, Any] | None) -> Knee | None:
             "after it, so the maximum lies between them) and over the rates whose power "
             "cannot be told apart from it"
         )
-    elif model_x and fits:
-        method, x, interval = "model", model_x, (model or {}).get("interval")
+    elif model is not None and model_x and fits:
+        method, x, interval = "model", model_x, model["interval"]
         why = (
             "the measured power is highest at the "
             + (f"{power['edge']} rate measured" if power else "few stable points measured")
-            + f"; the {(model or {}).get('label')} model's maximum of power is used"
+            + f"; the {model['label']} model's maximum of power is used"
         )
     elif power is not None:
         method, x, interval = "power", power["x"], power["interval_x"]
@@ -190,7 +199,7 @@ def interference(points: list[PointStats]) -> Interference | None:
 def group_answers(
     points: list[PointStats],
     slo: str | None,
-    model: dict[str, Any] | None = None,
+    model: ModelKnee | None = None,
     brackets: dict[str, list[float | None]] | None = None,
 ) -> GroupAnswers:
     """The answers of one group's points; `brackets` (a search's final ones) replace the

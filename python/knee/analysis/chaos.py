@@ -41,10 +41,11 @@ from knee.contract import (
     STREAM_FLAG_RETRANSMISSION,
 )
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
-from knee.results import Run, node_lines, open_run
+from knee.results import Run, RunEvent, node_lines, open_run
 from knee.run_params import point_params, setting
+from knee.stats.summary import SystemCheck
 
-Verdict = dict[str, Any]
+Verdict = SystemCheck
 
 #: The op codes of share's obtain and search (docs/share.md).
 SHARE_OBTAIN = next(op for op, name in SHARE_OPS.items() if name == "obtain")
@@ -263,7 +264,7 @@ class PointRun:
     point: int
     samples: pd.DataFrame
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
 
     @functools.cached_property
     def run(self) -> Run:

@@ -18,7 +18,7 @@ under "findings" give the numbers the report's findings state; the report only w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -216,7 +216,69 @@ def _magic_stats(ok: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------- failover
 
 
-def failover_timeline(run: Run, point: int = 0) -> dict[str, Any]:
+class Timeline(TypedDict):
+    """`failover_timeline`: the samples to draw and the kill/stop/start marks."""
+
+    samples: pd.DataFrame
+    events: pd.DataFrame
+
+
+class Down(TypedDict):
+    kind: str
+    node: str
+    t_s: float
+
+
+class FailoverSummary(TypedDict):
+    """`failover_summary`: what the failover verdict of one point states."""
+
+    integrity: dict[str, int] | None
+    missing: str
+    passed: bool
+    gap_ms: float | None
+    down: Down
+    requests: int
+    retried: int
+    failed: int
+    most_attempts: int
+    served_by: list[int]
+    timeline: Timeline
+
+
+class ClientsLine(TypedDict):
+    """`latency_vs_clients_summary`: one reply size's ends."""
+
+    reply_bytes: int
+    first_clients: int
+    first_ms: float
+    last_clients: int
+    last_ms: float
+    fell: bool
+
+
+class AreaSummary(TypedDict):
+    ratio: tuple[float, float]
+    widest: int
+
+
+class BreakdownSummary(TypedDict):
+    """`breakdown_summary`: (value of `by`, network ms) at both ends, and the rest."""
+
+    first: tuple[float, float]
+    last: tuple[float, float]
+    grows: bool
+    db_share_of_top: float
+
+
+class MagicSummary(TypedDict):
+    held: int
+    judged: int
+    top_share_of_time: tuple[float, float]
+    max_over_max_without: tuple[float, float]
+    smallest_top_count: int
+
+
+def failover_timeline(run: Run, point: int = 0) -> Timeline:
     """Figure: latency over time with the kill marked. ``samples`` has each request's intended
     send time (s since the run's start), latency (ms), status and the replica that answered;
     ``events`` the kill/stop/start times (s)."""
@@ -286,7 +348,7 @@ def failover_points(run: Run) -> list[int]:
     return sorted(int(p) for p in e[e["kind"].isin(DOWN_EVENTS)]["point"].unique())
 
 
-def failover_summary(run: Run, point: int) -> dict[str, Any]:
+def failover_summary(run: Run, point: int) -> FailoverSummary:
     """Everything the failover verdict of one point states: `integrity`
     (`failover_integrity`, None when the audit is missing: `missing` says why), `passed`
     (nothing lost, nothing applied twice), `gap_ms`, the first kill or stop (`down`: kind,
@@ -337,11 +399,11 @@ def measured_configurations(run: Run) -> pd.DataFrame:
     return cfg[cfg["count"].fillna(0) > 0]
 
 
-def latency_vs_clients_summary(table: pd.DataFrame) -> list[dict[str, Any]]:
+def latency_vs_clients_summary(table: pd.DataFrame) -> list[ClientsLine]:
     """Per reply size (column) of `latency_vs_clients`: the mean at the fewest and the most
     clients, and whether adding clients lowered the mean anywhere (`fell`)."""
     clients = [int(c) for c in table.index]
-    out = []
+    out: list[ClientsLine] = []
     for reply in table.columns:
         ys = table[reply].to_numpy(dtype=float)
         out.append(
@@ -357,7 +419,7 @@ def latency_vs_clients_summary(table: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def area_summary(area: pd.DataFrame, key: str) -> dict[str, Any]:
+def area_summary(area: pd.DataFrame, key: str) -> AreaSummary:
     """For `latency_area` without its unmeasured rows and `key` "max_ms" or "p99_ms": the
     range of key / mean over the configurations and the row (position) where it is widest."""
     ratio = (area[key] / area["mean_ms"]).to_numpy()
@@ -367,7 +429,7 @@ def area_summary(area: pd.DataFrame, key: str) -> dict[str, Any]:
     }
 
 
-def breakdown_summary(b: pd.DataFrame, by: str) -> dict[str, Any] | None:
+def breakdown_summary(b: pd.DataFrame, by: str) -> BreakdownSummary | None:
     """For `breakdown(run, by)`: the network-and-middleware mean of the other 99% at the
     first and last value of `by` and whether it grows at every step; the database's share of
     the top 1%'s time. None with fewer than two values of `by`."""
@@ -399,7 +461,7 @@ def highest_throughput(table: pd.DataFrame) -> int:
     return int(np.argmax(table["throughput_per_s"].to_numpy()))
 
 
-def magic_summary(magic: pd.DataFrame) -> dict[str, Any]:
+def magic_summary(magic: pd.DataFrame) -> MagicSummary:
     """For `magic_one_percent`'s measured rows: in how many of the configurations with at
     least MAGIC_MIN_REQUESTS requests the rule holds (`held`, `judged`), the range of the top
     1%'s share of the total latency and of max / max without it, and the size of the smallest

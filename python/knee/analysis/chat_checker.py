@@ -24,12 +24,14 @@ import sqlite3
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from knee.contract import CHAT_WRITE_OPS as WRITE_OPS
+from knee.results import RunEvent
+from knee.stats.summary import Gaps, SystemCheck
 
 #: Timeline events that take a replica away (the unavailability is measured from each).
 DOWN_EVENTS = ("kill", "stop", "freeze")
@@ -90,7 +92,14 @@ def psql_binary() -> str:
     return str(clusters[-1])
 
 
-def integrity(acked: pd.DataFrame, applied: pd.DataFrame) -> dict[str, int]:
+class Integrity(TypedDict):
+    acknowledged_writes: int
+    applied_writes: int
+    lost: int
+    applied_twice: int
+
+
+def integrity(acked: pd.DataFrame, applied: pd.DataFrame) -> Integrity:
     """Lost and applied-twice counts: `acked` has the acknowledged writes' ``client`` (its
     name in the database) and ``request_id``; `applied` is `applications`."""
     keys = ["client", "request_id"]
@@ -104,7 +113,7 @@ def integrity(acked: pd.DataFrame, applied: pd.DataFrame) -> dict[str, int]:
 
 
 def unavailability_ms(
-    ok_received_s: np.ndarray, ok_replica: np.ndarray, events: Sequence[dict[str, Any]]
+    ok_received_s: np.ndarray, ok_replica: np.ndarray, events: Sequence[RunEvent]
 ) -> np.ndarray:
     """For each failure (kill, stop or freeze of a replica) in `events`, the ms from it to
     the first successful reply after it (NaN when none came) that the failed process did not
@@ -126,7 +135,7 @@ def unavailability_ms(
     return np.array(out, dtype=float)
 
 
-def distribution(gaps_ms: np.ndarray) -> dict[str, Any]:
+def distribution(gaps_ms: np.ndarray) -> Gaps:
     """count, p50, p90 and max of the gaps (knee's order statistic x_(ceil(n q))); the
     failures no reply followed are counted apart (``unanswered``)."""
     done = gaps_ms[~np.isnan(gaps_ms)]
@@ -143,8 +152,8 @@ def distribution(gaps_ms: np.ndarray) -> dict[str, Any]:
 
 
 def check_point(
-    samples: pd.DataFrame, configs: dict[str, dict[str, Any]], events: list[dict[str, Any]]
-) -> dict[str, Any]:
+    samples: pd.DataFrame, configs: dict[str, dict[str, Any]], events: list[RunEvent]
+) -> SystemCheck:
     """The verdict on one point: `samples` as `knee.results.point_frame` gives them, the
     configs the nodes ran with (the replicas' database, the client's name prefix) and the
     point's timeline events (``t_s``, ``kind``, ``node``)."""
@@ -153,8 +162,11 @@ def check_point(
     prefix = load.get("driver", {}).get("client_prefix", "load")
     database = "postgres" if replica.get("postgres_url") else "sqlite"
     downs = [e for e in events if e["kind"] in DOWN_EVENTS]
-    out: dict[str, Any] = {"name": "chat exactly-once", "database": database}
-    out["failures"] = {k: sum(e["kind"] == k for e in downs) for k in DOWN_EVENTS}
+    out: SystemCheck = {
+        "name": "chat exactly-once",
+        "database": database,
+        "failures": {k: sum(e["kind"] == k for e in downs) for k in DOWN_EVENTS},
+    }
     if samples.empty:  # a point without one sample: nothing acknowledged
         samples = pd.DataFrame({c: pd.Series(dtype="int64") for c in _COLUMNS})
     ok = samples[samples["status"] == "ok"]
@@ -184,7 +196,7 @@ def check_point(
     return {**out, "verdict": "PASS" if passed else "FAIL", "detail": _detail(out)}
 
 
-def _detail(check: dict[str, Any]) -> str:
+def _detail(check: SystemCheck) -> str:
     """The verdict's numbers in one line (the runner prints it under its table)."""
     gaps, failures = check["unavailability"], sum(check["failures"].values())
     line = (

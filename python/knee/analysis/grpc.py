@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from knee.analysis.calls import connects, failure_reasons, post_warmup
 from knee.contract import GRPC_ARGS, GRPC_CODES
 from knee.results import Run
-from knee.stats.quantiles import order_statistic
 
 COLUMNS = ["status", "grpc_status", "fail_reason", "queue_ns", "sent_ns", "warmup"]
 
@@ -42,28 +42,19 @@ class PointGrpc:
 
 
 def point_grpc(run: Run, point: int) -> PointGrpc:
-    df = run.point_samples(point, COLUMNS)
-    if "warmup" in df:
-        df = df[~df["warmup"].to_numpy(dtype=bool)]
+    df = post_warmup(run, point, COLUMNS)
     code = df["grpc_status"].to_numpy(dtype=np.int64)
-    reason = df["fail_reason"].to_numpy(dtype=np.int64)
     codes, code_counts = np.unique(code, return_counts=True)
-    reasons, reason_counts = np.unique(reason[reason > 0], return_counts=True)
-    sent = df["sent_ns"].to_numpy(dtype=np.int64) >= 0
-    connect = df["queue_ns"].to_numpy(dtype=np.float64)
-    connect = connect[sent & (connect > 0)]
+    c = connects(df)
     return PointGrpc(
         point=point,
         calls=len(df),
         codes={code_name(int(c)): int(n) for c, n in zip(codes, code_counts, strict=True)},
-        reasons={
-            GRPC_ARGS.get(int(r), f"code {r}"): int(n)
-            for r, n in zip(reasons, reason_counts, strict=True)
-        },
-        sent=int(sent.sum()),
-        connected=len(connect),
-        connect_p50_ns=float(order_statistic(connect, 0.5)) if len(connect) else None,
-        connect_max_ns=float(connect.max()) if len(connect) else None,
+        reasons=failure_reasons(df["fail_reason"].to_numpy(dtype=np.int64), GRPC_ARGS),
+        sent=c.sent,
+        connected=c.connected,
+        connect_p50_ns=c.p50_ns,
+        connect_max_ns=c.max_ns,
     )
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from knee.analysis.calls import connects, failure_reasons, post_warmup
 from knee.contract import HTTP_ARGS
 from knee.results import Run, node_lines
 from knee.stats.quantiles import order_statistic
+from knee.stats.summary import HttpDone
 
 COLUMNS = [
     "status",
@@ -59,39 +60,30 @@ class PointHttp:
 
 
 def point_http(run: Run, point: int) -> PointHttp:
-    df = run.point_samples(point, COLUMNS)
-    if "warmup" in df:
-        df = df[~df["warmup"].to_numpy(dtype=bool)]
+    df = post_warmup(run, point, COLUMNS)
     http_status = df["http_status"].to_numpy(dtype=np.int64)
     fail_reason = df["fail_reason"].to_numpy(dtype=np.int64)
     split = df["service"].to_numpy(dtype=np.int64) == 1
     answered = http_status > 0
     codes, code_counts = np.unique(http_status[answered], return_counts=True)
-    reasons, reason_counts = np.unique(fail_reason[fail_reason > 0], return_counts=True)
     server = df["server_ns"].to_numpy(dtype=np.float64)[split]
     detail = df["detail_ns"].to_numpy(dtype=np.float64)[split]
-    # A connect that failed is a drop with its reason (never sent): counted there, not here.
-    sent = df["sent_ns"].to_numpy(dtype=np.int64) >= 0
-    connect = df["queue_ns"].to_numpy(dtype=np.float64)
-    connect = connect[sent & (connect > 0)]
+    c = connects(df)
     waits = df["held_ns"].to_numpy(dtype=np.float64) if "held_ns" in df else None
     held = waits[waits > 0] if waits is not None else None
     return PointHttp(
         point=point,
         requests=len(df),
         codes={int(c): int(n) for c, n in zip(codes, code_counts, strict=True)},
-        reasons={
-            HTTP_ARGS.get(int(r), f"code {r}"): int(n)
-            for r, n in zip(reasons, reason_counts, strict=True)
-        },
+        reasons=failure_reasons(fail_reason, HTTP_ARGS),
         answered=int(answered.sum()),
         with_split=int(split.sum()),
         server_mean_ns=float(server.mean()) if len(server) else None,
         detail_mean_ns=float(detail.mean()) if len(detail) and detail.any() else None,
-        sent=int(sent.sum()),
-        connected=len(connect),
-        connect_p50_ns=float(order_statistic(connect, 0.5)) if len(connect) else None,
-        connect_max_ns=float(connect.max()) if len(connect) else None,
+        sent=c.sent,
+        connected=c.connected,
+        connect_p50_ns=c.p50_ns,
+        connect_max_ns=c.max_ns,
         held=len(held) if held is not None else None,
         held_p99_ns=float(order_statistic(held, 0.99)) if held is not None and len(held) else None,
     )
@@ -101,34 +93,30 @@ def points(run: Run) -> list[PointHttp]:
     return [point_http(run, p) for p in run.sample_points()]
 
 
-#: The http role's own `done` fields (docs/http2.md) summed over a point's generators.
-DONE_SUMS = (
-    "connections_opened",
-    "connect_failures",
-    "streams_limit_total",
-    "goaways",
-    "resets_received",
-    "refused_resent",
-)
-
-
-def done_fields(run_dir: Path, point: int, nodes: list[str]) -> dict[str, Any] | None:
+def done_fields(run_dir: Path, point: int, nodes: list[str]) -> HttpDone | None:
     """The http generators' `done` fields of one point, as summary.json keeps them (the
     point's `http`): `protocol` ("h2", "http/1.1", or "mixed"), `server_max_streams` the
     smallest the server sent (None: none), `max_streams_in_use` the largest peak of one
-    generator, and the counters summed. None when no generator's done line was kept."""
+    generator, and the http role's own counters (docs/http2.md) summed. None when no
+    generator's done line was kept."""
     done = [e for n in nodes for e in node_lines(run_dir, n, point) if e.get("event") == "done"]
     if not done:
         return None
     protocols = {str(d.get("protocol", "http/1.1")) for d in done}
     limits = [int(d["server_max_streams"]) for d in done if d.get("server_max_streams")]
-    out: dict[str, Any] = {
+
+    def total(key: str) -> int | None:
+        known = [int(v) for d in done if (v := d.get(key)) is not None]
+        return sum(known) if known else None
+
+    return {
         "protocol": protocols.pop() if len(protocols) == 1 else "mixed",
         "server_max_streams": min(limits) if limits else None,
         "max_streams_in_use": max(int(d.get("max_streams_in_use") or 0) for d in done),
+        "connections_opened": total("connections_opened"),
+        "connect_failures": total("connect_failures"),
+        "streams_limit_total": total("streams_limit_total"),
+        "goaways": total("goaways"),
+        "resets_received": total("resets_received"),
+        "refused_resent": total("refused_resent"),
     }
-    for key in DONE_SUMS:
-        values = [d.get(key) for d in done]
-        known = [int(v) for v in values if v is not None]
-        out[key] = sum(known) if known else None
-    return out

@@ -18,7 +18,7 @@ from knee.stats.interference import add_interference
 from knee.stats.point import PointSettings, point_stats
 from knee.stats.replies import http_status_counts
 from knee.stats.slo import Slo, point_slo
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, SystemCheck, Target
 
 #: The node name and role of the process tree serving an external target, in timeseries.
 TARGET_NODE = "target"
@@ -47,8 +47,8 @@ class MeasuredPoint:
     timeout_ms: float
     http: bool  # HTTP/1.1 or HTTP/2 (http, grpc): the generators' `done` fields count
     slo: Slo | None
-    target: dict[str, Any] | None  # the external target found (knee.hosts.listener)
-    check: dict[str, Any] | None  # the system's checker's verdict (knee.analysis.chaos)
+    target: Target | None  # the external target found (knee.hosts.listener)
+    check: SystemCheck | None  # the system's checker's verdict (knee.analysis.chaos)
     cut: str | None  # why the point was cut short
 
 
@@ -82,7 +82,8 @@ def analyse_point(m: MeasuredPoint) -> PointStats:
 
 
 def _h2(stats: PointStats) -> bool:
-    return (stats.get("http") or {}).get("protocol") == "h2"
+    http = stats.get("http")
+    return http is not None and http["protocol"] == "h2"
 
 
 def _resource_inputs(m: MeasuredPoint, stats: PointStats) -> Inputs:
@@ -100,8 +101,9 @@ def _resource_inputs(m: MeasuredPoint, stats: PointStats) -> Inputs:
             cpu_cores=target.get("cpu_cores"),  # its affinity or cgroup quota; None: all
             pool=target.get("workers"),  # prefork workers; their busy time from Server-Timing
         )
+    http = stats.get("http")
     h2 = _h2(stats)
-    slots = (stats.get("http") or {}).get("streams_limit_total") if h2 else m.settings.connections
+    slots = http["streams_limit_total"] if http and h2 else m.settings.connections
     return Inputs(
         point=m.index,
         after_s=m.warmup_end_s,

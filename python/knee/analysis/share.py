@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from knee.contract import SHARE_FLAG_REPLICA as FLAG_REPLICA
 from knee.contract import SHARE_OPS as OPS
+from knee.params import TimelineEvent
 from knee.results import Run
 from knee.run_params import point_params, setting, timeline
 from knee.stats.quantiles import order_statistics
@@ -227,7 +228,55 @@ def lines(df: pd.DataFrame, keys: list[str], x: str) -> list[Line]:
     return out
 
 
-def nodes_summary(line: pd.DataFrame) -> dict[str, Any]:
+class NodesSummary(TypedDict):
+    """`nodes_summary`: a line's fewest and most peers."""
+
+    first_peers: int
+    first_ms: float
+    last_peers: int
+    last_ms: float
+    ratio: float
+    files: int
+    all_files_ms: float  # NaN where the point did not time all its files
+
+
+class SizeSummary(TypedDict):
+    """`size_summary`: a line's smallest and largest file."""
+
+    peers: int
+    first_bytes: int
+    first_ms: float
+    first_mb_per_s: float
+    last_bytes: int
+    last_ms: float
+    last_mb_per_s: float
+    step: tuple[int, float, float]  # (the smaller size, size ratio, mean ratio)
+    peak_mb_per_s: float
+    peak_bytes: int
+
+
+class DesignOps(TypedDict):
+    """`ops_by_design`: one design's case, its rows by operation."""
+
+    design: str
+    point: int
+    peers: int
+    file_bytes: int
+    by_operation: pd.DataFrame
+
+
+class ReplicaSummary(TypedDict):
+    """`replica_summary`: the distributed design's fallbacks."""
+
+    fallbacks: pd.DataFrame
+    timeline: list[TimelineEvent]
+    replica: int
+    index_operations: int
+    drops: int
+    by_operation: dict[str, int]
+
+
+def nodes_summary(line: pd.DataFrame) -> NodesSummary:
     """A line (`Line.frame`) of `response_time_vs_nodes` from its fewest to its most peers:
     the mean at both, their ratio, and (register) the time for all files at the most."""
     first, last = line.iloc[0], line.iloc[-1]
@@ -262,7 +311,7 @@ def design_growth(times: pd.DataFrame) -> list[tuple[str, int, int]]:
     return out
 
 
-def size_summary(g: pd.DataFrame) -> dict[str, Any]:
+def size_summary(g: pd.DataFrame) -> SizeSummary:
     """A line (`Line.frame`) of `obtain_vs_file_size` from its smallest to its largest file:
     the mean obtain time and measured aggregate MB/s at both, the step between its two
     largest sizes (the smaller size, size ratio, mean ratio), and the peak aggregate MB/s
@@ -288,14 +337,14 @@ def size_summary(g: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def ops_by_design(rates: pd.DataFrame) -> list[dict[str, Any]]:
+def ops_by_design(rates: pd.DataFrame) -> list[DesignOps]:
     """From `ops_per_second`: per design, its point with the most peers and the smallest
     files (the report's case), with that point's rows by operation (in phase order)."""
     rates = rates.assign(design_label=design_label(rates))
     best = rates.sort_values(["peers", "file_bytes"], ascending=[False, True])
     chosen = best.groupby("design_label", sort=False)["point"].first()
     ops = operations_present(rates)
-    out = []
+    out: list[DesignOps] = []
     for design, point in chosen.items():
         rows = rates[rates["point"] == point]
         first = rows.iloc[0]
@@ -311,7 +360,7 @@ def ops_by_design(rates: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def replica_summary(run: Run) -> dict[str, Any] | None:
+def replica_summary(run: Run) -> ReplicaSummary | None:
     """The distributed design's fallbacks: `fallbacks` (`replica_fallbacks` of its points),
     the spec's event `timeline`, how many index operations (not obtains) a replica answered
     of how many (`replica`, `index_operations`), those per operation (non-zero), and how many

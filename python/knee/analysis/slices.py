@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -300,12 +300,19 @@ def cpu_per_pn(run: Run, point: int) -> pd.DataFrame:
     return rows.assign(cpu_percent=rows[column])[["t_s", "node", "cpu_percent"]]
 
 
-def marks(run: Run, point: int) -> list[dict[str, Any]]:
+class Mark(TypedDict):
+    """`marks`: a join or a rate change, at its time since the point's zero."""
+
+    t_s: float
+    what: str
+
+
+def marks(run: Run, point: int) -> list[Mark]:
     """The joins (a PN started by the timeline) and the rate changes (steps), each with its
     time in seconds since the point's zero."""
     params = point_params(run).get(point)
     zero_s = point_zero_ns(run, point) / 1e9
-    out = [
+    out: list[Mark] = [
         {"t_s": float(e["t_s"]) - zero_s, "what": f"{e['node']} {e['action']}"}
         for e in (params.events if params else [])
         if e.get("outcome") == "applied"
@@ -494,7 +501,24 @@ def _side(run: Run, points: list[int]) -> Side | None:
                 rtd_ci=mean_ci(rtd))  # fmt: skip
 
 
-def overhead(run: Run) -> dict[str, Any] | None:
+class Relative(TypedDict):
+    """`_relative`: a difference as a fraction, with its interval."""
+
+    value: float
+    ci: list[float] | None
+
+
+class Overhead(TypedDict):
+    """`overhead`: the LB's sides, its costs, and the source report's."""
+
+    lb: Side
+    baseline: Side
+    throughput_loss: Relative
+    rtd_increase: Relative
+    report: dict[str, float]
+
+
+def overhead(run: Run) -> Overhead | None:
     """The LB's overhead: the points with the LB (server.balance true) against the baseline
     (false), pooled per side. Throughput loss and RTD increase as fractions of the
     baseline's, each with an interval from the two sides' intervals (their half-widths
@@ -523,7 +547,7 @@ def _relative(
     a_ci: list[float] | None,
     b_ci: list[float] | None,
     of: float | None = None,
-) -> dict[str, Any]:
+) -> Relative:
     """(a - b) / of (of = a by default), with an interval when both sides have one."""
     of = a if of is None else of
     value = (a - b) / of if of else math.nan

@@ -17,7 +17,7 @@ state (ranges, ratios, counts): the report only puts them into words.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -274,7 +274,7 @@ def throughput_vs_loss(run: Run) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _point_loss(b: pd.DataFrame) -> dict[str, Any]:
+def _point_loss(b: pd.DataFrame) -> dict[str, float]:
     """`throughput_vs_loss`'s counts of one point's blocks: the mean latency of those received
     in time (NaN when none was), distinct blocks, the fraction of requests that timed out
     and the retransmissions."""
@@ -289,6 +289,68 @@ def _point_loss(b: pd.DataFrame) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the findings' numbers
 
+Span = tuple[float, float]  # (lowest, highest)
+
+
+class ModeBoxes(TypedDict):
+    """`box_summary`: one mode's boxes."""
+
+    mode: str
+    median_ms: Span
+    n: Span
+    outliers: int
+    largest_outlier_ms: float | None
+
+
+class ParallelThroughput(TypedDict):
+    frames_per_s: float
+    goodput_bits_per_s: float
+    best_serial: str
+    gain: float
+
+
+class ThroughputSummary(TypedDict):
+    """`throughput_summary`: the serial points' ranges, and the parallel client's."""
+
+    serial_frames_per_s: Span
+    serial_goodput_bits_per_s: Span
+    parallel: ParallelThroughput | None
+
+
+class ModeDrops(TypedDict):
+    mode: str
+    drop_rate_pct: Span
+    ci_low_pct: float
+    ci_high_pct: float
+
+
+class DropSummary(TypedDict):
+    """`drop_summary`: per mode, and for how many services parallel drops more."""
+
+    modes: list[ModeDrops]
+    parallel_above: tuple[int, int] | None  # (count, services)
+
+
+class SeriesLoss(TypedDict):
+    """`loss_summary`: one loss sweep's ends."""
+
+    series: str
+    low_p: float
+    low_time_per_block_s: float
+    high_p: float
+    high_time_per_block_s: float
+    high_delivered_fraction: float
+    measured_over_expected: Span
+
+
+class BufferSummary(TypedDict):
+    """`buffer_summary`: frames counted, the soonest and latest (label, s), half's range."""
+
+    frames: Span
+    fastest: tuple[str, float]
+    slowest: tuple[str, float]
+    half_s: Span
+
 
 def _span(values: pd.Series) -> tuple[float, float]:
     return float(values.min()), float(values.max())
@@ -300,10 +362,10 @@ def boxes_share_point(boxes: pd.DataFrame) -> pd.Series:
     return boxes.groupby("point")["service"].transform("size") > 1
 
 
-def box_summary(boxes: pd.DataFrame) -> list[dict[str, Any]]:
+def box_summary(boxes: pd.DataFrame) -> list[ModeBoxes]:
     """Per mode of `block_latency_boxplot` (in order of appearance): the range of the boxes'
     medians (ms) and sizes, the outliers beyond the whiskers and the largest (None if none)."""
-    out = []
+    out: list[ModeBoxes] = []
     for mode, g in boxes.groupby("mode", sort=False):
         largest = max((float(np.max(o)) for o in g["outliers_ms"] if len(o)), default=None)
         out.append(
@@ -334,7 +396,7 @@ def is_per_service(table: pd.DataFrame) -> bool:
     return bool(table["column"].is_unique)
 
 
-def throughput_summary(table: pd.DataFrame) -> dict[str, Any] | None:
+def throughput_summary(table: pd.DataFrame) -> ThroughputSummary | None:
     """From `frames_and_bits_table`: the serial points' ranges of frames/s and goodput, and,
     with one point per column and one parallel point, the parallel client's and its gain
     over the best serial service. None without serial points."""
@@ -342,7 +404,7 @@ def throughput_summary(table: pd.DataFrame) -> dict[str, Any] | None:
     ser = table[table["column"] != PARALLEL_COLUMN]
     if ser.empty:
         return None
-    out: dict[str, Any] = {
+    out: ThroughputSummary = {
         "serial_frames_per_s": _span(ser["frames_per_s"]),
         "serial_goodput_bits_per_s": _span(ser["goodput_bits_per_s"]),
         "parallel": None,
@@ -359,12 +421,12 @@ def throughput_summary(table: pd.DataFrame) -> dict[str, Any] | None:
     return out
 
 
-def drop_summary(drops: pd.DataFrame) -> dict[str, Any]:
+def drop_summary(drops: pd.DataFrame) -> DropSummary:
     """From `drop_rate_table`: per mode (serial first) the range of the services' drop rates
     (%, to 0.01) and the span of their 95 % intervals; and, with both modes, for how many of
     the services measured in both the parallel interval lies above the serial one
     (`parallel_above`: (count, services), else None)."""
-    modes = []
+    modes: list[ModeDrops] = []
     for mode, g in drops.sort_values("mode", ascending=False).groupby("mode", sort=False):
         modes.append(
             {
@@ -392,10 +454,10 @@ def loss_sweeps(loss: pd.DataFrame) -> pd.DataFrame:
     return loss[swept].sort_values(["series", "loss_p"], kind="stable")
 
 
-def loss_summary(loss: pd.DataFrame) -> list[dict[str, Any]]:
+def loss_summary(loss: pd.DataFrame) -> list[SeriesLoss]:
     """Per series of `loss_sweeps`: the time per delivered block at its lowest and highest
     p, the delivered fraction at the highest, and the range of measured / expected time."""
-    out = []
+    out: list[SeriesLoss] = []
     for series, g in loss.groupby("series", sort=False):
         ratio = (g["time_per_block_s"] / g["expected_time_per_block_s"]).replace(
             [np.inf, -np.inf], np.nan
@@ -415,7 +477,7 @@ def loss_summary(loss: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def buffer_summary(buf: pd.DataFrame) -> dict[str, Any]:
+def buffer_summary(buf: pd.DataFrame) -> BufferSummary:
     """From `time_to_buffer`: the range of frames counted, the points that buffered every
     frame soonest and latest (label, s), and the range of the times to buffer half."""
     full = buf.set_index("label")["t_100pct_s"]

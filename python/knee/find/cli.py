@@ -4,7 +4,6 @@ printed at the end of `knee find` (and `knee http` with no rate)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +11,7 @@ from rich.markup import escape
 from knee.find.run import Options
 from knee.httpcli import HttpArgsError, seconds
 from knee.stats import slo as slo_mod
+from knee.stats.summary import Answer, Bottleneck, RunAnswers
 
 
 class FindArgsError(ValueError):
@@ -67,7 +67,7 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
-def _interval(answer: dict[str, Any] | None) -> str:
+def _interval(answer: Answer | None) -> str:
     if not answer:
         return "-"
     lo, hi = answer.get("interval_per_s") or [None, None]
@@ -80,23 +80,23 @@ def _interval(answer: dict[str, Any] | None) -> str:
     return f"{shown}  [{lo:.4g}, {hi:.4g}]"
 
 
-def state(answer: dict[str, Any] | None) -> str:
+def state(answer: Answer | None) -> str:
     """'' for a decided answer; else its state and, when partial, that its hold did not run."""
-    st = (answer or {}).get("state")
-    if not answer or st in (None, "decided"):
+    st = answer.get("state") if answer else None
+    if st in (None, "decided"):
         return ""
     if st == "partial":
         return "(partial: not held) "
     return f"({st}) "
 
 
-def set_by(bottleneck: dict[str, Any]) -> str:
+def set_by(bottleneck: Bottleneck) -> str:
     """The bottleneck's sentence (knee.resources.bottleneck.sentence) after "set by", as
     markup that shows it as it is."""
     return escape(str(bottleneck.get("sentence") or "").removeprefix("set by "))
 
 
-def print_answers(console: Console, answers: dict[str, Any]) -> None:
+def print_answers(console: Console, answers: RunAnswers) -> None:
     """One block per group: capacity, SLO capacity, knee, and how the search ended."""
     if answers.get("skipped_series"):
         names = ", ".join(answers["skipped_series"])
@@ -117,15 +117,14 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
                 f"[{lo:.4g}, {hi:.4g}]",
                 highlight=False,
             )
-        if group.get("bottleneck"):
-            console.print(f"  set by        {set_by(group['bottleneck'])}", highlight=False)
-        if group.get("slo_capacity"):
-            slo = group["slo_capacity"]
+        if bottleneck := group.get("bottleneck"):
+            console.print(f"  set by        {set_by(bottleneck)}", highlight=False)
+        if slo := group.get("slo_capacity"):
             console.print(f"  SLO {slo['slo']:<9} {_interval(slo)}  {state(slo)}", highlight=False)
         knee = group.get("knee")
         if knee:
-            lo, hi = knee.get("interval_per_s") or [None, None]
-            shown = f"  [{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else ""
+            interval = knee.get("interval_per_s")
+            shown = f"  [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else ""
             console.print(
                 f"  knee          {knee['rate_per_s']:.4g}/s{shown}  "
                 f"({knee['method']}: {knee['why']})",
@@ -133,15 +132,14 @@ def print_answers(console: Console, answers: dict[str, Any]) -> None:
             )
         else:
             console.print("  knee          - (too few stable probes)", highlight=False)
-        if group.get("model_error"):
+        if model_error := group.get("model_error"):
             console.print(
-                f"  [yellow]model[/]         the fit failed: {escape(group['model_error'])}",
+                f"  [yellow]model[/]         the fit failed: {escape(model_error)}",
                 highlight=False,
             )
-        if group.get("interference"):
-            console.print(f"  [yellow]busy[/]          {group['interference']['detail']}")
-        search = group.get("search") or {}
-        if search:
+        if interference := group.get("interference"):
+            console.print(f"  [yellow]busy[/]          {interference['detail']}")
+        if search := group.get("search"):
             console.print(
                 f"  search        {search['probes']} probes, {search['wall_s']:.0f} s; "
                 f"{search['stopped']}{': ' + search['detail'] if search.get('detail') else ''}",

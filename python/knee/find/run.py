@@ -39,7 +39,7 @@ from knee.stats import slo as slo_mod
 from knee.stats.decision import decide
 from knee.stats.replies import every_request_failed
 from knee.stats.slo import Slo
-from knee.stats.summary import Answer, GroupAnswers, PointStats
+from knee.stats.summary import Answer, GroupAnswers, ModelKnee, PointStats, RunAnswers
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ class _Finder:
             out["capacity"]["detail"] += f" (search stopped: {outcome.detail})"
         return out
 
-    def answers(self) -> dict[str, Any]:
+    def answers(self) -> RunAnswers:
         return {
             "slo": self.slo.text if self.slo else None,
             "tolerance": self.o.tolerance,
@@ -370,7 +370,7 @@ class _Watch:
 
 def primary_model(
     points: list[PointStats], planned: list[Point], spec: Spec
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[ModelKnee | None, str | None]:
     """The primary fitted model of one group's probes and its knee
     (knee.models.analyze.model_knee), or None; and the error of a fit that raised
     ("KeyError: 'series'"), recorded in the answers (`model_error`) rather than dropped."""

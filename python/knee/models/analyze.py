@@ -35,26 +35,28 @@ from knee.models.fit import (
 from knee.models.measured import measured_knee
 from knee.models.open_loop import CS2_CONSTANT, OpenModel, open_models, primary_kind
 from knee.models.servers import ServersEstimate, Throughput, estimate_servers
+from knee.models.types import Model, ModelGroup, ModelPoint, SeriesModels
+from knee.stats.summary import MeasuredKnee, ModelKnee
 
 #: A point is flagged when the predicted mean is outside the measured mean's 95% interval
 #: and differs from the measured mean by more than this fraction of it.
 FLAG_TOLERANCE = 0.10
 
-Model = OpenModel | ClosedModel
+QueueModel = OpenModel | ClosedModel
 
 
 def analyze(
     points: Sequence[Mapping[str, Any]],
     settings: dict[str, Any] | Settings,
     cores: int | None,
-) -> list[dict[str, Any]]:
+) -> list[SeriesModels]:
     """`settings`: how to read a point's settings (`knee.models.fit.settings_of`): the run
     directory's records, as the report passes them, or a resolved spec."""
     lookup = settings_of(settings)
     by_series: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for p in points:
         by_series[p["series"]].append(p)
-    out = []
+    out: list[SeriesModels] = []
     for series, pts in by_series.items():
         entry = _series(series, pts, lookup, cores)
         if entry is not None:
@@ -89,7 +91,7 @@ def _fit_set(stable: list[Mapping[str, Any]], spec: Settings) -> list[Mapping[st
 
 def _series(
     series: str, points: Sequence[Mapping[str, Any]], spec: Settings, cores: int | None
-) -> dict[str, Any] | None:
+) -> SeriesModels | None:
     schedule = setting(points[0], spec, "load.schedule")
     if schedule not in ("poisson", "closed"):
         return None  # constant and stepped arrivals fit none of these models
@@ -111,8 +113,8 @@ def _series(
         fit_groups[key].append(p)
         settings[key] = others
     pool_series = any(servers(p, spec) > 1 for p in usable)
-    models: list[dict[str, Any]] = []
-    groups: list[dict[str, Any]] = []
+    models: list[Model] = []
+    groups: list[ModelGroup] = []
     notes: list[str] = []
     for key, members in fit_groups.items():
         fitted = _fit_set([p for p in members if not unstable(p)], spec)
@@ -135,7 +137,7 @@ def _series(
             estimate = estimate_servers(group, fit, lambda p: _measured_x(p, spec, closed))
             source = _servers_source(group[0], spec, estimate)
             threads = configured if source == "declared" else estimate.c
-            summary: dict[str, Any] = {
+            summary: ModelGroup = {
                 "group": where,
                 "servers": threads,
                 "servers_source": source,
@@ -156,7 +158,7 @@ def _series(
             cores_cap = cores if source == "declared" else None
             if closed:
                 think_s = float(setting(group[0], spec, "load.think_ms") or 0) / 1e3
-                built: list[Model] = [ClosedModel(threads, fit, think_s, int(max(xs)))]
+                built: list[QueueModel] = [ClosedModel(threads, fit, think_s, int(max(xs)))]
                 if cores_cap is not None and cores_cap < threads:
                     built.append(ClosedModel(cores_cap, fit, think_s, int(max(xs)), "cores"))
                 primary = "MVA"
@@ -203,7 +205,7 @@ def _servers_source(point: Mapping[str, Any], spec: Settings, estimate: ServersE
     return "estimated" if estimate.estimated else "assumed"
 
 
-def _label(model: Model, threads: int, source: str = "declared") -> str:
+def _label(model: QueueModel, threads: int, source: str = "declared") -> str:
     name = model.kind if model.kind != "M/M/c" else f"M/M/{model.servers}"
     if model.kind == "M/M/1":
         name += " (source report's reference)"
@@ -214,11 +216,11 @@ def _label(model: Model, threads: int, source: str = "declared") -> str:
     return name if threads == 1 else f"{name} ({threads} threads)"
 
 
-def _with_service(model: Model, service_s: float) -> Model:
+def _with_service(model: QueueModel, service_s: float) -> QueueModel:
     return replace(model, fit=replace(model.fit, service_s=service_s))
 
 
-def _knee_and_capacity_ci(model: Model) -> tuple[list[float] | None, list[float] | None]:
+def _knee_and_capacity_ci(model: QueueModel) -> tuple[list[float] | None, list[float] | None]:
     """The model's knee and capacity at the ends of the fitted service time's 95% interval
     (the knee scales with the service rate; the delay and cs2 are held), or None without
     an interval."""
@@ -232,7 +234,7 @@ def _knee_and_capacity_ci(model: Model) -> tuple[list[float] | None, list[float]
 
 
 def _model_entry(
-    model: Model,
+    model: QueueModel,
     group: list[Mapping[str, Any]],
     spec: Settings,
     closed: bool,
@@ -240,7 +242,7 @@ def _model_entry(
     primary: bool,
     threads: int,
     source: str,
-) -> dict[str, Any]:
+) -> Model:
     xs = [_measured_x(p, spec, closed) for p in group]
     knee = model.knee_x()
     knee_ci, capacity_ci = _knee_and_capacity_ci(model)
@@ -267,8 +269,8 @@ def _model_entry(
 
 
 def _compare(
-    model: Model, point: Mapping[str, Any], spec: Settings, closed: bool
-) -> dict[str, Any]:
+    model: QueueModel, point: Mapping[str, Any], spec: Settings, closed: bool
+) -> ModelPoint:
     """A measured point against the model, at the point's own achieved arrival rate (open
     loop) or population (closed loop). An unstable point is compared but never flagged."""
     at = _measured_x(point, spec, closed)
@@ -414,10 +416,10 @@ def _group_note(
     threads: int,
     cores: int | None,
     group: list[Mapping[str, Any]],
-    entries: list[dict[str, Any]],
+    entries: list[Model],
     closed: bool,
     where: dict[str, Any],
-    knee: dict[str, Any] | None,
+    knee: MeasuredKnee | None,
     source: str,
     estimate: ServersEstimate,
 ) -> str:
@@ -487,7 +489,7 @@ class Verdict:
     sentence: str
 
 
-def _misfit(e: dict[str, Any], sat: Throughput | None) -> tuple[bool, float, list[str]]:
+def _misfit(e: Model, sat: Throughput | None) -> tuple[bool, float, list[str]]:
     """(fits, error, reasons) of one model entry: it misses when its prediction is off
     (flagged, or no prediction: the point is past the model's capacity) at most stable
     points, or when its capacity and the saturated throughput differ beyond both
@@ -522,7 +524,7 @@ def _misfit(e: dict[str, Any], sat: Throughput | None) -> tuple[bool, float, lis
     return not reasons, error, reasons
 
 
-def judge_fit(entries: list[dict[str, Any]], sat: Throughput | None) -> Verdict:
+def judge_fit(entries: list[Model], sat: Throughput | None) -> Verdict:
     """A group's primary model fits unless it misses (`_misfit`); with a cores-limited
     variant beside it, one of the two fitting is enough (the binding limit is either).
     When none fits, the sentence names the model that came closest, so the group's note
@@ -548,7 +550,7 @@ def judge_fit(entries: list[dict[str, Any]], sat: Throughput | None) -> Verdict:
     )
 
 
-def model_knee(group: Mapping[str, Any], models: list[dict[str, Any]]) -> dict[str, Any] | None:
+def model_knee(group: ModelGroup, models: list[Model]) -> ModelKnee | None:
     """The knee of one group's primary model, for other code: `group` is an entry of an
     analyze() result's "groups", `models` that result's "models". Returns
 

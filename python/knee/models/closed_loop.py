@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
 from knee.models.fit import Fit
 from knee.models.mva import MAX_CLIENTS, MvaResult, mva
+from knee.models.types import CurvePoint
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class ClosedModel:
         n = int(clients)
         if q is not None or not 1 <= n <= len(self.solution.response_s):
             return None
+        return self._mean_ns(n)
+
+    def _mean_ns(self, n: int) -> float:
+        """The mean latency of n clients, 1 <= n <= the clients solved for."""
         return (float(self.solution.response_s[n - 1]) + self.fit.delay_s) * 1e9
 
     def knee_x(self) -> float:
@@ -49,9 +53,9 @@ class ClosedModel:
         power = sol.throughput_per_s / (sol.response_s + self.fit.delay_s)
         return float(np.argmax(power) + 1)
 
-    def curve(self, x_max: float) -> list[dict[str, Any]]:
+    def curve(self, x_max: float) -> list[CurvePoint]:
         top = min(int(x_max), len(self.solution.response_s))
         return [
-            {"x": float(n), "mean_ns": self.latency_ns(n), "p50_ns": None, "p99_ns": None}
+            {"x": float(n), "mean_ns": self._mean_ns(n), "p50_ns": None, "p99_ns": None}
             for n in range(1, top + 1)
         ]

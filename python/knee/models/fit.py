@@ -11,6 +11,8 @@ from typing import Any
 
 from scipy import stats as sps
 
+from knee.models.types import CacheFitJson, CachePointJson, FitJson
+
 #: The setting that is the number of servers (matrix: the worker pool).
 SERVERS_KEY = "server.threads"
 #: The setting that sizes a result cache (matrix); a point's "cache" figures are used only
@@ -113,7 +115,7 @@ class CachePoint:
     hit_ratio_whole: float
     full: bool  # whether the cache had surely filled when the steady part began
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CachePointJson:
         return {
             "point": self.point,
             "x": self.x,
@@ -155,7 +157,7 @@ class CacheFit:
         second = h * (hit.var + hit.mean**2) + (1 - h) * (miss.var + miss.mean**2)
         return mean_ns / 1e9, max(0.0, second - mean_ns**2) / mean_ns**2
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CacheFitJson:
         return {
             "hit_ratio_steady": self.hit_ratio,
             "hit_ratio_steady_ci": list(self.hit_ratio_ci),
@@ -185,7 +187,7 @@ class Fit:
     #: The 95% interval of service_s (`pooled_mean_ci`); None when the points carry none.
     service_ci_s: tuple[float, float] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FitJson:
         return {
             "service_mean_ns": self.service_s * 1e9,
             "service_ci_ns": None

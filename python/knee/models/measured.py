@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from knee.models.fit import ok_latency, unstable
 from knee.stats.intervals import poisson_count_ci
+from knee.stats.summary import MeasuredKnee
 
 #: A point: summary.json's (knee.stats.summary.PointStats) or a model's row.
 P = TypeVar("P", bound=Mapping[str, Any])
@@ -52,7 +53,7 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def measured_knee(points: Sequence[P], x_of: Callable[[P], float]) -> dict[str, Any] | None:
+def measured_knee(points: Sequence[P], x_of: Callable[[P], float]) -> MeasuredKnee | None:
     """Over the stable points of one group (unstable ones are left out: their mean depends
     on the run's length), the point of highest power, and `interval_x`: the span of the
     loads x whose power interval overlaps the best point's. `edge` says when the best point

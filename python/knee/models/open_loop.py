@@ -5,12 +5,12 @@ delay outside it (`Fit.delay_s`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from knee.models import md1, mg1, mm1, mmc
 from knee.models.fit import Fit
+from knee.models.types import CurvePoint
 
 #: Points of a curve on a linear grid, plus extra ones approaching capacity.
 CURVE_POINTS = 100
@@ -66,13 +66,13 @@ class OpenModel:
         power = [r / (self.latency_ns(float(r)) or np.inf) for r in rates]
         return float(rates[int(np.argmax(power))])
 
-    def curve(self, x_max: float) -> list[dict[str, Any]]:
+    def curve(self, x_max: float) -> list[CurvePoint]:
         """Predictions from rate 0 up to x_max, stopping short of capacity."""
         cap = self.capacity_per_s
         top = min(x_max, cap)
         xs = set(np.linspace(0.0, top, CURVE_POINTS).tolist())
         xs.update(f * cap for f in _NEAR_CAPACITY if f * cap <= top)
-        out = []
+        out: list[CurvePoint] = []
         for x in sorted(xs):
             mean = self.latency_ns(x)
             if mean is None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knee.models.fit import Fit, ok_latency, unstable
+from knee.models.types import ServersEstimateJson
 from knee.stats.intervals import poisson_count_ci
 
 #: A point's load on the models' axis.
@@ -61,7 +62,7 @@ class ServersEstimate:
     def estimated(self) -> bool:
         return self.value is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ServersEstimateJson:
         t = self.throughput
         return {
             "c": self.c,

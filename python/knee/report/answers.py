@@ -193,9 +193,10 @@ def bottleneck(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str,
     computed from its points for a search written before the answers named one."""
     if "bottleneck" in group:
         return group["bottleneck"]
-    return explain(
+    found = explain(
         cast(list[PointStats], points), group.get("capacity"), group.get("saturated_throughput")
     )
+    return cast(dict[str, Any] | None, found)
 
 
 def set_by(bn: dict[str, Any]) -> Html:

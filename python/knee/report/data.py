@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import pyarrow.compute as pc
@@ -200,7 +200,7 @@ def _models(
     if not points:
         return [], None
     try:
-        return list(analyze(points, settings, cores)), None
+        return cast(list[dict[str, Any]], analyze(points, settings, cores)), None
     except Exception as e:  # a model bug must not cost the whole report
         last = traceback.format_exception_only(e)[-1].strip()
         return [], f"knee.models.analyze failed: {last}"

@@ -38,7 +38,13 @@ from knee.resources.shedding import sentence as shed_sentence
 from knee.resources.shedding import shedding
 from knee.resources.usage import MACHINE
 from knee.stats.decision import decide
-from knee.stats.summary import PointStats, Resource
+from knee.stats.summary import (
+    Bottleneck,
+    GeneratorShare,
+    NamedResource,
+    PointStats,
+    Resource,
+)
 
 #: A pool whose node's CPU was busy at least this share of the pool's busy time is
 #: computing, not waiting (the rest: its threads descheduled on a busy machine, and the
@@ -173,10 +179,19 @@ def reference(points: list[PointStats], below: float | None = None) -> PointStat
     return max(with_resources, key=lambda p: float(p.get("completion_rate_per_s") or 0.0))
 
 
-def _named(name: str, r: Resource) -> dict[str, Any]:
-    keys = ("kind", "label", "u", "u_ci", "d_ns", "bound_per_s", "bound_ci_per_s", "capacity")
-    out: dict[str, Any] = {"resource": name, **{k: r.get(k) for k in keys}}
-    out["capacity_unit"] = r.get("capacity_unit")
+def _named(name: str, r: Resource) -> NamedResource:
+    out: NamedResource = {
+        "resource": name,
+        "kind": r.get("kind"),
+        "label": r.get("label"),
+        "u": r.get("u"),
+        "u_ci": r.get("u_ci"),
+        "d_ns": r.get("d_ns"),
+        "bound_per_s": r.get("bound_per_s"),
+        "bound_ci_per_s": r.get("bound_ci_per_s"),
+        "capacity": r.get("capacity"),
+        "capacity_unit": r.get("capacity_unit"),
+    }
     if threads := r.get("threads"):
         out["threads"] = threads
         out["label"] = folded_label(r)
@@ -205,7 +220,7 @@ def measured(
 
 
 def agreement(
-    bound: dict[str, Any], lo: float | None, hi: float | None
+    bound: NamedResource, lo: float | None, hi: float | None
 ) -> tuple[str | None, float | None]:
     """The bound 1/D against the measured capacity [lo, hi] widened by TOLERANCE on each
     side, W = [lo (1 - TOLERANCE), hi (1 + TOLERANCE)] (docs/explain.md):
@@ -241,7 +256,7 @@ def explain(
     points: list[PointStats],
     capacity: Mapping[str, Any] | None = None,
     saturated: Mapping[str, Any] | None = None,
-) -> dict[str, Any] | None:
+) -> Bottleneck | None:
     """The bottleneck of one load curve (a group of points at rising rates), with its bound
     against the measured capacity and the next one; None when no point measured resources."""
     lo, hi = measured(capacity, saturated)
@@ -260,7 +275,7 @@ def explain(
     shed = shedding(points)
     if shed is not None:
         verdict = None
-    out: dict[str, Any] = {
+    out: Bottleneck = {
         "at_point": ref.get("point"),
         "at_rate_per_s": _rate(ref),
         "bottleneck": top,
@@ -281,14 +296,14 @@ def explain(
             if p.get("resources")
         ],
     }
-    b1, b2 = top.get("bound_per_s"), (out["next"] or {}).get("bound_per_s")
+    b1, b2 = top["bound_per_s"], out["next"]["bound_per_s"] if out["next"] else None
     if b1 and b2:
         out["doubling_gain"] = min(2.0 * b1, b2) / b1
     out["sentence"] = sentence(out)
     return out
 
 
-def generator(point: PointStats) -> dict[str, Any]:
+def generator(point: PointStats) -> GeneratorShare:
     """The load generator's own share: its CPU (busiest generator node), its late sends and
     its connections."""
     res = point.get("resources") or {}
@@ -317,15 +332,15 @@ def _per_s(v: float | None) -> str:
     return "?" if v is None else f"{v:.4g}/s"
 
 
-def sentence(ex: dict[str, Any]) -> str:
+def sentence(ex: Bottleneck) -> str:
     """The "set by ..." line: the bottleneck, its U where the load was last kept up with,
     its bound against the measured capacity; the generator's share; the next bottleneck."""
     top, nxt, gen = ex["bottleneck"], ex.get("next"), ex["generator"]
     at = _per_s(ex["at_rate_per_s"])
     parts: list[str] = []
-    if ex.get("sheds"):
+    if sheds := ex.get("sheds"):
         parts.append(
-            shed_sentence(ex["sheds"])
+            shed_sentence(sheds)
             + f"; the busiest resource seen, {top['label']}, was {_pct(top['u'])} busy at {at}"
         )
     elif ex["unseen"]:

@@ -9,10 +9,9 @@ failures, not a queue, are what set the capacity. This names them.
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
 
 from knee.stats.decision import ERROR_SHARE, decide, failed_share
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, Shedding
 
 #: The statuses a service answers when it refuses work it could not take: RFC 6585's 429
 #: (a rate limit) and RFC 9110's 503 (overloaded, or in maintenance).
@@ -33,7 +32,7 @@ def _phrase(code: int) -> str:
         return str(code)
 
 
-def shedding(points: list[PointStats]) -> dict[str, Any] | None:
+def shedding(points: list[PointStats]) -> Shedding | None:
     """How the target shed load over its capacity, from the points not kept up with whose
     failed share passed the search's ERROR_SHARE; None when it did not shed (the lowest rate
     not kept up with did not fail, or most failures were not SHED_STATUSES replies)."""
@@ -75,7 +74,7 @@ def _failed(point: PointStats) -> int:
     return sum(int(v) for k, v in statuses.items() if k != "ok")
 
 
-def sentence(shed: dict[str, Any]) -> str:
+def sentence(shed: Shedding) -> str:
     """The "set by ..." words for a target that shed load."""
     lo, hi = shed["failed_share"]
     share = f"{lo:.1%}" if abs(hi - lo) < 5e-4 else f"{lo:.1%} to {hi:.1%}"

@@ -312,7 +312,7 @@ def _pool(stats: PointStats, node: NodeInfo, x: float, cpu: Resource) -> Resourc
         return None
     busy = x_ok * service["mean"] / 1e9
     ci = service["ci"].get("mean")
-    busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
+    busy_ci = [x_ok * v / 1e9 for v in ci if v is not None] if ci and None not in ci else None
     k = node.pool or 1
     label = f"{node.label}'s {k} worker{'s' if k != 1 else ''}"
     # More busy than there are workers: each serves several requests at once (threads), so
@@ -335,7 +335,7 @@ def _part(stats: PointStats, part: tuple[str, str, float | None], x: float) -> R
         return None
     busy = x_ok * detail["mean"] / 1e9
     ci = detail["ci"].get("mean")
-    busy_ci = [x_ok * v / 1e9 for v in ci] if ci and None not in ci else None
+    busy_ci = [x_ok * v / 1e9 for v in ci if v is not None] if ci and None not in ci else None
     if capacity != 1:
         return entry("part", label, busy, busy_ci, capacity, "servers", x, role="part")
     # One at a time (a lock): each request's time starts before it holds the lock, so the

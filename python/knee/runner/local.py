@@ -32,7 +32,7 @@ from knee.analysis.answers import from_points
 from knee.analysis.point import TARGET_NODE, MeasuredPoint, analyse_point
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import check_nodes
-from knee.params import Point
+from knee.params import Point, TimelineEvent
 from knee.run_params import PointParams
 from knee.runner import interrupt
 from knee.runner.display import Display
@@ -45,7 +45,7 @@ from knee.runner.timeline import apply_event
 from knee.spec import Spec
 from knee.stats.point import PointSettings
 from knee.stats.progress import merged_progress
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, Summary, SummaryExtra, SystemCheck, Target
 from knee.toml_writer import dump_toml
 
 #: Slack beyond a point's own bounds before the runner calls the load generator stuck.
@@ -318,8 +318,8 @@ def _measured(
     nodes: PointNodes,
     frame: Any,
     raws: dict[str, results.RawFile],
-    target: dict[str, Any] | None,
-    check: dict[str, Any] | None,
+    target: Target | None,
+    check: SystemCheck | None,
     cut: str | None,
 ) -> MeasuredPoint:
     """What the analysis of the point (knee.analysis.point) needs of it."""
@@ -365,7 +365,7 @@ def _measured(
 
 def _drive(
     point: Point,
-    timeline: list[dict[str, Any]],
+    timeline: list[TimelineEvent],
     state: RunState,
     display: Display,
     nodes: PointNodes,
@@ -433,8 +433,8 @@ def _drive(
 
 
 def _summary(
-    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    spec: Spec, state: RunState, status: str, extra: SummaryExtra | None = None
+) -> Summary:
     return {
         "experiment": spec.experiment["name"],
         "system": spec.experiment["system"],
@@ -446,7 +446,7 @@ def _summary(
 
 
 def _write_outputs(
-    spec: Spec, state: RunState, status: str, extra: dict[str, Any] | None = None
+    spec: Spec, state: RunState, status: str, extra: SummaryExtra | None = None
 ) -> None:
     results.write_table(state.run_dir / results.EVENTS, state.events)
     results.write_table(state.run_dir / results.TIMESERIES, state.timeseries)

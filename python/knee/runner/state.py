@@ -13,7 +13,7 @@ from knee.hosts import RunHosts
 from knee.monitor import Monitor
 from knee.run_params import PointParams
 from knee.runner.node import Node
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, SummaryExtra
 from knee.systems import NodePlan
 
 
@@ -22,7 +22,7 @@ class RunState:
     run_dir: Path
     t0_ns: int
     hosts: RunHosts  # where nodes run (knee.hosts)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[results.RunEvent] = field(default_factory=list)
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     points: list[PointStats] = field(default_factory=list)
     raws: list[results.RawFile] = field(default_factory=list)
@@ -31,7 +31,7 @@ class RunState:
     keep_scratch: bool = False
     remote_usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # node: t, cpu_s
     #: Top-level keys added to summary.json besides the points (`knee find`: "find").
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
 
     def t_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9

@@ -3,7 +3,6 @@ target's process tree (knee.hosts.listener), watched as the node "target"."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
 from knee import systems
@@ -13,6 +12,7 @@ from knee.hosts.listener import find_listener
 from knee.params import Point
 from knee.resources import usage as resource_usage
 from knee.runner.state import RunState
+from knee.stats.summary import Target
 
 
 def nodes_seen(
@@ -41,7 +41,7 @@ def nodes_seen(
 
 def watch_target(
     state: RunState, point: Point, system: systems.System, where: dict[str, str]
-) -> dict[str, Any] | None:
+) -> Target | None:
     """Finds the process listening on the point's external target (knee.hosts.listener)
     and samples its tree's CPU as the node "target"; the point's `target` record: what was
     found, or why nothing was. None when the point has no external target."""
@@ -74,5 +74,7 @@ def watch_target(
         "root_pid": found.root_pid,
         "pids": list(found.pids),
         "workers": found.workers,
-        **limit,
+        "cpus": limit["cpus"],
+        "quota_cores": limit["quota_cores"],
+        "cpu_cores": limit["cpu_cores"],
     }

@@ -4,10 +4,9 @@ resume a node (or the current primary) at its time."""
 from __future__ import annotations
 
 import signal
-from typing import Any
 
 from knee import run_params
-from knee.params import Point
+from knee.params import Point, TimelineEvent
 from knee.runner.lifecycle import start_node, stop_node
 from knee.runner.state import PointNodes, RunState
 from knee.spec import PRIMARY
@@ -29,7 +28,7 @@ def current_primary(state: RunState, nodes: PointNodes) -> str | None:
 
 
 def apply_event(
-    state: RunState, point: Point, nodes: PointNodes, event: dict[str, Any], system: str
+    state: RunState, point: Point, nodes: PointNodes, event: TimelineEvent, system: str
 ) -> None:
     name, action = event["node"], event["action"]
     detail = f"at {event['at_s']:g} s"
@@ -80,7 +79,7 @@ def apply_event(
         node.stop()
 
 
-def _applied(state: RunState, nodes: PointNodes, event: dict[str, Any], outcome: str) -> None:
+def _applied(state: RunState, nodes: PointNodes, event: TimelineEvent, outcome: str) -> None:
     """Adds a timeline event to the point's record as the runner applied (or skipped) it."""
     nodes.record.events.append({**event, "t_s": state.t_s(), "outcome": outcome})
     run_params.write_point(state.run_dir, nodes.record)

@@ -21,12 +21,11 @@ is given for it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from scipy import stats as sps
 
 from knee.contract import MATRIX_FLAG_CACHE_HIT
+from knee.stats.summary import CacheSplit
 
 #: Reply flag bit that marks a reply served from the cache (matrix's).
 CACHE_HIT_FLAG = MATRIX_FLAG_CACHE_HIT
@@ -50,7 +49,7 @@ def cache_split(
     intended_ns: np.ndarray,
     *,
     hit_flag: int = CACHE_HIT_FLAG,
-) -> dict[str, Any] | None:
+) -> CacheSplit | None:
     """Hit ratio (whole point and steady state) and hit/miss service times of one point's
     post-warm-up OK requests (equal-length arrays, any order); None when no reply carries
     `hit_flag` (no cache, or one that never hit). Call it only for a system whose flag bit

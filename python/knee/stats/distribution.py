@@ -15,12 +15,12 @@ is null, with the kind of failure in `failed` ("timeout" when every failure time
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Sequence
 
 import numpy as np
 
 from knee.stats.intervals import mean_ci, order_statistic_ranks, quantile_ci, quantile_rank
-from knee.stats.summary import Distribution
+from knee.stats.summary import Distribution, Percentiles
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
 #: Samples needed beyond a percentile before it is called supported.
@@ -33,6 +33,11 @@ def supported(n: int, q: float) -> bool:
     return n * (1000 - round(q * 1000)) >= SUPPORT_SAMPLES * 1000
 
 
+def _percentiles(at: dict[str, float | None]) -> Percentiles:
+    """The QUANTILES' keys of a distribution, from their values by name."""
+    return {"p50": at["p50"], "p90": at["p90"], "p99": at["p99"], "p999": at["p999"]}
+
+
 def distribution(
     values_in_time_order: np.ndarray, sorted_values: np.ndarray | None = None
 ) -> Distribution:
@@ -41,29 +46,30 @@ def distribution(
     values = np.asarray(values_in_time_order)
     n = len(values)
     if n == 0:
-        empty: dict[str, Any] = {
+        return {
             "n": 0,
             "mean": None,
             "std": None,
-            **{name: None for name in QUANTILES},
+            **_percentiles({name: None for name in QUANTILES}),
             "max": None,
             "ci": {"mean": None, **{name: None for name in QUANTILES}},
             "supported": {name: False for name in QUANTILES},
         }
-        return cast(Distribution, empty)
     ordered = np.sort(values) if sorted_values is None else sorted_values
-    out: dict[str, Any] = {
+    return {
         "n": n,
         "mean": float(values.mean()),
         "std": float(values.std(ddof=1)) if n > 1 else None,
+        **_percentiles(
+            {name: float(ordered[quantile_rank(n, q) - 1]) for name, q in QUANTILES.items()}
+        ),
+        "max": float(ordered[-1]),
+        "ci": {
+            "mean": mean_ci(values),
+            **{name: quantile_ci(ordered, q) for name, q in QUANTILES.items()},
+        },
+        "supported": {name: supported(n, q) for name, q in QUANTILES.items()},
     }
-    for name, q in QUANTILES.items():
-        out[name] = float(ordered[quantile_rank(n, q) - 1])
-    out["max"] = float(ordered[-1])
-    out["ci"] = {"mean": mean_ci(values)}
-    out["ci"].update({name: quantile_ci(ordered, q) for name, q in QUANTILES.items()})
-    out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
-    return cast(Distribution, out)
 
 
 def headline(ok: Distribution, sorted_ok: np.ndarray, failures: dict[str, int]) -> Distribution:
@@ -73,23 +79,28 @@ def headline(ok: Distribution, sorted_ok: np.ndarray, failures: dict[str, int]) 
     `failed` ({"p99": "timeout", ...} for each percentile that lands on a failure)."""
     n_ok = len(sorted_ok)
     n_failed = sum(failures.values())
-    out: dict[str, Any] = {**ok, "failures": n_failed, "failed": {}}
     if n_failed == 0:
-        return cast(Distribution, out)
+        return {**ok, "failures": 0, "failed": {}}
     kind = "timeout" if failures.get("timeout", 0) == n_failed else "failed"
     n = n_ok + n_failed
 
     def at(rank: int) -> float | None:  # 1-based; None past the successes
         return float(sorted_ok[rank - 1]) if rank <= n_ok else None
 
-    out.update(n=n, mean=None, std=None, max=None)
-    out["ci"] = {"mean": None}
+    values = {name: at(quantile_rank(n, q)) for name, q in QUANTILES.items()}
+    ci: dict[str, Sequence[float | None] | None] = {"mean": None}
     for name, q in QUANTILES.items():
-        out[name] = at(quantile_rank(n, q))
-        if out[name] is None:
-            out["failed"][name] = kind
         ranks = order_statistic_ranks(n, q)
         low = None if ranks is None else at(ranks[0])
-        out["ci"][name] = None if low is None or ranks is None else [low, at(ranks[1])]
-    out["supported"] = {name: supported(n, q) for name, q in QUANTILES.items()}
-    return cast(Distribution, out)
+        ci[name] = None if low is None or ranks is None else [low, at(ranks[1])]
+    return {
+        "n": n,
+        "mean": None,
+        "std": None,
+        **_percentiles(values),
+        "max": None,
+        "ci": ci,
+        "supported": {name: supported(n, q) for name, q in QUANTILES.items()},
+        "failures": n_failed,
+        "failed": {name: kind for name, value in values.items() if value is None},
+    }

@@ -4,18 +4,28 @@ figures, reused, when the run has only one)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from knee.results import STATUS_NAMES
 from knee.stats.distribution import distribution, headline
-from knee.stats.summary import Distribution
+from knee.stats.summary import Distribution, GroupStats, Rates
 
 #: The column index of "ok", "timeout" and "drop" in status codes (codes follow STATUS_NAMES).
 OK_CODE = STATUS_NAMES.index("ok")
 TIMEOUT_CODE = STATUS_NAMES.index("timeout")
 DROP_CODE = STATUS_NAMES.index("drop")
+
+
+class LatencyPair(TypedDict):
+    latency_ns: Distribution  # the headline: every request, failures ranked last
+    latency_ok_ns: Distribution
+
+
+class Split(TypedDict):
+    server_ns: Distribution
+    network_ns: Distribution
 
 
 def status_counts(codes: np.ndarray) -> dict[str, int]:
@@ -36,14 +46,14 @@ def failures(counts: dict[str, int]) -> dict[str, int]:
 
 def latency_pair(
     latency_ok_ns: np.ndarray, counts: dict[str, int], sorted_ok: np.ndarray | None = None
-) -> dict[str, Distribution]:
+) -> LatencyPair:
     """The headline latency (every request, failures ranked last) and the OK-only one."""
     ordered = np.sort(latency_ok_ns) if sorted_ok is None else sorted_ok
     ok = distribution(latency_ok_ns, ordered)
     return {"latency_ns": headline(ok, ordered, failures(counts)), "latency_ok_ns": ok}
 
 
-def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> dict[str, Distribution]:
+def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> Split:
     """The server and network distributions over the requests whose reply carried a server
     time: server_ns -1 marks one that did not (an HTTP service without Server-Timing), whose
     split is unknown. (A network time can be negative when a server reports more than the
@@ -57,11 +67,11 @@ def split_parts(server_ns: np.ndarray, network_ns: np.ndarray) -> dict[str, Dist
 
 def group_entry(
     codes: np.ndarray,
-    rates: dict[str, Any],
+    rates: Rates,
     latency_ok_ns: np.ndarray,
     server_ns: np.ndarray,
     network_ns: np.ndarray,
-) -> dict[str, Any]:
+) -> GroupStats:
     """One group's figures: `codes` are the statuses of all its post-warm-up requests,
     `rates` its rates (knee.stats.rates), the arrays its OK requests in send order."""
     counts = status_counts(codes)
@@ -79,12 +89,12 @@ def by_key(
     keys: np.ndarray,
     all_keys: np.ndarray,
     codes: np.ndarray,
-    group_rates: Callable[[np.ndarray], dict[str, Any]],
+    group_rates: Callable[[np.ndarray], Rates],
     latency_ns: np.ndarray,
     server_ns: np.ndarray,
     network_ns: np.ndarray,
-    whole: dict[str, Any],
-) -> dict[str, dict[str, Any]]:
+    whole: GroupStats,
+) -> dict[str, GroupStats]:
     """Entries keyed by str(key): `keys` and `codes` cover every post-warm-up request in
     send order, `all_keys` every request (warm-up too, for replies in the window),
     `group_rates(mask over all requests)` gives a group's rates, and the arrays hold all OK
@@ -93,7 +103,7 @@ def by_key(
     if len(distinct) == 1:
         return {str(distinct[0]): whole}
     ok_keys = keys[codes == OK_CODE]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, GroupStats] = {}
     for key in distinct:  # one pass per operation or service, not per sample
         mine = ok_keys == key
         out[str(key)] = group_entry(

@@ -23,7 +23,7 @@ import numpy as np
 
 from knee.monitor import HOST_ROLE
 from knee.stats.checks import Check, check
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointInterference, PointStats
 
 #: Mean foreign CPU (core-percent) above which a point is disturbed. On 2 cores a tenth of
 #: a core is 5% of the machine, and it is well above the floor of the measurement: host and
@@ -40,9 +40,9 @@ MAX_MIN_INTERVAL_S = 0.5
 STEAL_WARN_PERCENT = 1.0
 
 
-def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Check]:
+def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[PointInterference, Check]:
     """The point's interference summary and check, from its host rows (post-warm-up)."""
-    summary: dict[str, Any] = {
+    empty: PointInterference = {
         "foreign_cpu_percent_mean": None,
         "foreign_cpu_percent_max": None,
         "steal_percent_mean": None,
@@ -51,7 +51,7 @@ def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Che
         "samples": len(rows),
     }
     if not rows:
-        return summary, check(
+        return empty, check(
             "interference",
             "n/a",
             None,
@@ -65,16 +65,21 @@ def interference(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Che
     error = _column(rows, "tick_error_percent")
     # A busy second beyond doubt: over the threshold even after its tick error.
     busy_second = bool(np.any(foreign[long_enough] - error[long_enough] > FOREIGN_MAX_WARN_PERCENT))
-    summary.update(
-        foreign_cpu_percent_mean=_mean(foreign, weight),
-        foreign_cpu_percent_max=float(foreign[long_enough].max()) if long_enough.any() else None,
-        tick_error_percent=float(np.sqrt(((error * weight) ** 2).sum()) / weight.sum())
-        if weight.sum() > 0
-        else 0.0,
-        steal_percent_mean=_mean(steal, weight),
-        iowait_percent_mean=_mean(_column(rows, "iowait_percent"), weight),
+    mean, steal_mean = _mean(foreign, weight), _mean(steal, weight)
+    peak = float(foreign[long_enough].max()) if long_enough.any() else None
+    iowait = _mean(_column(rows, "iowait_percent"), weight)
+    margin = (
+        float(np.sqrt(((error * weight) ** 2).sum()) / weight.sum()) if weight.sum() > 0 else 0.0
     )
-    return summary, _verdict(summary, busy_second)
+    summary: PointInterference = {
+        "foreign_cpu_percent_mean": mean,
+        "foreign_cpu_percent_max": peak,
+        "steal_percent_mean": steal_mean,
+        "iowait_percent_mean": iowait,
+        "tick_error_percent": margin,
+        "samples": len(rows),
+    }
+    return summary, _verdict(mean, peak, steal_mean, iowait, margin, len(rows), busy_second)
 
 
 def add_interference(
@@ -101,19 +106,23 @@ def _mean(values: np.ndarray, weight: np.ndarray) -> float:
     return float((values * weight).sum() / total) if total > 0 else float(values.mean())
 
 
-def _verdict(s: dict[str, Any], busy_second: bool) -> Check:
-    mean, peak, steal = (
-        s["foreign_cpu_percent_mean"],
-        s["foreign_cpu_percent_max"],
-        s["steal_percent_mean"],
-    )
-    margin = s["tick_error_percent"] or 0.0
+def _verdict(
+    mean: float,
+    peak: float | None,
+    steal: float,
+    iowait: float,
+    margin: float,
+    samples: int,
+    busy_second: bool,
+) -> Check:
+    """The check of the means (core-percent) over a point's `samples` host rows; `margin`
+    the tick error, `peak` the busiest second's foreign CPU."""
     shown_peak = "" if peak is None else f" (max {peak:.0f}% in one second)"
     detail = (
         f"other processes used {mean:.1f}% ± {margin:.1f}% of a core{shown_peak} during the "
         "point (± the 10 ms tick resolution); "
-        f"steal {steal:.1f}%, iowait {s['iowait_percent_mean']:.1f}% of a core; "
-        f"{s['samples']} samples"
+        f"steal {steal:.1f}%, iowait {iowait:.1f}% of a core; "
+        f"{samples} samples"
     )
     over = []
     if mean - margin > FOREIGN_MEAN_WARN_PERCENT:

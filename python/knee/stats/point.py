@@ -9,7 +9,6 @@ request they answer (knee.stats.rates).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,7 @@ from knee.stats.groups import (
 )
 from knee.stats.rates import Requests, rates, schedule_window
 from knee.stats.stability import stability
-from knee.stats.summary import PointStats
+from knee.stats.summary import Distribution, GroupStats, PointStats, Rates
 from knee.stats.tail import top1
 
 #: The column of the wait each request had for a free HTTP/2 stream or HTTP/1.1 connection
@@ -117,7 +116,7 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
     intended = column("intended_ns")
     window = schedule_window(intended)
 
-    def group_rates(mask: np.ndarray | None) -> dict[str, Any]:
+    def group_rates(mask: np.ndarray | None) -> Rates:
         return rates(requests, window, timeout_ms=timeout_ms, late_ms=late_ms, mask=mask)
 
     point_rates = group_rates(None)
@@ -133,24 +132,16 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
     # wait for a free stream or connection, `held_ns`): its service time is the server's.
     held_name = field("service_ns")
     service = ok_column("service_ns") if held_name == "service_ns" else np.maximum(server, 0)
-    held_dist = {} if held_name == "service_ns" else {held_name: distribution(ok_column(held_name))}
-    dists = {
-        **latency_pair(latency, counts, sorted_latency),
-        **split_parts(server, network),
-        queue_name: distribution(ok_column("queue_ns")),
-        "service_ns": distribution(service),
-        "detail_ns": distribution(ok_column(field("detail_ns"))),
-        **held_dist,
-    }
-    entry = {
+    held: PointStats = {} if held_name == "service_ns" else _held(held_name, ok_column(held_name))
+    pair = latency_pair(latency, counts, sorted_latency)
+    split = split_parts(server, network)
+    entry: GroupStats = {
         "count": len(codes),
         "achieved_rate_per_s": point_rates["achieved_rate_per_s"],
         "throughput_per_s": point_rates["throughput_per_s"],
         "status_rates": status_rates(counts),
-        "latency_ns": dists["latency_ns"],
-        "latency_ok_ns": dists["latency_ok_ns"],
-        "server_ns": dists["server_ns"],
-        "network_ns": dists["network_ns"],
+        **pair,
+        **split,
     }
     cache = (
         cache_split(
@@ -162,13 +153,18 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
         if cache_hit_flag is not None
         else None
     )
-    out: dict[str, Any] = {
+    return {
         "count": len(codes),
         "statuses": counts,
         "status_rates": status_rates(counts),
         **point_rates,
         "warmup_count": int(np.count_nonzero(warmup)),
-        **dists,
+        **pair,
+        **split,
+        **_queue(queue_name, distribution(ok_column("queue_ns"))),
+        "service_ns": distribution(service),
+        "detail_ns": distribution(ok_column(field("detail_ns"))),
+        **held,
         "stability": stability(
             intended_ok_ns=intended[ok],
             latency_ok_ns=latency,
@@ -211,11 +207,26 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
             network,
             ok_column("sent_ns") - intended[ok],
             intended[ok],
-            dists["latency_ok_ns"],
+            pair["latency_ok_ns"],
             sorted_latency,
         ),
     }
-    return cast(PointStats, out)
+
+
+def _queue(name: str, dist: Distribution) -> PointStats:
+    """The queue's distribution under the key the system names it (PointSettings.queue_name)."""
+    if name == "connect_ns":
+        return {"connect_ns": dist}
+    if name != "queue_ns":
+        raise ValueError(f"a queue is named queue_ns or connect_ns, not {name!r}")
+    return {"queue_ns": dist}
+
+
+def _held(name: str, values: np.ndarray) -> PointStats:
+    """The wait for a free stream or connection, of a system whose `service_ns` holds it."""
+    if name != HELD_NS:
+        raise ValueError(f"a system's service_ns holds {HELD_NS} or nothing else, not {name!r}")
+    return {"held_ns": distribution(values)}
 
 
 def waiting_for_connections(

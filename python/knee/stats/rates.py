@@ -19,11 +19,11 @@ target holds every connection and due requests queue in the generator.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from knee.stats.intervals import poisson_count_ci
+from knee.stats.summary import LateSends, Rates
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def rates(
     timeout_ms: float | None,
     late_ms: float | None,
     mask: np.ndarray | None = None,
-) -> dict[str, Any]:
+) -> Rates:
     """Send rate, late sends, throughput, byte rates, drain and backlog of the requests in
     `mask` (all when None). The window is the whole point's, also for a subset."""
     mine = np.ones(len(r.intended_ns), dtype=bool) if mask is None else mask
@@ -102,22 +102,22 @@ def rates(
     # intended times: a random (Poisson) schedule's own draw, against which the sends are
     # judged (knee.stats.checks.sender_check).
     intended = r.intended_ns[post]
-    out: dict[str, Any] = {
-        "sent": sent_count,
-        "send_window_s": send_window_s,
-        "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
-        "achieved_rate_per_s": achieved,
-        "achieved_rate_ci_per_s": rate_ci,
-        **late_sends(r, sent, late_ms),
-        "bytes_out_per_s": per_s(float(r.bytes_out[sent].sum()), send_window_s),
-    }
+    bytes_out_per_s = per_s(float(r.bytes_out[sent].sum()), send_window_s)
+    late = late_sends(r, sent, late_ms)
     if window is None:
-        return out | {
+        return {
+            "sent": sent_count,
+            "send_window_s": send_window_s,
+            "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
+            "achieved_rate_per_s": achieved,
+            "achieved_rate_ci_per_s": rate_ci,
+            **late,
+            "bytes_out_per_s": bytes_out_per_s,
             "window_s": 0.0,
             "throughput_per_s": 0.0,
             "completion_rate_per_s": 0.0,
             "bytes_in_per_s": 0.0,
-            "throughput_bytes_per_s": out["bytes_out_per_s"],
+            "throughput_bytes_per_s": bytes_out_per_s,
             "ok_in_window": 0,
             "sent_in_window": 0,
             "drain": {"replies": 0, "ok": 0, "until_s": None},
@@ -129,12 +129,21 @@ def rates(
     ok_inside = inside & r.ok
     after = post & answered & (r.received_ns > window.end_ns)
     bytes_in = float(r.bytes_in[inside].sum())
-    out |= {
+    in_flight = backlog(r, window.end_ns, timeout_ms, sent)
+    waiting = waiting_to_send(r, window.end_ns, post)
+    return {
+        "sent": sent_count,
+        "send_window_s": send_window_s,
+        "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
+        "achieved_rate_per_s": achieved,
+        "achieved_rate_ci_per_s": rate_ci,
+        **late,
+        "bytes_out_per_s": bytes_out_per_s,
         "window_s": window.length_s,
         "throughput_per_s": per_s(int(ok_inside.sum()), window.length_s),
         "completion_rate_per_s": per_s(int(inside.sum()), window.length_s),
         "bytes_in_per_s": per_s(bytes_in, window.length_s),
-        "throughput_bytes_per_s": out["bytes_out_per_s"] + per_s(bytes_in, window.length_s),
+        "throughput_bytes_per_s": bytes_out_per_s + per_s(bytes_in, window.length_s),
         "ok_in_window": int(ok_inside.sum()),
         "sent_in_window": int(np.count_nonzero(sent & (r.sent_ns <= window.end_ns))),
         "drain": {
@@ -144,13 +153,12 @@ def rates(
                 float(r.received_ns[after].max() - window.end_ns) / 1e9 if after.any() else None
             ),
         },
+        "backlog": in_flight + waiting,
+        "backlog_waiting": waiting,
     }
-    in_flight = backlog(r, window.end_ns, timeout_ms, sent)
-    waiting = waiting_to_send(r, window.end_ns, post)
-    return out | {"backlog": in_flight + waiting, "backlog_waiting": waiting}
 
 
-def late_sends(r: Requests, sent: np.ndarray, late_ms: float | None) -> dict[str, Any]:
+def late_sends(r: Requests, sent: np.ndarray, late_ms: float | None) -> LateSends:
     """Sends later than `late_ms` after their intended time, and (with `r.held`) how many of
     them waited for a connection the target held and how many did not."""
     if late_ms is None:

@@ -68,7 +68,7 @@ class Slo:
     q: float | None  # the percentile's quantile (0.99); None for the mean
     limit_ns: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | float | None]:
         return {"text": self.text, "stat": self.stat, "q": self.q, "limit_ns": self.limit_ns}
 
 

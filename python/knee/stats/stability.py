@@ -31,7 +31,7 @@ draws it apart, and no model is fitted to it.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import numpy as np
 from scipy import stats as sps
@@ -54,7 +54,17 @@ OK_SHARE = 0.95
 DEFICIT_Z = 3.0
 
 
-def _grows(found: dict[str, Any] | None, window_s: float, floor_ns: float) -> float | None:
+class Trend(TypedDict):
+    """`trend`: Kendall's tau, its p-value, the Theil-Sen slope and the lag-1
+    autocorrelation of the detrended batch means."""
+
+    tau: float
+    p: float
+    slope_ns_per_s: float
+    lag1: float | None
+
+
+def _grows(found: Trend | None, window_s: float, floor_ns: float) -> float | None:
     """The Theil-Sen growth over the window when the trend is significant and larger than
     `floor_ns`; else None."""
     if found is None or found["p"] >= TREND_P:
@@ -65,7 +75,7 @@ def _grows(found: dict[str, Any] | None, window_s: float, floor_ns: float) -> fl
 
 def trend(
     intended_ok_ns: np.ndarray, latency_ok_ns: np.ndarray, *, corrected: bool = True
-) -> dict[str, Any] | None:
+) -> Trend | None:
     """Mann-Kendall test and Theil-Sen slope (ns of latency per s) over batch means of OK
     latency in send order; None below TREND_MIN_SAMPLES.
 
@@ -203,7 +213,7 @@ def _backlog_reason(backlog: int, waiting: int, sent_in_window: int) -> str:
 
 
 def _wait_growth(
-    waits: dict[str, Any] | None,
+    waits: Trend | None,
     wait_ns: np.ndarray | None,
     window_s: float,
     late_ms: float | None,

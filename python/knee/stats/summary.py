@@ -8,6 +8,7 @@ no key and drop none: each is the dict that was written before, named.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 #: The key and role of the machine's shared cores among a point's `resources`
@@ -15,18 +16,24 @@ from typing import Any, NotRequired, TypedDict
 MACHINE = "machine"
 
 
-class Distribution(TypedDict):
+class Percentiles(TypedDict):
+    """A distribution's percentiles (knee.stats.distribution.QUANTILES)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    p999: float | None
+
+
+class Distribution(Percentiles):
     """`knee.stats.distribution.distribution`: one set of durations (ns)."""
 
     n: int
     mean: float | None
     std: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    p999: float | None
     max: float | None
-    ci: dict[str, list[float] | None]  # per statistic: [lo, hi], None when too few
+    #: per statistic: [lo, hi], None when too few; a headline's hi is None past the successes
+    ci: dict[str, Sequence[float | None] | None]
     supported: dict[str, bool]  # per percentile
     #: A headline distribution (every request, failures ranked above every success):
     failures: NotRequired[int]
@@ -75,6 +82,141 @@ class SloVerdict(TypedDict):
     detail: str
 
 
+class Drain(TypedDict):
+    """`knee.stats.rates`: the replies after the window's end, and until when."""
+
+    replies: int
+    ok: int
+    until_s: float | None
+
+
+class LateSends(TypedDict):
+    """`knee.stats.rates.late_sends`: None where no late threshold was set."""
+
+    late_sends: int | None
+    late_send_share: float | None
+    late_sends_held: int | None
+    late_sends_free: int | None
+    late_send_held_share: float | None
+    late_send_free_share: float | None
+
+
+class Rates(LateSends):
+    """`knee.stats.rates.rates`: the sends, the window's throughput, drain and backlog."""
+
+    sent: int
+    send_window_s: float
+    scheduled_rate_per_s: float
+    achieved_rate_per_s: float
+    achieved_rate_ci_per_s: list[float] | None
+    bytes_out_per_s: float
+    window_s: float
+    throughput_per_s: float
+    completion_rate_per_s: float
+    bytes_in_per_s: float
+    throughput_bytes_per_s: float
+    ok_in_window: int
+    sent_in_window: int
+    drain: Drain
+    backlog: int
+    backlog_waiting: int
+
+
+class GroupStats(TypedDict):
+    """One entry of a point's `by_op` or `by_service` (knee.stats.groups.group_entry)."""
+
+    count: int
+    achieved_rate_per_s: float
+    throughput_per_s: float
+    status_rates: dict[str, float]
+    latency_ns: Distribution
+    latency_ok_ns: Distribution
+    server_ns: Distribution
+    network_ns: Distribution
+
+
+class CacheSegment(TypedDict):
+    n: int
+    hits: int
+
+
+class CacheSplit(TypedDict):
+    """`knee.stats.cache.cache_split`: a result cache's hit ratio and service times."""
+
+    hit_ratio: float
+    n_hits: int
+    n_misses: int
+    hit_ratio_steady: float
+    hit_ratio_steady_ci: list[float]
+    n_steady: int
+    n_hits_steady: int
+    hit_service_mean_ns: float | None
+    hit_service_std_ns: float | None
+    miss_service_mean_ns: float | None
+    miss_service_std_ns: float | None
+    steady_rule: str
+    segments: list[CacheSegment]
+
+
+class GeneratorStats(TypedDict):
+    """One entry of a point's `generators` (knee.stats.generators): a node's own sending."""
+
+    node: str
+    sent: int
+    achieved_rate_per_s: float
+    achieved_rate_ci_per_s: list[float] | None
+    late_sends: int | None
+    late_send_share: float | None
+    late_sends_held: int | None
+    late_sends_free: int | None
+    target_rate_per_s: float | None
+    sender: Check
+
+
+class MadeOf(TypedDict):
+    """`knee.stats.tail`: the shares of a set of requests' summed latency."""
+
+    server_share: float | None
+    network_share: float | None
+    late_share: float | None
+    mean_ns: float | None
+
+
+class Clustering(TypedDict):
+    """`knee.stats.tail.clustering`: do the slowest 1% bunch up in time?"""
+
+    index_of_dispersion: float
+    longest_run: int
+    verdict: str  # "clustered", "scattered"
+    detail: str
+
+
+#: `knee.stats.tail.top1`: the slowest 1% of OK requests and the rest.
+Top1 = TypedDict(
+    "Top1",
+    {
+        "threshold_ns": float | None,
+        "count": int,
+        "with": Distribution,  # a keyword: hence the functional form
+        "without": Distribution,
+        "top": MadeOf,
+        "rest": MadeOf,
+        "clustering": Clustering,
+    },
+)
+
+
+class PointInterference(TypedDict):
+    """`knee.stats.interference.interference`: others' use of the machine during a point."""
+
+    foreign_cpu_percent_mean: float | None
+    foreign_cpu_percent_max: float | None
+    steal_percent_mean: float | None
+    iowait_percent_mean: float | None
+    tick_error_percent: float | None
+    samples: int
+
+
 class Resource(TypedDict, total=False):
     """One entry of a point's `resources` (knee.resources.usage.entry): a CPU, a pool, a
     link, a part or the connections, with its mean busy amount (in units of its capacity),
@@ -119,6 +261,65 @@ class Resource(TypedDict, total=False):
     shared_by: list[str]  # the machine's cores: the nodes folded into them
 
 
+class HttpDone(TypedDict):
+    """A point's `http` (knee.analysis.http.done_fields): the generators' `done` fields,
+    the counters summed (None where no generator reported one)."""
+
+    protocol: str  # "h2", "http/1.1", "mixed"
+    server_max_streams: int | None
+    max_streams_in_use: int
+    connections_opened: int | None
+    connect_failures: int | None
+    streams_limit_total: int | None
+    goaways: int | None
+    resets_received: int | None
+    refused_resent: int | None
+
+
+class Target(TypedDict, total=False):
+    """A point's `target` (knee.runner.target.watch_target): the external target's
+    process tree as found, or why it was not."""
+
+    found: bool
+    reason: str  # when not found
+    name: str
+    root_pid: int
+    pids: list[int]
+    workers: int | None
+    cpus: str | None  # knee.hosts.cgroups.process_cpu_limit's
+    quota_cores: float | None
+    cpu_cores: float | None
+
+
+class Gaps(TypedDict, total=False):
+    """knee.analysis.chat_checker.distribution: the unavailability after each failure."""
+
+    count: int
+    unanswered: int
+    p50_ms: float
+    p90_ms: float
+    max_ms: float
+
+
+class SystemCheck(TypedDict, total=False):
+    """A point's `check` (knee.analysis.chaos): a system checker's verdict, then what
+    chat's (knee.analysis.chat_checker) adds."""
+
+    name: str
+    verdict: str  # "PASS", "FAIL", "UNCHECKED"
+    counts: dict[str, int]
+    detail: str
+    database: str  # "postgres", "sqlite"
+    failures: dict[str, int]  # per kind of failure event
+    unavailability: Gaps
+    unavailability_each_ms: list[float | None]
+    reason: str  # UNCHECKED's
+    acknowledged_writes: int
+    applied_writes: int
+    lost: int
+    applied_twice: int
+
+
 class PointStats(TypedDict, total=False):
     """One point of summary.json's `points`: `knee.stats.point_stats`'s keys, then the
     runner's (point, series, label, swept, target, resources, slo, ...)."""
@@ -126,7 +327,7 @@ class PointStats(TypedDict, total=False):
     # knee.stats.point_stats
     count: int
     statuses: dict[str, int]
-    status_rates: dict[str, float | None]
+    status_rates: dict[str, float]
     warmup_count: int
     sent: int
     send_window_s: float | None
@@ -141,7 +342,7 @@ class PointStats(TypedDict, total=False):
     throughput_bytes_per_s: float | None
     ok_in_window: int
     sent_in_window: int
-    drain: dict[str, Any] | None
+    drain: Drain | None
     backlog: int
     backlog_waiting: int
     late_sends: int | None
@@ -161,25 +362,25 @@ class PointStats(TypedDict, total=False):
     held_ns: Distribution  # http: the wait for a free stream or connection
     stability: Stability
     checks: list[Check]
-    by_op: dict[str, Any]
-    by_service: dict[str, Any]
-    cache: dict[str, Any] | None
-    generators: list[dict[str, Any]]
-    top1: dict[str, Any] | None
+    by_op: dict[str, GroupStats]
+    by_service: dict[str, GroupStats]
+    cache: CacheSplit | None
+    generators: list[GeneratorStats]
+    top1: Top1 | None
     # the runner's (knee.runner.local)
     point: int
     series: str
     label: str
     swept: dict[str, Any]
     target_rate_per_s: float | None
-    target: dict[str, Any]
+    target: Target
     http_statuses: dict[str, int]
-    http: dict[str, Any] | None
+    http: HttpDone | None
     resources: dict[str, Resource]
-    check: dict[str, Any]
+    check: SystemCheck
     cut_short: str
     slo: SloVerdict
-    interference: dict[str, Any] | None
+    interference: PointInterference | None
     # knee find's (knee.find.run)
     stopped_early: str
 
@@ -201,6 +402,34 @@ class Answer(TypedDict):
     partial: NotRequired[str]
 
 
+class MeasuredKnee(TypedDict):
+    """knee.models.measured.measured_knee: the load of highest power of a group."""
+
+    x: float
+    point: int
+    target_x: float | None
+    power_per_s2: float
+    power_ci_per_s2: list[float | None]
+    interval_x: list[float]
+    interval_points: list[int]
+    edge: str | None  # "highest", "lowest"
+    excluded_unstable: list[int]
+
+
+class ModelKnee(TypedDict):
+    """knee.models.analyze.model_knee: the knee of one group's primary model."""
+
+    kind: str
+    label: str
+    servers: int
+    servers_source: str | None  # "declared", "estimated", "assumed"
+    x: float
+    interval: list[float] | None
+    capacity_per_s: float
+    capacity_interval_per_s: list[float] | None
+    fits: bool | None
+
+
 class Knee(TypedDict):
     """The knee of one group's curve: the load of highest power (knee.models.measured), or
     the fitted model's (`method`), with its interval and why."""
@@ -209,8 +438,8 @@ class Knee(TypedDict):
     interval_per_s: list[float] | None
     method: str  # "power", "model"
     why: str
-    power: dict[str, Any] | None
-    model: dict[str, Any] | None
+    power: MeasuredKnee | None
+    model: ModelKnee | None
 
 
 class Interference(TypedDict):
@@ -222,19 +451,153 @@ class Interference(TypedDict):
     detail: str
 
 
+class SaturatedThroughput(TypedDict):
+    """knee.analysis.answers.saturated_throughput: OK completions per second while over
+    capacity, pooled, with Garwood's 95% interval."""
+
+    per_s: float
+    ci_per_s: list[float]
+    points: list[int]
+
+
+class Shedding(TypedDict):
+    """knee.resources.shedding.shedding: how the target refused work over its capacity."""
+
+    from_rate_per_s: float
+    failed_share: list[float]  # [lowest, highest] over the points
+    statuses: dict[str, int]  # per HTTP status code
+    shed_share_of_failures: float
+    served_p50_ms: float | None
+    points: list[int | None]
+
+
+class NamedResource(TypedDict):
+    """A ranked resource as knee.resources.bottleneck names it (`_named`): some of its
+    entry's keys (None where the entry has none) and its name among the point's resources."""
+
+    resource: str
+    kind: str | None
+    label: str | None
+    u: float | None
+    u_ci: list[float] | None
+    d_ns: float | None
+    bound_per_s: float | None
+    bound_ci_per_s: list[float | None] | None
+    capacity: float | None
+    capacity_unit: str | None
+    threads: NotRequired[float]  # a CPU with its CPU-bound pool folded in
+
+
+class RankedAt(TypedDict):
+    """The resources of one point in the order of their demand."""
+
+    point: int | None
+    rate_per_s: float
+    ranked: list[str]
+
+
+class GeneratorShare(TypedDict):
+    """knee.resources.bottleneck.generator: the load generator's own share at a point."""
+
+    cpu_percent: float | None
+    cpu_wait_percent: float | None
+    late_send_share: float | None
+    connections_u: float | None
+    all_connections_busy_share: float | None
+
+
+class Bottleneck(TypedDict):
+    """knee.resources.bottleneck.explain: one load curve's bottleneck."""
+
+    at_point: int | None
+    at_rate_per_s: float
+    bottleneck: NamedResource
+    next: NamedResource | None
+    measured_per_s: list[float | None]  # [lo, hi]
+    agreement: str | None  # "agrees", "below", "above", "unclear"
+    bound_ratio: float | None
+    unseen: bool
+    sheds: Shedding | None
+    generator: GeneratorShare
+    per_point: list[RankedAt]
+    doubling_gain: NotRequired[float]
+    sentence: NotRequired[str]  # set last, from the rest
+
+
+class Hold(TypedDict):
+    """A search's holds of one group (knee.find.run): the answer repeated with fresh probes."""
+
+    rate_per_s: float | None
+    answers: list[str]  # "capacity", "slo"
+    probes: list[int]
+    phases: list[str]
+    verdicts: list[str]
+    duration_s: list[float]
+    throughput_per_s: list[float | None]
+
+
+class SearchEnd(TypedDict):
+    """How a search of one group ended (knee.find.run)."""
+
+    stopped: str  # "done", "budget", "generator", ...
+    detail: str
+    probes: int
+    wall_s: float
+    service_s: float | None
+    first_model_per_s: float | None
+
+
 class GroupAnswers(TypedDict, total=False):
     """The answers of one group of a curve's points (knee.analysis.answers.group_answers),
     then what a search adds (knee.find.run)."""
 
     label: str
     capacity: Answer
-    saturated_throughput: dict[str, Any] | None
+    saturated_throughput: SaturatedThroughput | None
     slo_capacity: Answer | None
     knee: Knee | None
     interference: Interference | None
     points: list[int]
-    bottleneck: dict[str, Any] | None  # knee.resources.bottleneck.explain
+    bottleneck: Bottleneck | None
     # knee find's
     model_error: str | None
-    hold: dict[str, Any]
-    search: dict[str, Any]
+    hold: Hold
+    search: SearchEnd
+
+
+class RunAnswers(TypedDict):
+    """summary.json's `find` (knee.find.run.Finder.answers): a search's answers per group."""
+
+    slo: str | None
+    tolerance: float
+    budget_s: float | None
+    elapsed_s: float
+    probe_s: float
+    skipped_series: list[str]
+    error: str | None
+    groups: list[GroupAnswers]
+
+
+class SweepAnswers(TypedDict):
+    """summary.json's `answers` (knee run): a sweep's answers, in the shape of a search's."""
+
+    slo: str | None
+    groups: list[GroupAnswers]
+
+
+class SummaryExtra(TypedDict, total=False):
+    """What a run adds to summary.json besides its points: a search's answers (`find`) or
+    a sweep's (`answers`)."""
+
+    find: RunAnswers
+    answers: SweepAnswers
+
+
+class Summary(SummaryExtra, total=False):
+    """summary.json (knee.runner.local)."""
+
+    experiment: str
+    system: str
+    preset: str | None
+    status: str  # "running", "complete", "failed", "interrupted"
+    points: list[PointStats]

@@ -16,7 +16,7 @@ import numpy as np
 from knee.stats import quantiles
 from knee.stats.distribution import distribution
 from knee.stats.intervals import chi2_ppf
-from knee.stats.summary import Distribution
+from knee.stats.summary import Clustering, Distribution, MadeOf, Top1
 
 #: The slowest 1% are the requests ranked above this quantile.
 TOP_Q = 0.99
@@ -54,7 +54,7 @@ def top1(
     intended_ns: np.ndarray,
     with_dist: Distribution,
     sorted_latency_ns: np.ndarray,
-) -> dict[str, Any]:
+) -> Top1:
     """The top 1% of OK requests by latency (all arrays in send order, one entry per
     request; `with_dist` is the latency distribution of all of them). The top is the
     floor(n/100) slowest requests, those ranked above the p99 order statistic."""
@@ -74,7 +74,7 @@ def top1(
 
 def _made_of(
     latency: np.ndarray, server: np.ndarray, network: np.ndarray, late: np.ndarray, mask: np.ndarray
-) -> dict[str, float | None]:
+) -> MadeOf:
     """Shares of the summed latency spent in the server, in the network/middleware, and
     late at the client (sent after the intended time); they add up to 1."""
     total = float(latency[mask].sum())
@@ -95,7 +95,7 @@ def _made_of(
     }
 
 
-def clustering(top_in_time_order: np.ndarray, intended_ns: np.ndarray) -> dict[str, Any]:
+def clustering(top_in_time_order: np.ndarray, intended_ns: np.ndarray) -> Clustering:
     """Whether the top requests bunch up in time, by two one-sided tests at 1%:
 
     - chi-square over CLUSTER_BINS equal time bins, each bin expected to hold top requests

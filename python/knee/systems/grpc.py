@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from knee.params import Param, Point, RuleError, Sections, from_node, spec_relative
-from knee.systems.base import NodePlan, System, load_config
+from knee.systems.base import NodePlan, System
+from knee.systems.external import check_tls, external_target, topology
 
 #: Each scheme's port when the target gives none; a bare HOST:PORT is h2c (plaintext).
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -105,37 +106,20 @@ def _grpc_rule(s: Sections) -> None:
     if not isinstance(parsed, dict):
         raise RuleError("driver.data", f"expected a JSON object, got {data!r}")
     driver["metadata"] = metadata_pairs(driver["metadata"])
-    https = server["target"] is not None and server["target"].startswith("https://")
-    for key in ("tls_insecure", "tls_ca_file"):
-        if driver[key] and not https:
-            raise RuleError(f"driver.{key}", "is for an https:// server.target")
-    if driver["tls_ca_file"] is not None:
-        ca_file = spec_relative(driver["tls_ca_file"])
-        if not os.path.isfile(ca_file):
-            raise RuleError("driver.tls_ca_file", f"no such file: {driver['tls_ca_file']}")
-        driver["tls_ca_file"] = ca_file
+    check_tls(server, driver, spec_relative)
 
 
 def _topology(point: Point) -> list[NodePlan]:
     server = point.server
-    plans = []
-    if server["go_server"]:
-        go = {"workers": server["go_server_workers"], "sleep_ms": server["go_server_sleep_ms"]}
-        plans.append(NodePlan("server", "serve", {"server": {"go_grpc": go}}))
-        target = "http://{addr:server}"
-    else:
-        target = server["target"]
-    load = load_config(point.load, point.driver, target=target, seed=point.experiment["seed"])
-    return [*plans, NodePlan("load", "load", load, records=True)]
-
-
-def _external_target(point: Point) -> str | None:
-    return point.server["target"]
+    if not server["go_server"]:
+        return topology(point, None)
+    go = {"workers": server["go_server_workers"], "sleep_ms": server["go_server_sleep_ms"]}
+    return topology(point, {"server": {"go_grpc": go}})
 
 
 SYSTEM = System(
     name="grpc",
-    external_target=_external_target,
+    external_target=external_target,
     summary="any gRPC service (h2c, TLS): unary calls built from a .proto and JSON",
     server={
         "target": Param("str", None, "HOST:PORT, http:// (h2c) or https:// of the service"),

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 
 from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
 from knee.params import Param, Point, RuleError, Sections, from_node
-from knee.systems.base import NodePlan, System, load_config
+from knee.systems.base import NodePlan, System
+from knee.systems.external import check_tls, external_target, topology
 
 #: Keys of one [[driver.requests]] entry, and the TOML type each takes.
 _ENTRY_KEYS: dict[str, tuple[type, ...]] = {
@@ -115,42 +116,25 @@ def _http_rule(s: Sections) -> None:
     timing = driver["server_timing"]
     if not all(isinstance(t, str) and t for t in timing):
         raise RuleError("driver.server_timing", f"expected a list of entry names, got {timing!r}")
-    https = server["target"] is not None and server["target"].startswith("https://")
-    for key in ("tls_insecure", "tls_ca_file"):
-        if driver[key] and not https:
-            raise RuleError(f"driver.{key}", "is for an https:// server.target")
-    if driver["tls_ca_file"] is not None:
-        # Relative to where knee runs; the node gets the absolute path.
-        ca_file = os.path.abspath(driver["tls_ca_file"])
-        if not os.path.isfile(ca_file):
-            raise RuleError("driver.tls_ca_file", f"no such file: {driver['tls_ca_file']}")
-        driver["tls_ca_file"] = ca_file
+    # Relative to where knee runs; the node gets the absolute path.
+    check_tls(server, driver, os.path.abspath)
 
 
 def _topology(point: Point) -> list[NodePlan]:
     server = point.server
-    plans = []
-    if server["nginx"]:
-        nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
-        if server["nginx_cpu"] is not None:
-            nginx["cpu"] = server["nginx_cpu"]
-        if server["nginx_http2"]:
-            nginx["http2"] = True
-        plans.append(NodePlan("server", "serve", {"server": {"nginx": nginx}}))
-        target = "http://{addr:server}"
-    else:
-        target = server["target"]
-    load = load_config(point.load, point.driver, target=target, seed=point.experiment["seed"])
-    return [*plans, NodePlan("load", "load", load, records=True)]
-
-
-def _external_target(point: Point) -> str | None:
-    return point.server["target"]
+    if not server["nginx"]:
+        return topology(point, None)
+    nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
+    if server["nginx_cpu"] is not None:
+        nginx["cpu"] = server["nginx_cpu"]
+    if server["nginx_http2"]:
+        nginx["http2"] = True
+    return topology(point, {"server": {"nginx": nginx}})
 
 
 SYSTEM = System(
     name="http",
-    external_target=_external_target,
+    external_target=external_target,
     summary="any HTTP/1.1 or HTTP/2 service (http, https, h2c): Server-Timing split",
     server={
         "target": Param("str", None, "http(s)://HOST:PORT of the service (or nginx = true)"),
