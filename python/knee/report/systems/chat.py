@@ -19,6 +19,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
+from knee.report.types import SeriesModels
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
@@ -59,7 +60,7 @@ SOURCE_MAGIC = (
 )
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
     out = [_failover(rr, point, labels) for point in chat.failover_points(rr.run)]
     if not any(len(rr.point_ok(p, ["point"])) for p in rr.sample_points()):

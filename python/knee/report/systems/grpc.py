@@ -14,6 +14,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Finding, Html, esc, findings, note, table
+from knee.report.types import SeriesModels
 
 TITLE = "gRPC: status codes, failures and connects"
 
@@ -26,7 +27,7 @@ def _reasons(p: analysis.PointGrpc) -> str:
     return ", ".join(f"{name}: {n}" for name, n in sorted(p.reasons.items())) or "none"
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     pts = analysis.points(rr.run)
     intro = Html(
         "<p>Every call is one sample with its gRPC status code: the server's "

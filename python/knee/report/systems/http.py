@@ -17,6 +17,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Finding, Html, esc, findings, note, table
+from knee.report.types import SeriesModels
 
 TITLE = "HTTP: statuses, failures, connects and the Server-Timing split"
 
@@ -63,7 +64,7 @@ def _split(p: analysis.PointHttp) -> str:
     return fmt.pct(p.split_share)
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     pts = analysis.points(rr.run)
     intro = Html(
         "<p>Every request to the HTTP service is one sample: its status code, or why there "

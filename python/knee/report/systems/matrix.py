@@ -26,7 +26,9 @@ from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Finding, Html, esc, findings, plural
 from knee.report.sections.load_curve import plot_axis
-from knee.report.traces import by_x, latency_traces, model_traces
+from knee.report.traces import by_x, latency_traces, model_traces, ok_latency, with_ok_latency
+from knee.report.types import Model, SeriesModels, StatName, points_read
+from knee.stats.summary import PointStats
 
 #: Model predictions are drawn up to this multiple of the largest measured mean.
 MODEL_CAP = 3.0
@@ -40,17 +42,22 @@ def _known(value: Any) -> bool:
 
 
 def _measured(
-    points: list[dict[str, Any]],
+    points: list[PointStats],
     axis: SeriesAxis,
     name: str,
     color: int,
-    percentiles: tuple[str, ...] = (),
+    percentiles: tuple[StatName, ...] = (),
     one_color: bool = False,
 ) -> list[Trace]:
     """The mean of the successful requests and the summary's percentiles (gaps where null)."""
-    ok = [{**p, "latency_ok_ns": analysis.ok_latency(p)} for p in points]
     out = latency_traces(
-        ok, axis, name, color, keys=("mean",), dist="latency_ok_ns", one_color=one_color
+        with_ok_latency(points),
+        axis,
+        name,
+        color,
+        keys=("mean",),
+        dist="latency_ok_ns",
+        one_color=one_color,
     )
     if percentiles:
         start = color if one_color else color + 1
@@ -58,7 +65,7 @@ def _measured(
     return out
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     roles = analysis.roles(rr.run)
     found: list[Finding] = []
     blocks: list[str | Figure] = []
@@ -170,7 +177,7 @@ def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
     return Finding("Rate.", Html(text)), [fig]
 
 
-def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
+def _primary(model: SeriesModels | None) -> Model | None:
     if model is None:
         return None
     return next(
@@ -183,7 +190,7 @@ def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
     )
 
 
-def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
+def _model_sentence(model: SeriesModels | None, top_rate: float) -> str:
     m = _primary(model)
     if m is None:
         return " (No queueing model was fitted to this run.)"
@@ -284,7 +291,7 @@ def _threads(rr: ReportRun, roles: analysis.Roles) -> Part:
     if series is None:
         return None, []
     axis = rr.axes[series]
-    groups = analysis.by_threads(rr.run, series)
+    groups = {t: points_read(v) for t, v in analysis.by_threads(rr.run, series).items()}
     figs: list[Figure] = []
     if axis.key == "target_rate_per_s" and any(len(v) > 1 for v in groups.values()):
         figs.append(_threads_load(rr, series, plot_axis(axis), groups))
@@ -338,7 +345,7 @@ def _threads(rr: ReportRun, roles: analysis.Roles) -> Part:
 
 
 def _threads_load(
-    rr: ReportRun, series: str, axis: SeriesAxis, groups: dict[int, list[dict[str, Any]]]
+    rr: ReportRun, series: str, axis: SeriesAxis, groups: dict[int, list[PointStats]]
 ) -> Figure:
     """Response time vs the achieved rate, a line per thread count, with the models."""
     traces: list[Trace] = []
@@ -348,7 +355,7 @@ def _threads_load(
     markers: list[Marker] = []
     if model is not None:
         pts = rr.points_of(series)
-        worst = max((m for p in pts if _known(m := analysis.ok_mean_ms(p))), default=0.0)
+        worst = max((m for p in pts if (m := _ok_mean_ms(p)) is not None), default=0.0)
         x_max = max(axis.x(p) for p in by_x(pts, axis))
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
@@ -362,12 +369,19 @@ def _threads_load(
     )
 
 
-def _model_capacity(model: dict[str, Any] | None, threads: int) -> float | None:
+def _model_capacity(model: SeriesModels | None, threads: int) -> float | None:
     """The capacity of the model fitted for this thread count (M/M/c or M/M/1)."""
-    for m in (model or {}).get("models") or []:
+    for m in model["models"] if model else []:
         if m.get("servers") == threads and m.get("kind") in ("M/M/c", "M/M/1"):
             return m.get("capacity_per_s")
     return None
+
+
+def _ok_mean_ms(point: PointStats) -> float | None:
+    """Mean latency of a point's successful requests, in ms."""
+    ok = ok_latency(point)
+    mean = ok.get("mean") if ok else None
+    return None if mean is None else float(mean) / 1e6
 
 
 def _threads_finding(rr: ReportRun, rows: pd.DataFrame) -> Finding | None:
@@ -430,7 +444,7 @@ def _resources(rr: ReportRun) -> list[Figure]:
         axis = rr.axes[s]
         if axis.key != "target_rate_per_s":
             continue
-        groups: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[str, list[PointStats]] = {}
         for p in rr.points_of(s):
             groups.setdefault(axis.group(p), []).append(p)
         for group, members in groups.items():

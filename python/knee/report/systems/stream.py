@@ -21,6 +21,7 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.checker import checker_block
+from knee.report.types import SeriesModels
 
 #: Report 000, Table 1: frames/s and bits/s per serial service and for the parallel client.
 SOURCE_TABLE1 = {
@@ -40,7 +41,7 @@ SOURCE_DROPS = {
 PARALLEL = analysis.PARALLEL
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     run = rr.run
     if not rr.points or not _has_samples(rr):
         return [Section("stream", "Stream findings (report 000)", [_note("no samples")])]
