@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-from knee.stats.summary import Distribution, GroupAnswers, PointStats
+from knee.stats.summary import Distribution, GroupAnswers, PointStats, Resource
 
 #: A point's distributions of durations (knee.stats.summary.PointStats' Distribution keys).
 DistName = Literal[
@@ -187,20 +187,12 @@ class FindDoc(TypedDict, total=False):
 # ------------------------------------------------------------------ a bottleneck
 
 
-class NamedResource(TypedDict, total=False):
-    """A ranked resource as knee.resources.bottleneck names it (`_named`)."""
+class NamedResource(Resource, total=False):
+    """A ranked resource as knee.resources.bottleneck names it (`_named`): some of its
+    entry's keys (kind, label, u, u_ci, d_ns, bound_per_s, bound_ci_per_s, capacity,
+    capacity_unit, threads), and its name among the point's resources."""
 
     resource: str
-    kind: str
-    label: str
-    u: float | None
-    u_ci: list[float] | None
-    d_ns: float | None
-    bound_per_s: float | None
-    bound_ci_per_s: list[float | None] | None
-    capacity: float | None
-    capacity_unit: str | None
-    threads: float
 
 
 class RankedAt(TypedDict):
@@ -286,3 +278,21 @@ Top1 = TypedDict(
 )
 Top1.__doc__ = """knee.stats.tail.top1: a point's slowest 1% of OK requests against the rest
 (summary.json's points[].top1)."""
+
+
+# ------------------------------------------------------------------ http
+
+
+class HttpDone(TypedDict, total=False):
+    """A point's `http` in summary.json (knee.analysis.http.done_fields): the generators'
+    `done` fields, the counters summed."""
+
+    protocol: str  # "h2", "http/1.1", "mixed"
+    server_max_streams: int | None
+    max_streams_in_use: int
+    connections_opened: int | None
+    connect_failures: int | None
+    streams_limit_total: int | None
+    goaways: int | None
+    resets_received: int | None
+    refused_resent: int | None

@@ -9,6 +9,7 @@ found.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from knee.report.types import SeriesModels
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
 #: Event kinds marked on the failover timeline, with their colours.
+#: The tail statistics drawn against the mean: (column, name).
+TAILS = (("max_ms", "max"), ("p99_ms", "p99"))
 PASS_FAIL_BG = {True: "#e3f5e1", False: "#fbdcdc"}
 EVENT_COLORS = {
     "kill": "#d62728",
@@ -306,38 +309,32 @@ def _by_clients(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
 
 def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     area = chat.latency_area(rr.run).dropna(subset=["mean_ms"])
-    ranks = area["rank"].tolist()
-    hover = _names(area)
-    figs = []
-    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
-        a = chat.area_summary(area, key)
-        (lowest, highest), worst = a["ratio"], a["widest"]
-        figs.append(
-            Figure(
-                f"chat-area-{name}",
-                f"mean and {name} latency, configurations sorted by mean",
-                Axis("configuration (rank by mean latency)"),
-                Axis("latency (ms)", "log"),
-                [
-                    Trace(
-                        "band",
-                        f"mean to {name}",
-                        ranks,
-                        lo=area["mean_ms"].tolist(),
-                        hi=area[key].tolist(),
-                        color=1,
-                        legend=False,
-                    ),
-                    Trace("line", name, ranks, area[key].tolist(), color=1, hover=hover),
-                    Trace("line", "mean", ranks, area["mean_ms"].tolist(), color=0, hover=hover),
-                ],
-                caption=f"{SOURCE_AREA} This run: the {name} is {lowest:.3g}x to "
-                f"{highest:.3g}x the mean; the widest gap is at {hover[worst]} "
-                f"({fmt.num(area[key].iloc[worst])} ms against a mean of "
-                f"{fmt.num(area['mean_ms'].iloc[worst])} ms).",
-            )
-        )
-    return figs
+    return [_area_figure(area, key, name) for key, name in TAILS]
+
+
+def _area_figure(area: pd.DataFrame, key: str, name: str) -> Figure:
+    """The mean and one tail statistic of every configuration, sorted by the mean."""
+    ranks, hover = area["rank"].tolist(), _names(area)
+    a = chat.area_summary(area, key)
+    (lowest, highest), worst = a["ratio"], a["widest"]
+    mean, tail = area["mean_ms"], area[key]
+    band = Trace(
+        "band", f"mean to {name}", ranks, lo=mean.tolist(), hi=tail.tolist(), color=1, legend=False
+    )
+    return Figure(
+        f"chat-area-{name}",
+        f"mean and {name} latency, configurations sorted by mean",
+        Axis("configuration (rank by mean latency)"),
+        Axis("latency (ms)", "log"),
+        [
+            band,
+            Trace("line", name, ranks, tail.tolist(), color=1, hover=hover),
+            Trace("line", "mean", ranks, mean.tolist(), color=0, hover=hover),
+        ],
+        caption=f"{SOURCE_AREA} This run: the {name} is {lowest:.3g}x to {highest:.3g}x the "
+        f"mean; the widest gap is at {hover[worst]} ({fmt.num(tail.iloc[worst])} ms against a "
+        f"mean of {fmt.num(mean.iloc[worst])} ms).",
+    )
 
 
 def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
@@ -391,7 +388,7 @@ def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     sc = chat.reply_rate_scatter(rr.run).dropna(subset=["throughput_per_s"])
     names = dict(zip(cfg["point"], _names(cfg), strict=True))
     figs = []
-    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
+    for key, name in TAILS:
         traces = []
         for i, (reply, part) in enumerate(sc.groupby("reply_bytes")):
             traces.append(
@@ -430,28 +427,18 @@ def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     for i, (think, part) in enumerate(lt.groupby("think_ms")):
         hover = _names(part)
         x = part["throughput_per_s"].tolist()
-        traces.append(
-            Trace(
-                "points",
-                f"{think:g} ms pause: mean",
-                x,
-                part["mean_ms"].tolist(),
-                color=i,
-                hover=hover,
-            )
+        mean = Trace(
+            "points", f"{think:g} ms pause: mean", x, part["mean_ms"].tolist(), color=i, hover=hover
         )
-        traces.append(
-            Trace(
-                "points",
-                f"{think:g} ms pause: p99",
-                x,
-                part["p99_ms"].tolist(),
-                color=i,
-                symbol="diamond-open",
-                hidden=True,
-                hover=hover,
-            )
+        # The p99 as the mean's points, in hollow diamonds, one legend click away.
+        p99 = replace(
+            mean,
+            name=f"{think:g} ms pause: p99",
+            y=part["p99_ms"].tolist(),
+            symbol="diamond-open",
+            hidden=True,
         )
+        traces += [mean, p99]
     best = chat.highest_throughput(lt)
     return [
         Figure(

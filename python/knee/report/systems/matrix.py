@@ -15,6 +15,7 @@ counting as slower than any success, null where a percentile lands on a failure)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -39,6 +40,27 @@ Part = tuple[Finding | None, list[Figure]]
 def _known(value: Any) -> bool:
     """A number, not NaN (what the analysis' tables hold for a missing value)."""
     return isinstance(value, int | float) and not math.isnan(value)
+
+
+def _time_figure(
+    key: str,
+    title: str,
+    axes: tuple[str, str],
+    traces: list[Trace],
+    markers: Sequence[Marker] = (),
+    caption: str = "",
+) -> Figure:
+    """A figure of times (y) against `axes[0]`: "matrix-<key>"."""
+    x_title, y_title = axes
+    return Figure(
+        f"matrix-{key}",
+        title,
+        Axis(x_title),
+        Axis(y_title, kind="time"),
+        traces,
+        list(markers),
+        caption=caption,
+    )
 
 
 def _measured(
@@ -101,11 +123,10 @@ def _difficulty(rr: ReportRun, roles: analysis.Roles) -> Part:
     traces += latency_traces(
         pts, axis, "network + middleware", 2, keys=("mean",), dist="network_ns"
     )
-    fig = Figure(
-        "matrix-difficulty",
+    fig = _time_figure(
+        "difficulty",
         "response time vs difficulty P, split into compute and network",
-        Axis("P"),
-        Axis("mean time", kind="time"),
+        ("P", "mean time"),
         traces,
         caption="One request at a time (closed loop, one client, no think time).",
     )
@@ -140,12 +161,11 @@ def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
         x_max = max(axis.x(p) for p in pts)
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
-    fig = Figure(
-        "matrix-load",
+    fig = _time_figure(
+        "load",
         "one thread: response time vs Poisson rate, with the fitted queueing model and the "
         "report's M/M/1",
-        Axis("achieved arrival rate (requests/s)"),
-        Axis("latency", kind="time"),
+        ("achieved arrival rate (requests/s)", "latency"),
         traces,
         markers,
         caption="Measured mean (successful requests), p50 and p99 (every request, a failure "
@@ -236,11 +256,10 @@ def _cache(rr: ReportRun, roles: analysis.Roles) -> Part:
     for i, s in enumerate(names):
         label = f"{s} (cache {rr.setting(rr.points_of(s)[0], 'server.cache') or 'off'})"
         traces += _measured(rr.points_of(s), rr.axes[s], label, i, ("p99",), one_color=True)
-    fig = Figure(
-        "matrix-cache",
+    fig = _time_figure(
+        "cache",
         "response time vs rate, without and with the result cache",
-        Axis("offered load (requests/s)"),
-        Axis("latency", kind="time"),
+        ("offered load (requests/s)", "latency"),
         traces,
         caption="Solid: mean of the successful requests; dashed: p99 over every request (a gap "
         "where it is a failure); shaded: 95% intervals.",
@@ -359,11 +378,10 @@ def _threads_load(
         x_max = max(axis.x(p) for p in by_x(pts, axis))
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
-    return Figure(
-        "matrix-threads-load",
+    return _time_figure(
+        "threads-load",
         "response time vs rate per thread count, with the M/M/c predictions",
-        Axis("achieved arrival rate (requests/s)"),
-        Axis("mean latency", kind="time"),
+        ("achieved arrival rate (requests/s)", "mean latency"),
         traces,
         markers,
     )
