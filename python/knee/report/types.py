@@ -7,7 +7,7 @@ key and drop none. A point's statistics and a group's answers are knee.stats.sum
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from knee.stats.summary import Distribution, GroupAnswers, PointStats, Resource
 
@@ -296,3 +296,76 @@ class HttpDone(TypedDict, total=False):
     goaways: int | None
     resets_received: int | None
     refused_resent: int | None
+
+
+# ------------------------------------------------------------------ chat's checker
+
+
+class Unavailability(TypedDict):
+    """knee.analysis.chat_checker.distribution: the gaps from each replica failure to the
+    next successful reply (the percentiles only when one followed)."""
+
+    count: int
+    unanswered: int
+    p50_ms: NotRequired[float]
+    p90_ms: NotRequired[float]
+    max_ms: NotRequired[float]
+
+
+class ChatCheck(TypedDict):
+    """A chat point's `check` (knee.analysis.chat_checker.check_point) that read the
+    database: the integrity counts beside the failures and the unavailability."""
+
+    name: str
+    database: str  # "postgres", "sqlite"
+    failures: dict[str, int]  # per kind of failure (kill, stop, freeze)
+    unavailability: Unavailability
+    unavailability_each_ms: list[float | None]
+    acknowledged_writes: int
+    applied_writes: int
+    lost: int
+    applied_twice: int
+    verdict: str  # "PASS", "FAIL"
+    detail: str
+
+
+# ------------------------------------------------------------------ what ran (env.json, spec)
+
+
+class Limits(TypedDict, total=False):
+    """A host's or a node's resource limits (knee.hosts: Limits.as_dict)."""
+
+    cpu_cores: float | None
+    cpuset: str | None
+    memory_bytes: int | None
+
+
+class HostEnv(TypedDict, total=False):
+    """One host of env.json's `hosts` (knee.hosts: a host's describe()): the keys the
+    report reads."""
+
+    name: str
+    kind: str  # "local", "netns", "docker", "ssh"
+    address: str | None
+    limits: Limits
+    rate_mbit: float | None
+    loss_percent: float | None
+    delay_ms: float | None
+    clock_offset_ns: float | None
+    clock_uncertainty_ns: float | None
+
+
+class HostsEnv(TypedDict, total=False):
+    """env.json's `hosts` (knee.hosts.Hosts.describe)."""
+
+    run_id: str
+    hosts: list[HostEnv]
+    placement: dict[str, str]  # node group -> host
+    node_limits: dict[str, Limits]  # node group -> its own limits
+
+
+class SeriesSpec(TypedDict, total=False):
+    """One `[series.<name>]` of a spec: the keys the report reads."""
+
+    description: str
+    placement: dict[str, str]

@@ -10,7 +10,7 @@ found.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
-from knee.report.types import SeriesModels
+from knee.report.types import ChatCheck, SeriesModels
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
@@ -98,11 +98,11 @@ def _verdict_row(name: str, value: str, good: bool | None) -> str:
 # ------------------------------------------------------------------ failover
 
 
-def _check(rr: ReportRun, point: int) -> dict[str, Any] | None:
+def _check(rr: ReportRun, point: int) -> ChatCheck | None:
     """The checker's verdict on the point (summary.json: knee.analysis.chat_checker), when
     it read the database."""
     check = next((p.get("check") for p in rr.points if p.get("point") == point), None)
-    return check if check and "lost" in check else None
+    return cast(ChatCheck, check) if check and "lost" in check else None
 
 
 def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
@@ -171,7 +171,7 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
     return Section(f"chat-failover-p{point}", title, [verdict, table, text, fig])
 
 
-def _cycle_rows(check: dict[str, Any]) -> list[str]:
+def _cycle_rows(check: ChatCheck) -> list[str]:
     """The failures of the point and the unavailability after each (the checker's
     distribution: from each kill, stop or freeze to the first successful reply after it)."""
     failures = ", ".join(f"{n} {kind}" for kind, n in check["failures"].items() if n) or "none"
