@@ -131,7 +131,8 @@ def generator_limited(group: GroupAnswers) -> bool:
 
 def stopped_of(group: GroupAnswers) -> str | None:
     """Why the group's search ended (None for a sweep)."""
-    return (group.get("search") or {}).get("stopped")
+    search = group.get("search")
+    return search.get("stopped") if search else None
 
 
 def verdict(group: GroupAnswers, slo: str | None) -> str:
@@ -165,10 +166,10 @@ def search_line(group: GroupAnswers) -> str:
         f"The search ran {s.get('probes')} probes in {fmt.num(s.get('wall_s'))} s "
         f"and stopped: {why}"
     )
-    hold = group.get("hold") or {}
-    if hold.get("probes"):
+    hold = group.get("hold")
+    if hold and (probes := hold.get("probes")):
         verdicts = ", ".join(hold.get("verdicts") or [])
-        text += f"; the answer was held with {len(hold['probes'])} longer probe(s) ({verdicts})"
+        text += f"; the answer was held with {len(probes)} longer probe(s) ({verdicts})"
     return text + "."
 
 

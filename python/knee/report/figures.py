@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from knee.report import plotly_spec as plotly
+from knee.report import plotly_json as plotly
 from knee.report.kit import axes as kit_axes
 from knee.report.kit.figure import (
     LOGIT_TICKS,

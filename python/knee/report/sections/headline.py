@@ -75,7 +75,8 @@ def model_note(group: GroupAnswers) -> str:
 
 def generator_note(group: GroupAnswers) -> str:
     cap = group.get("capacity")
-    detail = (group.get("search") or {}).get("detail") or (cap.get("detail", "") if cap else "")
+    search = group.get("search")
+    detail = (search.get("detail") if search else None) or (cap.get("detail", "") if cap else "")
     return (
         "The load generator was the limit, not the target: the rates above were not offered "
         "as asked, so this is not the target's capacity. Give the generator more "

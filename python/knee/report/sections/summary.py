@@ -102,7 +102,7 @@ def _main_table(points: list[PointStats]) -> Html:
         lat = _with_ok_mean(p)
         checks = _checks_by_name(p)
         stability = p.get("stability")
-        drain = (p.get("drain") or {}).get("replies")
+        drain = d.get("replies") if (d := p.get("drain")) else None
         bytes_per_s = p.get("throughput_bytes_per_s")
         if bytes_per_s is None and "bytes_in_per_s" in p:
             bytes_per_s = (p.get("bytes_in_per_s") or 0) + (p.get("bytes_out_per_s") or 0)

@@ -128,7 +128,7 @@ def _generators(rr: ReportRun) -> str:
     rows = []
     for p in rr.points:
         for g in p.get("generators") or []:
-            check = g.get("sender") or {}
+            check = g.get("sender")
             rows.append(
                 Row(
                     [
@@ -138,7 +138,10 @@ def _generators(rr: ReportRun) -> str:
                         g.get("achieved_rate_per_s"),
                         g.get("late_sends"),
                         g.get("late_send_share"),
-                        verdict(check.get("verdict"), check.get("detail", "")),
+                        verdict(
+                            check.get("verdict") if check else None,
+                            check.get("detail", "") if check else "",
+                        ),
                     ]
                 )
             )
