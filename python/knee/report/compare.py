@@ -78,10 +78,14 @@ def mean_diff(pa: PointStats, pb: PointStats) -> Diff:
     """Difference of the mean latencies of successful requests."""
     la, lb = ok_latency(pa), ok_latency(pb)
     a, b = (la.get("mean") if la else None), (lb.get("mean") if lb else None)
-    ca, cb = (la["ci"].get("mean") if la else None), (lb["ci"].get("mean") if lb else None)
-    if a is None or b is None or not ca or not cb or None in ca or None in cb:
+    ca = (la.get("ci") or {}).get("mean") if la else None
+    cb = (lb.get("ci") or {}).get("mean") if lb else None
+    if a is None or b is None or not ca or not cb:
         return Diff(a, b, None, None)
-    half = math.hypot((ca[1] - ca[0]) / 2, (cb[1] - cb[0]) / 2)
+    (a_lo, a_hi), (b_lo, b_hi) = ca, cb
+    if a_lo is None or a_hi is None or b_lo is None or b_hi is None:
+        return Diff(a, b, None, None)
+    half = math.hypot((a_hi - a_lo) / 2, (b_hi - b_lo) / 2)
     return Diff(a, b, b - a - half, b - a + half)
 
 

@@ -3,6 +3,7 @@ the checks' details and the per-operation / per-service breakdowns."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from knee.report import fmt
@@ -66,7 +67,7 @@ def _dist_cell(dist: Distribution | None, key: StatName) -> Cell | str:
     return Cell(lines(f"{fmt.ms(value)}{star}", ci), tip=tip)
 
 
-def _statuses(rates: dict[str, float | None]) -> Html:
+def _statuses(rates: Mapping[str, float | None]) -> Html:
     """ok's rate, and each other status that happened (every name in STATUS_NAMES)."""
     others = [f"{s} {fmt.pct(rates.get(s))}" for s in STATUS_NAMES if s != "ok" and rates.get(s)]
     return lines(f"ok {fmt.pct(rates.get('ok'))}", *others)
