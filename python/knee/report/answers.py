@@ -18,7 +18,7 @@ from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
-from knee.report.types import Bottleneck, RunAnswersDoc
+from knee.report.types import Bottleneck, RunAnswersDoc, bottleneck_read
 from knee.resources.bottleneck import explain
 from knee.stats.summary import Answer, GroupAnswers, Knee, PointStats
 
@@ -196,15 +196,17 @@ def bottleneck(group: GroupAnswers, points: list[PointStats]) -> Bottleneck | No
     """The group's bottleneck (knee.resources.bottleneck.explain) as summary.json has it, or
     computed from its points for a search written before the answers named one."""
     if "bottleneck" in group:
-        return cast(Bottleneck | None, group["bottleneck"])
-    found = explain(points, group.get("capacity"), group.get("saturated_throughput"))
-    return cast(Bottleneck | None, found)
+        return bottleneck_read(group["bottleneck"])
+    return bottleneck_read(
+        explain(points, group.get("capacity"), group.get("saturated_throughput"))
+    )
 
 
 def set_by(bn: Bottleneck) -> Html:
     """The bottleneck's "set by ..." sentence as a line ("Capacity set by ..."), the
     resource's label in bold."""
-    label = (bn.get("bottleneck") or {}).get("label")
+    top = bn.get("bottleneck")
+    label = top.get("label") if top else None
     return Html(f"Capacity {emphasized(str(bn.get('sentence') or ''), label)}.")
 
 

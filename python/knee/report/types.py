@@ -242,6 +242,12 @@ class Bottleneck(TypedDict, total=False):
     sentence: str
 
 
+def bottleneck_read(raw: Any) -> Bottleneck | None:
+    """A bottleneck as knee.resources.bottleneck.explain builds it (summary.json's, or
+    computed at report time)."""
+    return raw
+
+
 # ------------------------------------------------------------------ the slowest 1%
 
 

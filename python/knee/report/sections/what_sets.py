@@ -105,8 +105,8 @@ def group_blocks(
 ) -> list[str | Figure]:
     """A load curve: its bottleneck in a sentence, U against the offered rate, the bound
     against the throughput, the table."""
-    top = bn.get("bottleneck") or {}
-    first = top.get("resource")
+    top = bn.get("bottleneck")
+    first = top.get("resource") if top else None
     cols = [
         Column(p, _rate(p), f"{fmt.num(_rate(p))}/s")
         for p in sorted(points, key=lambda p: (_rate(p), p.get("point") or 0))
@@ -142,13 +142,14 @@ def _distinct_titles(cols: list[Column]) -> None:
 
 
 def unseen_note(bn: Bottleneck, points: list[PointStats]) -> str:
-    top = bn.get("bottleneck") or {}
+    top = bn.get("bottleneck")
+    bound = top.get("bound_per_s") if top else None
     hi = (bn.get("measured_per_s") or [None, None])[1]
     ratio = bn.get("bound_ratio")
     times = f", {fmt.num(ratio, 2)} times the measured capacity" if ratio else ""
     text = (
         f"Why the run cannot see it: at its demand D, the busiest resource measured would "
-        f"allow {answers.rate(top.get('bound_per_s'))}{times} (whose bracket ends at "
+        f"allow {answers.rate(bound)}{times} (whose bracket ends at "
         f"{answers.rate(hi)}), so "
         "something this run does not measure stops the throughput first: a lock, the "
         "kernel's accept queue, a remote dependency, or a resource of a machine knee does "
@@ -265,8 +266,8 @@ def bound_figure(fig_id: str, group: GroupAnswers, cols: list[Column], bn: Bottl
     m_lo, m_hi = (list(bn.get("measured_per_s") or []) + [None, None])[:2]
     done = [float(v) for c in cols if (v := c.point.get("completion_rate_per_s")) is not None]
     limit = OFF_CHART * max([*done, *(v for v in (m_lo, m_hi) if v is not None), 0.0])
-    top, nxt = bn.get("bottleneck") or {}, bn.get("next") or {}
-    if (b := top.get("bound_per_s")) is not None:
+    top, nxt = bn.get("bottleneck"), bn.get("next")
+    if top and (b := top.get("bound_per_s")) is not None:
         lo, hi = (list(top.get("bound_ci_per_s") or []) + [None, None])[:2]
         if lo is not None and hi is not None:
             band = _level_band("bound's interval", ends, lo, hi, BOTTLENECK_COLOR)
@@ -284,7 +285,7 @@ def bound_figure(fig_id: str, group: GroupAnswers, cols: list[Column], bn: Bottl
                 hidden=b > limit,
             )
         )
-    if (b2 := nxt.get("bound_per_s")) is not None:
+    if nxt and (b2 := nxt.get("bound_per_s")) is not None:
         traces.append(
             Trace(
                 "line",
