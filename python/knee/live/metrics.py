@@ -12,12 +12,14 @@ add up, percentiles do not.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Literal
+
+from knee.live.types import MetricsData, NodeCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: Each counter per node: (name, help, the node's key in LiveState.metric_nodes())
-_COUNTERS = (
+_COUNTERS: tuple[tuple[str, str, Literal["sent", "completed", "late", "held"]], ...] = (
     ("knee_requests_sent_total", "requests written to the wire", "sent"),
     ("knee_requests_completed_total", "requests over (ok or failed)", "completed"),
     ("knee_sends_late_total", "sends further than load.late_ms behind their intended time", "late"),
@@ -30,7 +32,11 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(labels: dict[str, Any]) -> str:
+#: A sample's labels: names and values.
+Labels = dict[str, str | int]
+
+
+def _labels(labels: Labels) -> str:
     return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
 
 
@@ -44,11 +50,11 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def exposition(data: dict[str, Any]) -> str:
+def exposition(data: MetricsData) -> str:
     """The text of /metrics from LiveState.metric_nodes()'s data."""
     lines: list[str] = []
     experiment = data["experiment"]
-    nodes = [
+    nodes: list[tuple[Labels, NodeCounters]] = [
         ({"experiment": experiment, "point": p["point"], "series": p["series"]}, n)
         for p in data["points"]
         for n in p["nodes"]
@@ -86,7 +92,7 @@ def exposition(data: dict[str, Any]) -> str:
     name = "knee_backlog_requests"
     family(name, "gauge", "requests in flight plus sends due by the schedule and not yet made")
     for p in data["points"]:
-        point = {"experiment": experiment, "point": p["point"], "series": p["series"]}
+        point: Labels = {"experiment": experiment, "point": p["point"], "series": p["series"]}
         lines.append(f"{name}{_labels(point)} {_number(p['backlog'])}")
     name = "knee_resource_utilization"
     family(name, "gauge", "U of each resource over the last second (busy / capacity)")

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from knee.live.server import LiveServer
 from knee.live.state import LiveState
+from knee.live.types import MonitorRow, ProgressLine
+from knee.report.types import FindDoc
 from knee.stats.summary import PointStats
 
 log = logging.getLogger(__name__)
@@ -88,11 +90,11 @@ class Live:
         self.state.point_started(point, expected_requests)
 
     @_guarded
-    def node_lines(self, lines: dict[str, dict[str, Any]]) -> None:
+    def node_lines(self, lines: dict[str, ProgressLine]) -> None:
         self.state.node_lines(lines)
 
     @_guarded
-    def sampled(self, rows: list[dict[str, Any]]) -> None:
+    def sampled(self, rows: list[MonitorRow]) -> None:
         self.state.sampled(rows)
 
     @_guarded
@@ -100,7 +102,7 @@ class Live:
         self.state.point_finished(point, stats)
 
     @_guarded
-    def search(self, doc: dict[str, Any]) -> None:
+    def search(self, doc: FindDoc) -> None:
         self.state.search(doc)
 
     @_guarded

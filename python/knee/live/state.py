@@ -22,10 +22,25 @@ from typing import Any
 import numpy as np
 
 from knee.live.samples import BUCKETS_S, Tail, failure_names, has_held
+from knee.live.types import (
+    CurrentPoint,
+    GroupShown,
+    MetricPoint,
+    MetricsData,
+    MonitorRow,
+    NodeCounters,
+    PointDone,
+    ProgressLine,
+    RateShown,
+    SearchShown,
+    Second,
+    Snapshot,
+)
 from knee.monitor import HOST_ROLE
+from knee.report.types import FindDoc
 from knee.resources.usage import LINK_ROLE, machine_cores
 from knee.runner.display import warnings_of
-from knee.stats.summary import PointStats
+from knee.stats.summary import Answer, GroupAnswers, PointStats
 
 #: Seconds of per-second history kept for the running point and for the resources (ten
 #: minutes: a long point's start scrolls off).
@@ -50,7 +65,7 @@ class NodeLive:
 
     name: str
     tail: Tail
-    line: dict[str, Any] = field(default_factory=dict)
+    line: ProgressLine = field(default_factory=lambda: ProgressLine())
     due: float = 0.0  # sends the schedule's mean rate says were due by the line's t_s
     last_t_s: float = 0.0
 
@@ -65,7 +80,7 @@ class NodeLive:
         slack = 3.0 * math.sqrt(self.due) if schedule == "poisson" else 1.0
         return max(0, math.floor(self.due - slack) - sent)
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> NodeCounters:
         """What /metrics says of this node: the samples' counts (the progress line's `sent`
         when it is ahead: a request in flight has no record yet)."""
         t = self.tail
@@ -93,7 +108,7 @@ class PointLive:
     expected_requests: int | None
     started: float  # time.monotonic()
     nodes: dict[str, NodeLive] = field(default_factory=dict)
-    seconds: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_S))
+    seconds: deque[Second] = field(default_factory=lambda: deque(maxlen=HISTORY_S))
     backlog: int = 0
 
 
@@ -118,10 +133,10 @@ class LiveState:
         self.report: str | None = None
         self.n_points = 0
         self.current: PointLive | None = None
-        self.points: deque[dict[str, Any]] = deque(maxlen=MAX_POINTS)
-        self.ended: deque[dict[str, Any]] = deque(maxlen=METRICS_POINTS)  # /metrics' past
+        self.points: deque[PointDone] = deque(maxlen=MAX_POINTS)
+        self.ended: deque[MetricPoint] = deque(maxlen=METRICS_POINTS)  # /metrics' past
         self.resources: dict[str, deque[tuple[float, float]]] = {}
-        self.search_doc: dict[str, Any] | None = None
+        self.search_doc: SearchShown | None = None
         self._reasons = failure_names(system)
         self._held = has_held(system)
         self._cores = machine_cores()
@@ -151,7 +166,7 @@ class LiveState:
             self._late_ns = NEVER_LATE_NS if late_ms is None else int(float(late_ms) * 1e6)
             self.version += 1
 
-    def node_lines(self, lines: dict[str, dict[str, Any]]) -> None:
+    def node_lines(self, lines: dict[str, ProgressLine]) -> None:
         """Each recorder's newest progress line (about one a second each): its samples
         file is read up to what it flushed before the line."""
         point = self.current
@@ -183,7 +198,7 @@ class LiveState:
         p50 = p99 = None
         if len(latencies):
             p50, p99 = np.quantile(latencies, [0.5, 0.99], method="inverted_cdf").tolist()
-        row = {
+        row: Second = {
             "t_s": time.monotonic() - point.started,
             "sent_per_s": sum(float(ln.get("sent_rate_per_s") or 0) for ln in lines),
             "done_per_s": sum(float(ln.get("rate_per_s") or 0) for ln in lines),
@@ -201,7 +216,7 @@ class LiveState:
         else:
             point.seconds.append(row)
 
-    def sampled(self, rows: list[dict[str, Any]]) -> None:
+    def sampled(self, rows: list[MonitorRow]) -> None:
         """The monitor's rows of one interval: each node's, the target's and the machine's
         CPU as U (busy cores over the cores it may use)."""
         with self._lock:
@@ -228,7 +243,7 @@ class LiveState:
                 ring.append((float(row.get("t_s") or 0.0), u))
             self.version += 1
 
-    def _link(self, row: dict[str, Any]) -> tuple[str, float] | None:
+    def _link(self, row: MonitorRow) -> tuple[str, float] | None:
         """An emulated host's link: the busier direction's bytes since its last row over
         the link's rate (None: its first row, or a link of no known rate)."""
         name = str(row.get("node"))
@@ -248,7 +263,7 @@ class LiveState:
                 for node in current.nodes.values():  # the records flushed at the end
                     node.tail.drain()
         latency = stats.get("latency_ns")
-        done = {
+        done: PointDone = {
             "index": point.index,
             "label": point.label,
             "series": point.series,
@@ -267,11 +282,11 @@ class LiveState:
             self.current = None
             self.version += 1
 
-    def search(self, doc: dict[str, Any]) -> None:
+    def search(self, doc: FindDoc) -> None:
         """`knee find`'s path and answers as find.json has them now."""
         probes = (doc.get("probes") or [])[-MAX_PROBES:]
-        answers = doc.get("answers") or {}
-        kept = {
+        answers = doc.get("answers", {})
+        kept: SearchShown = {
             "status": doc.get("status"),
             "probes": [
                 {
@@ -279,8 +294,8 @@ class LiveState:
                     "group": p.get("group"),
                     "rate_per_s": p.get("rate_per_s"),
                     "phase": p.get("phase"),
-                    "verdict": (p.get("decision") or {}).get("capacity"),
-                    "slo": (p.get("decision") or {}).get("slo"),
+                    "verdict": p.get("decision", {}).get("capacity"),
+                    "slo": p.get("decision", {}).get("slo"),
                     "brackets": p.get("brackets") or {},
                 }
                 for p in probes
@@ -304,10 +319,10 @@ class LiveState:
 
     # ---------------------------------------------------------------- the server's reads
 
-    def snapshot(self) -> tuple[int, dict[str, Any]]:
+    def snapshot(self) -> tuple[int, Snapshot]:
         """(version, the page's state as JSON-ready data), copied under the lock."""
         with self._lock:
-            current = None
+            current: CurrentPoint | None = None
             if (p := self.current) is not None:
                 nodes = [n.counters() for n in p.nodes.values()]
                 failures: dict[str, int] = {}
@@ -331,7 +346,7 @@ class LiveState:
             latest = {name: ring[-1][1] for name, ring in self.resources.items() if ring}
             if latest:
                 busiest = max(latest, key=lambda k: latest[k])
-            doc = {
+            doc: Snapshot = {
                 "experiment": self.experiment,
                 "system": self.system,
                 "kind": self.kind,
@@ -351,7 +366,7 @@ class LiveState:
             }
             return self.version, doc
 
-    def metric_nodes(self) -> tuple[int, dict[str, Any]]:
+    def metric_nodes(self) -> tuple[int, MetricsData]:
         """(version, what /metrics exposes): every node of the running point and of the
         last METRICS_POINTS ended ones, the running point's backlog and each resource's
         latest U."""
@@ -368,7 +383,7 @@ class LiveState:
             }
 
     @staticmethod
-    def _metric_point(p: PointLive) -> dict[str, Any]:
+    def _metric_point(p: PointLive) -> MetricPoint:
         return {
             "point": p.index,
             "series": p.series,
@@ -384,10 +399,11 @@ def _ms(ns: Any) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-def _answer(group: dict[str, Any]) -> dict[str, Any]:
-    """One group's answers as the page shows them: each rate, its interval and state."""
+def _answer(group: GroupAnswers) -> GroupShown:
+    """One group's answers as the page shows them: each rate, its interval and state (a
+    knee has none)."""
 
-    def one(a: dict[str, Any] | None) -> dict[str, Any] | None:
+    def one(a: Answer | None) -> RateShown | None:
         if not a:
             return None
         return {
@@ -396,9 +412,16 @@ def _answer(group: dict[str, Any]) -> dict[str, Any]:
             "state": a.get("state"),
         }
 
+    knee = group.get("knee")
     return {
         "label": group.get("label"),
         "capacity": one(group.get("capacity")),
         "slo_capacity": one(group.get("slo_capacity")),
-        "knee": one(group.get("knee")),
+        "knee": {
+            "rate_per_s": knee.get("rate_per_s"),
+            "interval_per_s": knee.get("interval_per_s"),
+            "state": None,
+        }
+        if knee
+        else None,
     }

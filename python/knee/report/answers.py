@@ -18,8 +18,9 @@ from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
+from knee.report.types import Bottleneck, RunAnswersDoc, bottleneck_read
 from knee.resources.bottleneck import explain
-from knee.stats.summary import PointStats
+from knee.stats.summary import Answer, GroupAnswers, Knee, PointStats
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {
@@ -43,8 +44,8 @@ KNEE_METHODS = {"power": "Kleinrock's power, measured", "model": "the fitted mod
 class RunAnswers:
     kind: str  # "search" or "sweep"
     slo: str | None
-    groups: list[dict[str, Any]]
-    find: dict[str, Any] | None  # summary.json's `find` for a search
+    groups: list[GroupAnswers]
+    find: RunAnswersDoc | None  # summary.json's `find` for a search
 
 
 def of(rr: ReportRun) -> RunAnswers | None:
@@ -53,11 +54,12 @@ def of(rr: ReportRun) -> RunAnswers | None:
         return RunAnswers("search", rr.find.get("slo"), list(rr.find.get("groups") or []), rr.find)
     written = rr.run.summary.get("answers")
     if isinstance(written, dict):  # a sweep's, written by `knee run`
-        groups = list(written.get("groups") or [])
-        return RunAnswers("sweep", written.get("slo"), groups, None) if groups else None
+        doc = cast(RunAnswersDoc, written)
+        groups = list(doc.get("groups") or [])
+        return RunAnswers("sweep", doc.get("slo"), groups, None) if groups else None
     # A run written before `answers` was: its points as summary.json holds them.
-    found = from_points(cast(list[PointStats], rr.points), rr.slo)
-    return RunAnswers("sweep", rr.slo, [dict(g) for g in found], None) if found else None
+    found = from_points(rr.points, rr.slo)
+    return RunAnswers("sweep", rr.slo, found, None) if found else None
 
 
 def rate(value: float | None) -> str:
@@ -72,12 +74,13 @@ def bracket(interval: Any) -> str:
     return f"[{left}, {right}]"
 
 
-def _ends(answer: dict[str, Any] | None) -> tuple[float | None, float | None]:
-    lo, hi = (list((answer or {}).get("interval_per_s") or []) + [None, None])[:2]
+def _ends(answer: Answer | None) -> tuple[float | None, float | None]:
+    interval = (answer.get("interval_per_s") if answer else None) or []
+    lo, hi = ([*interval] + [None, None])[:2]
     return lo, hi
 
 
-def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
+def stated(answer: Answer | None, stopped: str | None = None) -> str:
     """One answer (capacity or SLO capacity) with its interval, in words. `stopped`: why
     the search ended, for an answer a search left undecided (None for a sweep)."""
     if not answer:
@@ -111,33 +114,34 @@ def stated(answer: dict[str, Any] | None, stopped: str | None = None) -> str:
     return f"{rate(lo)} [{fmt.num(lo)}, {fmt.num(hi)}]"
 
 
-def knee_stated(knee: dict[str, Any] | None) -> str:
+def knee_stated(knee: Knee | None) -> str:
     if not knee:
         return "not found (too few stable points)"
-    edge = (knee.get("power") or {}).get("edge") if knee.get("method") == "power" else None
+    power = knee.get("power")
+    edge = power.get("edge") if power and knee.get("method") == "power" else None
     where = f"; at the {edge} rate measured, so it may lie beyond" if edge else ""
     how = KNEE_METHODS.get(str(knee.get("method")), str(knee.get("method")))
     return f"{rate(knee.get('rate_per_s'))} {bracket(knee.get('interval_per_s'))} ({how}{where})"
 
 
-def generator_limited(group: dict[str, Any]) -> bool:
-    return (group.get("search") or {}).get("stopped") == "generator" or (
-        (group.get("capacity") or {}).get("limited_by") == "generator"
-    )
+def generator_limited(group: GroupAnswers) -> bool:
+    cap = group.get("capacity")
+    return stopped_of(group) == "generator" or bool(cap and cap.get("limited_by") == "generator")
 
 
-def stopped_of(group: dict[str, Any]) -> str | None:
+def stopped_of(group: GroupAnswers) -> str | None:
     """Why the group's search ended (None for a sweep)."""
-    return (group.get("search") or {}).get("stopped")
+    search = group.get("search")
+    return search.get("stopped") if search else None
 
 
-def verdict(group: dict[str, Any], slo: str | None) -> str:
+def verdict(group: GroupAnswers, slo: str | None) -> str:
     """The group's answers in one line."""
-    cap, stopped = group.get("capacity") or {}, stopped_of(group)
+    cap, stopped = group.get("capacity"), stopped_of(group)
     first = f"Capacity {stated(cap, stopped)}"
     if generator_limited(group):
         first += f": {LIMITS['generator']}"
-    elif (limit := LIMITS.get(str(cap.get("limited_by")))) and _ends(cap)[1] is not None:
+    elif cap and (limit := LIMITS.get(str(cap.get("limited_by")))) and _ends(cap)[1] is not None:
         first += f", {limit}"
     parts = [first]
     if slo:
@@ -152,7 +156,7 @@ def verdict(group: dict[str, Any], slo: str | None) -> str:
     return "; ".join(parts) + "."
 
 
-def search_line(group: dict[str, Any]) -> str:
+def search_line(group: GroupAnswers) -> str:
     """How the group's search ended, in one line ('' for a sweep)."""
     s = group.get("search")
     if not s:
@@ -162,10 +166,10 @@ def search_line(group: dict[str, Any]) -> str:
         f"The search ran {s.get('probes')} probes in {fmt.num(s.get('wall_s'))} s "
         f"and stopped: {why}"
     )
-    hold = group.get("hold") or {}
-    if hold.get("probes"):
+    hold = group.get("hold")
+    if hold and (probes := hold.get("probes")):
         verdicts = ", ".join(hold.get("verdicts") or [])
-        text += f"; the answer was held with {len(hold['probes'])} longer probe(s) ({verdicts})"
+        text += f"; the answer was held with {len(probes)} longer probe(s) ({verdicts})"
     return text + "."
 
 
@@ -188,21 +192,21 @@ def signed_bracket(d: tuple[float | None, float | None]) -> str:
     return f"[{lo}, {hi}]/s"
 
 
-def bottleneck(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def bottleneck(group: GroupAnswers, points: list[PointStats]) -> Bottleneck | None:
     """The group's bottleneck (knee.resources.bottleneck.explain) as summary.json has it, or
     computed from its points for a search written before the answers named one."""
     if "bottleneck" in group:
-        return group["bottleneck"]
-    found = explain(
-        cast(list[PointStats], points), group.get("capacity"), group.get("saturated_throughput")
+        return bottleneck_read(group["bottleneck"])
+    return bottleneck_read(
+        explain(points, group.get("capacity"), group.get("saturated_throughput"))
     )
-    return cast(dict[str, Any] | None, found)
 
 
-def set_by(bn: dict[str, Any]) -> Html:
+def set_by(bn: Bottleneck) -> Html:
     """The bottleneck's "set by ..." sentence as a line ("Capacity set by ..."), the
     resource's label in bold."""
-    label = (bn.get("bottleneck") or {}).get("label")
+    top = bn.get("bottleneck")
+    label = top.get("label") if top else None
     return Html(f"Capacity {emphasized(str(bn.get('sentence') or ''), label)}.")
 
 

@@ -23,10 +23,11 @@ from knee.report import compare_answers, data, fmt
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.spectrum import spectrum
-from knee.report.traces import by_x, latency_traces
+from knee.report.traces import by_x, latency_traces, ok_latency, with_ok_latency
 from knee.report.writer import Written, write
 from knee.stats.intervals import order_statistic_ranks
 from knee.stats.quantiles import order_statistic
+from knee.stats.summary import PointStats
 
 COMPARE = "compare.html"
 #: Each run's percentile interval level, so that both hold together with 95%.
@@ -73,25 +74,18 @@ def quantile_diff(a_sorted: np.ndarray, b_sorted: np.ndarray, q: float) -> Diff:
     return Diff(qa, qb, lo, hi)
 
 
-def ok_latency(point: dict[str, Any]) -> dict[str, Any]:
-    """A point's latency distribution over its successful requests: `latency_ok_ns`, or
-    `latency_ns` in a summary that has only that (written when it held OK requests only)."""
-    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
-
-
-def with_ok_latency(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The points, each with `latency_ok_ns` filled in as `ok_latency` reads it."""
-    return [{**p, "latency_ok_ns": ok_latency(p)} for p in points]
-
-
-def mean_diff(pa: dict[str, Any], pb: dict[str, Any]) -> Diff:
+def mean_diff(pa: PointStats, pb: PointStats) -> Diff:
     """Difference of the mean latencies of successful requests."""
     la, lb = ok_latency(pa), ok_latency(pb)
-    a, b = la.get("mean"), lb.get("mean")
-    ca, cb = (la.get("ci") or {}).get("mean"), (lb.get("ci") or {}).get("mean")
-    if a is None or b is None or not ca or not cb or None in ca or None in cb:
+    a, b = (la.get("mean") if la else None), (lb.get("mean") if lb else None)
+    ca = (la.get("ci") or {}).get("mean") if la else None
+    cb = (lb.get("ci") or {}).get("mean") if lb else None
+    if a is None or b is None or not ca or not cb:
         return Diff(a, b, None, None)
-    half = math.hypot((ca[1] - ca[0]) / 2, (cb[1] - cb[0]) / 2)
+    (a_lo, a_hi), (b_lo, b_hi) = ca, cb
+    if a_lo is None or a_hi is None or b_lo is None or b_hi is None:
+        return Diff(a, b, None, None)
+    half = math.hypot((a_hi - a_lo) / 2, (b_hi - b_lo) / 2)
     return Diff(a, b, b - a - half, b - a + half)
 
 
@@ -137,7 +131,7 @@ def build(run_a: Path, run_b: Path, out_dir: Path) -> Written:
     )
 
 
-def _matched(a: data.ReportRun, b: data.ReportRun) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _matched(a: data.ReportRun, b: data.ReportRun) -> list[tuple[PointStats, PointStats]]:
     bl = {p.get("label"): p for p in b.points}
     return [(p, bl[p.get("label")]) for p in a.points if p.get("label") in bl]
 

@@ -10,16 +10,22 @@ the difference unbounded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from knee.report import answers
 from knee.report.data import ReportRun
 from knee.report.figures import Figure
 from knee.report.html import Section
 from knee.report.kit import Col, Html, note, table
+from knee.stats.summary import GroupAnswers
 
+AnswerKey = Literal["capacity", "slo_capacity", "knee"]
 #: The answers compared: (title, key in a group dict).
-ANSWERS = (("capacity", "capacity"), ("SLO capacity", "slo_capacity"), ("knee", "knee"))
+ANSWERS: tuple[tuple[str, AnswerKey], ...] = (
+    ("capacity", "capacity"),
+    ("SLO capacity", "slo_capacity"),
+    ("knee", "knee"),
+)
 
 
 def section(a: ReportRun, b: ReportRun) -> Section | None:
@@ -51,7 +57,7 @@ def section(a: ReportRun, b: ReportRun) -> Section | None:
 
 
 def rows_of(
-    ga: dict[str, Any], gb: dict[str, Any], slo_a: str | None, slo_b: str | None
+    ga: GroupAnswers, gb: GroupAnswers, slo_a: str | None, slo_b: str | None
 ) -> list[list[Any]]:
     out = []
     label = ga.get("label") if ga.get("label") == gb.get("label") else "A / B"
@@ -62,13 +68,15 @@ def rows_of(
         if key == "slo_capacity":
             shown = " / ".join(dict.fromkeys(x or "none" for x in (slo_a, slo_b)))
             title = f"SLO capacity ({shown})"
-        d = answers.difference((va or {}).get("interval_per_s"), (vb or {}).get("interval_per_s"))
+        d = answers.difference(
+            va.get("interval_per_s") if va else None, vb.get("interval_per_s") if vb else None
+        )
         out.append(
             [
                 label,
                 title,
-                _text(key, va, ga),
-                _text(key, vb, gb),
+                _text(key, ga),
+                _text(key, gb),
                 answers.signed_bracket(d),
                 _verdict(d),
             ]
@@ -76,10 +84,10 @@ def rows_of(
     return out
 
 
-def _text(key: str, value: dict[str, Any] | None, group: dict[str, Any]) -> str:
+def _text(key: AnswerKey, group: GroupAnswers) -> str:
     if key == "knee":
-        return answers.knee_stated(value)
-    return answers.stated(value, answers.stopped_of(group))
+        return answers.knee_stated(group.get("knee"))
+    return answers.stated(group.get(key), answers.stopped_of(group))
 
 
 def _verdict(d: tuple[float | None, float | None]) -> str:

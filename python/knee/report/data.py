@@ -19,8 +19,10 @@ import pyarrow.compute as pc
 from knee import contract
 from knee.models import analyze
 from knee.models.fit import Settings
+from knee.report.types import FindDoc, Probe, RunAnswersDoc, SeriesModels, models_read, points_read
 from knee.results import Run, open_run
 from knee.run_params import PointParams, point_params, setting
+from knee.stats.summary import PointStats
 
 #: Columns the report's figures read from samples.parquet.
 SAMPLE_COLUMNS = (
@@ -68,12 +70,12 @@ class SeriesAxis:
     title: str
     factors: list[str]  # the other swept keys: one line per combination
 
-    def x(self, point: dict[str, Any]) -> Any:
+    def x(self, point: PointStats) -> Any:
         if self.key == "target_rate_per_s":
             return point.get("target_rate_per_s")
         return (point.get("swept") or {}).get(self.key)
 
-    def group(self, point: dict[str, Any]) -> str:
+    def group(self, point: PointStats) -> str:
         swept = point.get("swept") or {}
         return " ".join(f"{k.partition('.')[2]}={swept.get(k)}" for k in self.factors)
 
@@ -83,8 +85,8 @@ class ReportRun:
     """A run as the report sections see it (also what system hooks receive)."""
 
     run: Run
-    points: list[dict[str, Any]]
-    models: list[dict[str, Any]]
+    points: list[PointStats]
+    models: list[SeriesModels]
     models_error: str | None
     cores: int | None
     axes: dict[str, SeriesAxis] = field(default_factory=dict)
@@ -138,25 +140,26 @@ class ReportRun:
         """Series names in the order their first point ran."""
         return list(dict.fromkeys(str(p.get("series", "")) for p in self.points))
 
-    def points_of(self, series: str) -> list[dict[str, Any]]:
+    def points_of(self, series: str) -> list[PointStats]:
         return [p for p in self.points if str(p.get("series", "")) == series]
 
-    def model_for(self, series: str) -> dict[str, Any] | None:
+    def model_for(self, series: str) -> SeriesModels | None:
         return next((m for m in self.models if m.get("series") == series), None)
 
     @cached_property
-    def find(self) -> dict[str, Any] | None:
+    def find(self) -> RunAnswersDoc | None:
         """summary.json's `find` (a search's answers), None for a run that is not a search."""
         found = self.run.summary.get("find")
-        return found if isinstance(found, dict) else None
+        return cast(RunAnswersDoc, found) if isinstance(found, dict) else None
 
     @cached_property
-    def find_probes(self) -> list[dict[str, Any]]:
+    def find_probes(self) -> list[Probe]:
         """find.json's probes (the search path, in the order they ran); [] without it."""
         path = self.path / FIND
         if not path.is_file():
             return []
-        probes = json.loads(path.read_text(encoding="utf-8")).get("probes")
+        doc: FindDoc = json.loads(path.read_text(encoding="utf-8"))
+        probes = doc.get("probes")
         return list(probes) if isinstance(probes, list) else []
 
     @property
@@ -171,7 +174,7 @@ class ReportRun:
         """What each point ran with, as the run directory records it (`knee.run_params`)."""
         return point_params(self.run)
 
-    def setting(self, point: dict[str, Any], key: str) -> Any:
+    def setting(self, point: PointStats, key: str) -> Any:
         """A point's value of "section.name" (e.g. "server.threads") as it ran (recorded in
         the run directory; None for a point it does not know)."""
         return setting(self.params.get(int(point["point"])), key)
@@ -180,7 +183,7 @@ class ReportRun:
 def load(run_dir: Path) -> ReportRun:
     """The run as the report sees it; its samples are read later, a point at a time."""
     run = open_run(run_dir)
-    points = run.points
+    points = points_read(run.points)
     cores = run.env.get("cores")
     params = point_params(run)
     models, error = _models(
@@ -194,19 +197,19 @@ def load(run_dir: Path) -> ReportRun:
 
 
 def _models(
-    points: list[dict[str, Any]], settings: Settings, cores: int | None
-) -> tuple[list[dict[str, Any]], str | None]:
+    points: list[PointStats], settings: Settings, cores: int | None
+) -> tuple[list[SeriesModels], str | None]:
     """knee.models.analyze's fit, or no models and why (the report still renders)."""
     if not points:
         return [], None
     try:
-        return cast(list[dict[str, Any]], analyze(points, settings, cores)), None
+        return models_read(analyze(points, settings, cores)), None
     except Exception as e:  # a model bug must not cost the whole report
         last = traceback.format_exception_only(e)[-1].strip()
         return [], f"knee.models.analyze failed: {last}"
 
 
-def series_axis(series: str, points: list[dict[str, Any]]) -> SeriesAxis:
+def series_axis(series: str, points: list[PointStats]) -> SeriesAxis:
     """The x axis of a series: the offered load (rate, else clients) when it is swept or
     fixed, else the last swept key; the other swept keys split it into lines."""
     swept_keys = list(dict.fromkeys(k for p in points for k in (p.get("swept") or {})))

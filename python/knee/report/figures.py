@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from knee.report import plotly_json as plotly
 from knee.report.kit import axes as kit_axes
 from knee.report.kit.figure import (
     LOGIT_TICKS,
@@ -59,14 +60,14 @@ def clean(values: list[Any] | None) -> list[Any] | None:
     return out
 
 
-def plotly_spec(fig: Figure) -> dict[str, Any]:
+def plotly_spec(fig: Figure) -> plotly.Spec:
     """`{"data", "layout", "config"}` for Plotly.newPlot. A time axis's unit is also in
     `layout.meta.units` (e.g. {"y": "µs"}), for whoever reads the numbers back."""
     fig = kit_axes.for_display(fig)
-    data: list[dict[str, Any]] = []
+    data: list[plotly.Trace] = []
     for t in fig.traces:
         data.extend(_plotly_traces(t, fig.x.scale))
-    layout: dict[str, Any] = {
+    layout: plotly.Layout = {
         "title": {"text": fig.title, "font": {"size": 15}},
         "height": fig.height_px,
         "margin": {"l": 70, "r": 30, "t": 60, "b": 60},
@@ -79,7 +80,9 @@ def plotly_spec(fig: Figure) -> dict[str, Any]:
         "shapes": [_plotly_marker(m, fig.x.scale) for m in fig.markers],
         "annotations": [_plotly_marker_label(m, fig.x.scale) for m in fig.markers],
     }
-    units = {w: a.time_unit for w, a in (("x", fig.x), ("y", fig.y)) if a.kind == "time"}
+    units: dict[str, str] = {
+        w: a.time_unit for w, a in (("x", fig.x), ("y", fig.y)) if a.kind == "time"
+    }
     if units:
         layout["meta"] = {"units": units}
     return {"data": data, "layout": layout, "config": {"responsive": True, "displaylogo": False}}
@@ -91,9 +94,9 @@ def _x_values(xs: list[Any], scale: Scale) -> list[Any]:
     return [logit(p) if p is not None and 0.0 < p < 1.0 else None for p in xs]
 
 
-def _plotly_axis(fig: Figure, which: kit_axes.Which) -> dict[str, Any]:
+def _plotly_axis(fig: Figure, which: kit_axes.Which) -> plotly.Axis:
     axis = fig.x if which == "x" else fig.y
-    out: dict[str, Any] = {"title": {"text": axis.title}, "zeroline": False, "automargin": True}
+    out: plotly.Axis = {"title": {"text": axis.title}, "zeroline": False, "automargin": True}
     if axis.scale == "linear" and kit_axes.integer_ticks(fig, which):
         # Plotly has no "integers only": a fixed whole step from 0 does it (zoom keeps it).
         step = kit_axes.integer_step(kit_axes.axis_values(fig, which))
@@ -113,14 +116,14 @@ def _percent(p: float) -> str:
     return f"{100 * p:.5g}"
 
 
-def _plotly_traces(t: Trace, scale: Scale) -> list[dict[str, Any]]:
+def _plotly_traces(t: Trace, scale: Scale) -> list[plotly.Trace]:
     c = color(t.color)
-    common: dict[str, Any] = {"name": t.name, "legendgroup": t.name, "showlegend": t.legend}
+    common: plotly.Trace = {"name": t.name, "legendgroup": t.name, "showlegend": t.legend}
     if t.hidden:
         common["visible"] = "legendonly"
     x = _x_values(t.x, scale)
     if t.kind in ("line", "points"):
-        tr: dict[str, Any] = {
+        tr: plotly.Trace = {
             "type": "scatter",
             "mode": "markers" if t.kind == "points" else "lines+markers" if t.markers else "lines",
             "x": x,
@@ -175,7 +178,7 @@ def _plotly_traces(t: Trace, scale: Scale) -> list[dict[str, Any]]:
         return [tr]
     if t.kind == "box":
         boxes = t.boxes or []
-        outliers: dict[str, Any] = {}
+        outliers: plotly.Trace = {}
         if any(b.get("outliers") for b in boxes):
             # A 2D y (one list per box) only places sample points; the stats stay given.
             outliers = {
@@ -230,7 +233,7 @@ def _marker_x(m: Marker, scale: Scale) -> float:
     return logit(m.x) if scale == "logit" else m.x
 
 
-def _plotly_marker(m: Marker, scale: Scale) -> dict[str, Any]:
+def _plotly_marker(m: Marker, scale: Scale) -> plotly.Shape:
     x = _marker_x(m, scale)
     return {
         "type": "line",
@@ -244,7 +247,7 @@ def _plotly_marker(m: Marker, scale: Scale) -> dict[str, Any]:
     }
 
 
-def _plotly_marker_label(m: Marker, scale: Scale) -> dict[str, Any]:
+def _plotly_marker_label(m: Marker, scale: Scale) -> plotly.Annotation:
     return {
         "x": _marker_x(m, scale),
         "xref": "x",

@@ -2,47 +2,74 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from knee.report.data import SeriesAxis
 from knee.report.figures import Marker, Trace
+from knee.report.types import DistName, Model, SeriesModels, StatName
+from knee.stats.summary import Distribution, PointStats
 
 
 def to_ms(ns: Any) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-def _source(point: dict[str, Any], dist: str, key: str) -> dict[str, Any]:
+def _source(point: PointStats, dist: DistName, key: StatName) -> Distribution | None:
     """The distribution a statistic is read from. The headline latency has no mean when a
     request failed (docs/statistics.md): a latency mean is always the OK replies' mean."""
     if dist == "latency_ns" and key in ("mean", "std") and point.get("latency_ok_ns"):
         return point["latency_ok_ns"]
-    return point.get(dist) or {}
+    return point.get(dist)
 
 
-def stat(point: dict[str, Any], dist: str, key: str) -> float | None:
-    return to_ms(_source(point, dist, key).get(key))
+def stability(point: PointStats, key: Literal["verdict", "detail"]) -> str | None:
+    """The point's stability verdict ("stable", "unstable", "n/a") or its detail."""
+    found = point.get("stability")
+    return found.get(key) if found else None
 
 
-def ci(point: dict[str, Any], dist: str, key: str) -> tuple[float | None, float | None]:
-    pair = (_source(point, dist, key).get("ci") or {}).get(key)
+def stat_ns(point: PointStats, dist: DistName, key: StatName) -> float | None:
+    """A statistic of one of the point's distributions as written, in ns (None: none)."""
+    source = point.get(dist)
+    return source.get(key) if source else None
+
+
+def stat(point: PointStats, dist: DistName, key: StatName) -> float | None:
+    source = _source(point, dist, key)
+    return to_ms(source.get(key)) if source else None
+
+
+def ci(point: PointStats, dist: DistName, key: StatName) -> tuple[float | None, float | None]:
+    source = _source(point, dist, key)
+    pair = (source.get("ci") or {}).get(key) if source else None
     if not isinstance(pair, list | tuple) or len(pair) != 2:
         return None, None
     return to_ms(pair[0]), to_ms(pair[1])
 
 
-def by_x(points: list[dict[str, Any]], axis: SeriesAxis) -> list[dict[str, Any]]:
+def ok_latency(point: PointStats) -> Distribution | None:
+    """A point's latency distribution over its successful requests: `latency_ok_ns`, or
+    `latency_ns` in a summary that has only that (written when it held OK requests only)."""
+    return point.get("latency_ok_ns") or point.get("latency_ns") or None
+
+
+def with_ok_latency(points: list[PointStats]) -> list[PointStats]:
+    """The points, each with `latency_ok_ns` filled in as `ok_latency` reads it."""
+    return [p | {"latency_ok_ns": ok} if (ok := ok_latency(p)) else p for p in points]
+
+
+def by_x(points: list[PointStats], axis: SeriesAxis) -> list[PointStats]:
     """The points that have an x value, in increasing x."""
     return sorted((p for p in points if isinstance(axis.x(p), int | float)), key=axis.x)
 
 
 def latency_traces(
-    points: list[dict[str, Any]],
+    points: list[PointStats],
     axis: SeriesAxis,
     name: str,
     color: int,
-    keys: tuple[str, ...] = ("mean", "p50", "p99"),
-    dist: str = "latency_ns",
+    keys: tuple[StatName, ...] = ("mean", "p50", "p99"),
+    dist: DistName = "latency_ns",
     one_color: bool = False,
 ) -> list[Trace]:
     """For each statistic: its line and, where intervals exist, a 95% band around it. The
@@ -79,7 +106,7 @@ X_SPAN = 1.25
 MEASURED_KNEE_COLOR = "#2ca02c"
 
 
-def model_label(m: dict[str, Any], groups: int) -> str:
+def model_label(m: Model, groups: int) -> str:
     """A model's legend name: its label (e.g. "M/M/2 (2 threads)") and, when a series has
     several groups, the settings of its group."""
     label = str(m.get("label") or m.get("kind"))
@@ -89,13 +116,13 @@ def model_label(m: dict[str, Any], groups: int) -> str:
     return label
 
 
-def is_primary(m: dict[str, Any], entry: dict[str, Any]) -> bool:
+def is_primary(m: Model, entry: SeriesModels) -> bool:
     flag = m.get("primary")
     return bool(flag) if isinstance(flag, bool) else m.get("kind") == entry.get("primary")
 
 
 def model_traces(
-    entry: dict[str, Any], x_max: float, cap_ms: float | None = None, color: int = 3
+    entry: SeriesModels, x_max: float, cap_ms: float | None = None, color: int = 3
 ) -> tuple[list[Trace], list[Marker]]:
     """Each model's predicted mean: the primary model of each group and the source report's
     reference (M/M/1) shown, the others one click away; the primary models' p99 where they
@@ -158,7 +185,7 @@ def model_traces(
         measured = g.get("measured_knee")
         if not measured or not isinstance(measured.get("x"), int | float):
             continue
-        lo, hi = measured.get("interval_x") or [None, None]
+        lo, hi = measured["interval_x"]
         where = group_text(g.get("group") or {}) if groups > 1 else ""
         span = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
         markers.append(
@@ -173,8 +200,9 @@ def model_traces(
 
 
 def group_text(group: dict[str, Any]) -> str:
+    """A group's swept settings (values as swept: any JSON), as " [k=v ...]"."""
     return " [" + " ".join(f"{k.partition('.')[2]}={v}" for k, v in group.items()) + "]"
 
 
-def axis_is_rate(entry: dict[str, Any]) -> bool:
+def axis_is_rate(entry: SeriesModels) -> bool:
     return entry.get("x") == "rate_per_s"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from knee.report.kit.figure import Axis, AxisKind, Figure, TimeUnit, Trace
+from knee.report.kit.figure import Axis, AxisKind, Box, Figure, TimeUnit, Trace
 
 __all__ = ["AxisKind", "TimeUnit"]  # named here too: the kit's axis vocabulary
 
@@ -146,9 +146,16 @@ def _times(values: list[Any], factor: float) -> list[Any]:
     return [v * factor if _is_number(v) else v for v in values]
 
 
-def _box_times(box: dict[str, Any], factor: float) -> dict[str, Any]:
-    out = {k: (v * factor if k in BOX_KEYS and v is not None else v) for k, v in box.items()}
-    if box.get("outliers"):
+def _box_times(box: Box, factor: float) -> Box:
+    out = Box(
+        lo=box["lo"] * factor,
+        q1=box["q1"] * factor,
+        median=box["median"] * factor,
+        q3=box["q3"] * factor,
+        hi=box["hi"] * factor,
+        mean=box["mean"] * factor,
+    )
+    if "outliers" in box:
         out["outliers"] = [v * factor for v in box["outliers"]]
     return out
 

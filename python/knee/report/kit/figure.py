@@ -6,9 +6,24 @@ decisions (`knee.report.kit.axes`) can read a figure without importing a rendere
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 AxisKind = Literal["value", "count", "time"]
+
+
+class Box(TypedDict):
+    """One box of a box trace: its whiskers (lo, hi), quartiles and mean, and the values
+    beyond the whiskers drawn as points."""
+
+    lo: float
+    q1: float
+    median: float
+    q3: float
+    hi: float
+    mean: float
+    outliers: NotRequired[list[float]]
+
+
 TimeUnit = Literal["ns", "µs", "ms", "s"]
 
 #: Colours by index, shared by both renderers (matplotlib's tab10).
@@ -74,8 +89,7 @@ class Trace:
     legend: bool = True
     hidden: bool = False
     hover: list[str] | None = None
-    # Each box: lo, q1, median, q3, hi, mean (floats) and outliers (a list of floats).
-    boxes: list[dict[str, Any]] | None = None
+    boxes: list[Box] | None = None
     z: list[list[float | None]] | None = None
     z_title: str = ""
 

@@ -11,13 +11,14 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
 from knee.report.kit import note
+from knee.report.kit.figure import Box
 from knee.stats.quantiles import order_statistic
 
 PARTS = (("latency_ns", "latency"), ("server_ns", "server"), ("network_ns", "network"))
 TITLE = "Distributions per point and per service"
 
 
-def box(values_ns: np.ndarray) -> dict[str, float]:
+def box(values_ns: np.ndarray) -> Box:
     """{"lo", "q1", "median", "q3", "hi", "mean"} in ms of one group's values: the same
     order statistics as knee.report.boxes.box_stats, selected instead of sorted for."""
     lo, q1, med, q3, hi = (float(x) / 1e6 for x in order_statistic(values_ns, list(QUANTILES)))
@@ -27,8 +28,8 @@ def box(values_ns: np.ndarray) -> dict[str, float]:
 
 def section(rr: ReportRun) -> Section:
     labels = {p.get("point"): str(p.get("label")) for p in rr.points}
-    per_point: dict[str, dict[Any, dict[str, float]]] = {name: {} for _, name in PARTS}
-    per_service: dict[tuple[Any, int], dict[str, float]] = {}
+    per_point: dict[str, dict[Any, Box]] = {name: {} for _, name in PARTS}
+    per_service: dict[tuple[Any, int], Box] = {}
     for p in rr.points:  # one point's successful requests in memory at a time
         point = p.get("point")
         ok = rr.point_ok(point, [c for c, _ in PARTS] + ["service"])

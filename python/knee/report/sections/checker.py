@@ -6,12 +6,11 @@ without a checker) get nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from knee.report.kit import Col, Html, note, table, verdict
+from knee.stats.summary import PointStats
 
 
-def checker_block(points: list[dict[str, Any]]) -> Html | None:
+def checker_block(points: list[PointStats]) -> Html | None:
     """One row per point with a verdict; None when no point has one."""
     rows = []
     for p in points:

@@ -10,6 +10,8 @@ from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
 from knee.report.kit import esc
 from knee.report.traces import stat
+from knee.report.types import StatName
+from knee.stats.summary import PointStats
 
 TITLE = "Factors"
 
@@ -31,15 +33,19 @@ def section(rr: ReportRun) -> Section:
         rows_key, cols_key = sorted(ranked[:2], key=keys.index)
         outer = [k for k in keys if k not in (rows_key, cols_key)][-1:]
         for value, members in _split(points, outer).items():
-            for key, label in (("mean", "mean"), ("p99", "p99")):
+            for key, label in STATS:
                 blocks.append(_heatmap(series, members, rows_key, cols_key, key, label, value))
     if not blocks:
         blocks.append("<p>No series of this run sweeps more than one factor.</p>")
     return Section("factors", TITLE, blocks)
 
 
-def _split(points: list[dict[str, Any]], outer: list[str]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+#: The statistics drawn as heat maps: (key, title).
+STATS: tuple[tuple[StatName, str], ...] = (("mean", "mean"), ("p99", "p99"))
+
+
+def _split(points: list[PointStats], outer: list[str]) -> dict[str, list[PointStats]]:
+    out: dict[str, list[PointStats]] = {}
     for p in points:
         swept = p.get("swept") or {}
         name = " ".join(f"{k.partition('.')[2]}={swept.get(k)}" for k in outer)
@@ -49,10 +55,10 @@ def _split(points: list[dict[str, Any]], outer: list[str]) -> dict[str, list[dic
 
 def _heatmap(
     series: str,
-    points: list[dict[str, Any]],
+    points: list[PointStats],
     rows_key: str,
     cols_key: str,
-    key: str,
+    key: StatName,
     label: str,
     outer: str,
 ) -> Figure:

@@ -17,7 +17,9 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, Html, esc, finding, note, table
-from knee.report.traces import ci, stat
+from knee.report.traces import ci, stability, stat
+from knee.report.types import StatName
+from knee.stats.summary import GroupAnswers, PointStats
 
 CAPACITY_COLOR = "#d62728"
 SLO_COLOR = "#9467bd"
@@ -63,7 +65,7 @@ def section(rr: ReportRun) -> Section:
     return Section("headline", "The answer", blocks)
 
 
-def model_note(group: dict[str, Any]) -> str:
+def model_note(group: GroupAnswers) -> str:
     """A model fit that raised (knee.find.run.primary_model): said, not dropped."""
     return (
         f"The queueing model could not be fitted ({group['model_error']}): the knee is the "
@@ -71,10 +73,10 @@ def model_note(group: dict[str, Any]) -> str:
     )
 
 
-def generator_note(group: dict[str, Any]) -> str:
-    detail = (group.get("search") or {}).get("detail") or (group.get("capacity") or {}).get(
-        "detail", ""
-    )
+def generator_note(group: GroupAnswers) -> str:
+    cap = group.get("capacity")
+    search = group.get("search")
+    detail = (search.get("detail") if search else None) or (cap.get("detail", "") if cap else "")
     return (
         "The load generator was the limit, not the target: the rates above were not offered "
         "as asked, so this is not the target's capacity. Give the generator more "
@@ -82,16 +84,28 @@ def generator_note(group: dict[str, Any]) -> str:
     )
 
 
-def answers_table(group: dict[str, Any], slo: str | None) -> Html:
-    cap, knee = group.get("capacity") or {}, group.get("knee")
+def answers_table(group: GroupAnswers, slo: str | None) -> Html:
+    cap, knee = group.get("capacity"), group.get("knee")
     stopped = answers.stopped_of(group)
     rows: list[list[Any]] = [
-        ["capacity", answers.stated(cap, stopped), cap.get("limited_by"), cap.get("detail")]
+        [
+            "capacity",
+            answers.stated(cap, stopped),
+            cap.get("limited_by") if cap else None,
+            cap.get("detail") if cap else None,
+        ]
     ]
     if slo:
-        sc = group.get("slo_capacity") or {}
-        rows.append([f"SLO capacity ({slo})", answers.stated(sc, stopped), None, sc.get("detail")])
-    rows.append(["knee", answers.knee_stated(knee), None, (knee or {}).get("why")])
+        sc = group.get("slo_capacity")
+        rows.append(
+            [
+                f"SLO capacity ({slo})",
+                answers.stated(sc, stopped),
+                None,
+                sc.get("detail") if sc else None,
+            ]
+        )
+    rows.append(["knee", answers.knee_stated(knee), None, knee.get("why") if knee else None])
     sat = group.get("saturated_throughput")
     if sat:
         rows.append(
@@ -106,19 +120,20 @@ def answers_table(group: dict[str, Any], slo: str | None) -> Html:
     return table([*cols, Col("limit", left=True), Col("how", left=True)], rows)
 
 
-def _ms_pair(point: dict[str, Any], key: str) -> tuple[float | None, float | None]:
+def _ms_pair(point: PointStats, key: StatName) -> tuple[float | None, float | None]:
     return ci(point, "latency_ns", key)
 
 
 def latency_figure(
-    fig_id: str, group: dict[str, Any], points: list[dict[str, Any]], slo: str | None
+    fig_id: str, group: GroupAnswers, points: list[PointStats], slo: str | None
 ) -> Figure:
     """p50 and p99 (with their 95% intervals) against the offered rate; the capacity's
     bracket, the SLO capacity and the knee marked; the SLO's limit drawn across."""
     pts = sorted(points, key=lambda p: float(p.get("target_rate_per_s") or 0.0))
     xs = [float(p.get("target_rate_per_s") or 0.0) for p in pts]
     traces: list[Trace] = []
-    for c, key in enumerate(("p50", "p99")):
+    keys: tuple[StatName, ...] = ("p50", "p99")
+    for c, key in enumerate(keys):
         pairs = [_ms_pair(p, key) for p in pts]
         traces.append(
             Trace(
@@ -174,17 +189,17 @@ def _band(name: str, interval: Any, bottom: float, top: float, color: int) -> Tr
 
 
 def _markers(
-    group: dict[str, Any], traces: list[Trace], bottom: float, top: float, slo: str | None
+    group: GroupAnswers, traces: list[Trace], bottom: float, top: float, slo: str | None
 ) -> list[Marker]:
     markers: list[Marker] = []
-    cap, sc, knee = group.get("capacity") or {}, group.get("slo_capacity"), group.get("knee")
-    if cap.get("rate_per_s") is not None:
-        markers.append(Marker(cap["rate_per_s"], "capacity", CAPACITY_COLOR, dash=False))
+    cap, sc, knee = group.get("capacity"), group.get("slo_capacity"), group.get("knee")
+    if cap and (rate := cap.get("rate_per_s")) is not None:
+        markers.append(Marker(rate, "capacity", CAPACITY_COLOR, dash=False))
         band = _band("capacity bracket", cap.get("interval_per_s"), bottom, top, 3)
         if band:
             traces.insert(0, band)
-    if sc and sc.get("rate_per_s") is not None:
-        markers.append(Marker(sc["rate_per_s"], f"SLO capacity ({slo or ''})", SLO_COLOR))
+    if sc and (rate := sc.get("rate_per_s")) is not None:
+        markers.append(Marker(rate, f"SLO capacity ({slo or ''})", SLO_COLOR))
     if knee and knee.get("rate_per_s") is not None:
         markers.append(Marker(float(knee["rate_per_s"]), "knee", KNEE_COLOR))
         band = _band("knee interval", knee.get("interval_per_s"), bottom, top, 2)
@@ -193,8 +208,8 @@ def _markers(
     return markers
 
 
-def _slo_limit_ms(points: list[dict[str, Any]]) -> float | None:
-    limits = [(p.get("slo") or {}).get("limit_ns") for p in points]
+def _slo_limit_ms(points: list[PointStats]) -> float | None:
+    limits = [s.get("limit_ns") for p in points if (s := p.get("slo"))]
     known = [float(v) for v in limits if isinstance(v, int | float)]
     return known[0] / 1e6 if known else None
 
@@ -218,7 +233,7 @@ def measured_line(rr: ReportRun) -> str:
     if not rr.points:
         return "The run has no measured point."
     rates = [float(r) for p in rr.points if (r := p.get("target_rate_per_s"))]
-    verdicts = [str((p.get("stability") or {}).get("verdict") or "undecided") for p in rr.points]
+    verdicts = [str(stability(p, "verdict") or "undecided") for p in rr.points]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
     load = (
         f"offered rates {fmt.num(min(rates))} to {fmt.num(max(rates))}/s"

@@ -7,6 +7,7 @@ achieved vs offered rate."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +24,11 @@ from knee.report.traces import (
     latency_traces,
     model_label,
     model_traces,
+    stability,
     stat,
 )
+from knee.report.types import DistName, ModelGroup, ModelPoint, SeriesModels
+from knee.stats.summary import PointStats
 
 #: Model predictions are drawn up to this multiple of the largest measured p99 of the
 #: stable points.
@@ -39,13 +43,13 @@ class AchievedAxis(SeriesAxis):
     """A rate series plotted against the rate requests were really sent at (the offered
     rate where a point has no achieved rate)."""
 
-    def x(self, point: dict[str, Any]) -> Any:
+    def x(self, point: PointStats) -> Any:
         achieved = point.get("achieved_rate_per_s")
         return achieved if achieved else point.get("target_rate_per_s")
 
 
-def _unstable(point: dict[str, Any]) -> bool:
-    return (point.get("stability") or {}).get("verdict") == "unstable"
+def _unstable(point: PointStats) -> bool:
+    return stability(point, "verdict") == "unstable"
 
 
 def section(rr: ReportRun) -> Section:
@@ -77,7 +81,7 @@ def _x_axis(axis: SeriesAxis) -> Axis:
     return Axis(axis.title, kind="count" if axis.key == "load.clients" else "value")
 
 
-def _hover_label(point: dict[str, Any], rate_axis: bool) -> dict[str, Any]:
+def _hover_label(point: PointStats, rate_axis: bool) -> PointStats:
     """A copy of the point whose label also names its offered and achieved rates."""
     if not rate_axis:
         return point
@@ -87,14 +91,14 @@ def _hover_label(point: dict[str, Any], rate_axis: bool) -> dict[str, Any]:
 
 
 def series_blocks(
-    series: str, points: list[dict[str, Any]], axis: SeriesAxis, model: dict[str, Any] | None
+    series: str, points: list[PointStats], axis: SeriesAxis, model: SeriesModels | None
 ) -> list[str | Figure]:
     groups = _groups(points, axis)
     x_axis = plot_axis(axis)
     rate_axis = axis.key == "target_rate_per_s"
     # Headline percentiles (failures rank above every success); the mean is the OK
     # requests' (knee.report.traces.stat), as the models predict.
-    dist = "latency_ns"
+    dist: DistName = "latency_ns"
     traces: list[Trace] = []
     for i, (group, members) in enumerate(groups.items()):
         stable = [_hover_label(p, rate_axis) for p in members if not _unstable(p)]
@@ -134,7 +138,7 @@ def series_blocks(
 
 
 def _unstable_traces(
-    members: list[dict[str, Any]], axis: SeriesAxis, group: str, color: int, dist: str
+    members: list[PointStats], axis: SeriesAxis, group: str, color: int, dist: DistName
 ) -> list[Trace]:
     """Unstable points: their OK mean as open circles, the stability verdict in the hover.
     Their mean depends on how long the point ran, so no line joins them to the curve."""
@@ -143,7 +147,7 @@ def _unstable_traces(
         return []
     hover = []
     for p in pts:
-        detail = (p.get("stability") or {}).get("detail") or "unstable"
+        detail = stability(p, "detail") or "unstable"
         hover.append(
             f"{_hover_label(p, axis.key == 'target_rate_per_s').get('label')}: mean "
             f"{fmt.num(stat(p, dist, 'mean'))} ms, p99 {fmt.num(stat(p, dist, 'p99'))} ms; "
@@ -162,14 +166,14 @@ def _unstable_traces(
     ]
 
 
-def _groups(points: list[dict[str, Any]], axis: SeriesAxis) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
+def _groups(points: list[PointStats], axis: SeriesAxis) -> dict[str, list[PointStats]]:
+    groups: dict[str, list[PointStats]] = {}
     for p in points:
         groups.setdefault(axis.group(p), []).append(p)
     return groups
 
 
-def _caption(axis: SeriesAxis, model: dict[str, Any] | None, any_unstable: bool, scale: str) -> str:
+def _caption(axis: SeriesAxis, model: SeriesModels | None, any_unstable: bool, scale: str) -> str:
     text = (
         "Latency after warm-up, from the intended send time: the mean of the successful "
         "requests; p50 and p99 over every request, a failure counting as slower than any "
@@ -197,16 +201,16 @@ def _caption(axis: SeriesAxis, model: dict[str, Any] | None, any_unstable: bool,
     return text
 
 
-def _labels(points: list[dict[str, Any]]) -> dict[Any, str]:
+def _labels(points: list[PointStats]) -> dict[Any, str]:
     return {p.get("point"): str(p.get("label")) for p in points}
 
 
-def _knee_row(g: dict[str, Any], groups: int) -> str:
+def _knee_row(g: ModelGroup, groups: int) -> str:
     measured = g.get("measured_knee")
     where = esc(group_text(g.get("group") or {})) if groups > 1 else ""
     if not measured:
         return f"<li>Measured knee{where}: too few stable points.</li>"
-    lo, hi = measured.get("interval_x") or [None, None]
+    lo, hi = measured["interval_x"]
     edge = {
         "highest": " (the highest stable load measured: the knee may lie beyond)",
         "lowest": " (the lowest load measured)",
@@ -221,7 +225,7 @@ def _knee_row(g: dict[str, Any], groups: int) -> str:
     )
 
 
-def _compared(p: dict[str, Any]) -> bool:
+def _compared(p: ModelPoint) -> bool:
     """A stable point with a prediction (below capacity): one that can be flagged."""
     return p.get("stable", True) is not False and p.get("predicted_mean_ns") is not None
 
@@ -240,7 +244,7 @@ MODEL_COLUMNS = (
 )
 
 
-def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
+def _model_text(model: SeriesModels, labels: dict[Any, str]) -> str:
     rows = []
     models = model.get("models") or []
     groups = len({str(m.get("group")) for m in models})
@@ -282,15 +286,17 @@ def _model_text(model: dict[str, Any], labels: dict[Any, str]) -> str:
     )
 
 
-def _rate_figure(series: str, groups: dict[str, list[dict[str, Any]]], axis: SeriesAxis) -> Figure:
+def _rate_figure(series: str, groups: dict[str, list[PointStats]], axis: SeriesAxis) -> Figure:
     traces: list[Trace] = []
     top = 0.0
     for i, (group, members) in enumerate(groups.items()):
         pts = by_x(members, axis)
         xs = [axis.x(p) for p in pts]
         top = max([top, *xs])
-        ci = [p.get("achieved_rate_ci_per_s") or [None, None] for p in pts]
-        hover = [f"{p.get('label')}: {(p.get('stability') or {}).get('detail') or ''}" for p in pts]
+        ci: list[Sequence[float | None]] = [
+            p.get("achieved_rate_ci_per_s") or [None, None] for p in pts
+        ]
+        hover = [f"{p.get('label')}: {stability(p, 'detail') or ''}" for p in pts]
         traces.append(
             Trace(
                 "line",

@@ -5,13 +5,12 @@ section (an empty one is left out of the page)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from knee.report import answers, fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
 from knee.report.kit import Cell, Col, table, verdict
+from knee.report.types import Probe
 
 #: Decision colours (indices into knee.report.figures.PALETTE).
 DECISION_COLORS = {"stable": 2, "unstable": 3, "undecided": 7}
@@ -24,7 +23,7 @@ def section(rr: ReportRun) -> Section:
     return Section("search-path", "Search path", [path_figure(probes), probe_table(probes)])
 
 
-def path_figure(probes: list[dict[str, Any]]) -> Figure:
+def path_figure(probes: list[Probe]) -> Figure:
     """Rate against time into the search: one segment per probe, from its start to its end."""
     ends = _cumulative([float(p.get("wall_s") or p.get("duration_s") or 0.0) for p in probes])
     starts = [0.0, *ends[:-1]]
@@ -62,16 +61,16 @@ def _cumulative(values: list[float]) -> list[float]:
     return out
 
 
-def _decision(probe: dict[str, Any]) -> str:
+def _decision(probe: Probe) -> str:
     return str((probe.get("decision") or {}).get("capacity") or "undecided")
 
 
-def _brackets(probe: dict[str, Any]) -> str:
+def _brackets(probe: Probe) -> str:
     got = probe.get("brackets") or {}
     return "; ".join(f"{name} {answers.bracket(b)}" for name, b in got.items()) or "-"
 
 
-def probe_table(probes: list[dict[str, Any]]) -> str:
+def probe_table(probes: list[Probe]) -> str:
     rows = []
     for i, p in enumerate(probes):
         d = p.get("decision") or {}

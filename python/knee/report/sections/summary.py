@@ -3,15 +3,25 @@ the checks' details and the per-operation / per-service breakdowns."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Literal
 
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Cell, Col, Html, Row, esc, lines, note, table, verdict
+from knee.report.traces import stat_ns
+from knee.report.types import StatName
 from knee.results import STATUS_NAMES
+from knee.stats.summary import Check, Distribution, PointStats
 
-PERCENTILES = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"))
+PERCENTILES: tuple[tuple[StatName, str], ...] = (
+    ("mean", "mean"),
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("p999", "p99.9"),
+)
 CHECKS = ("sender", "poisson", "autocorrelation", "percentile_support", "interference")
 CHECK_TITLES = ("sender", "Poisson", "autocorr.", "support", "interference")
 
@@ -42,37 +52,38 @@ def section(rr: ReportRun) -> Section:
     return Section("summary", "Summary", [b for b in blocks if b])
 
 
-def _dist_cell(dist: dict[str, Any] | None, key: str) -> Cell | str:
-    failed = ((dist or {}).get("failed") or {}).get(key)
+def _dist_cell(dist: Distribution | None, key: StatName) -> Cell | str:
+    failed = (dist.get("failed") or {}).get(key) if dist else None
     if failed is not None:
         text = "> timeout" if failed == "timeout" else "failed"
         return Cell(text, "v-fail", "this percentile lands on a failed request")
-    if not dist or dist.get(key) is None:
+    value = dist.get(key) if dist else None
+    if not dist or value is None:
         return "-"
     supported = (dist.get("supported") or {}).get(key, True)
     star = "" if supported else "*"
     ci = fmt.ms_interval((dist.get("ci") or {}).get(key))
     tip = "" if supported else "fewer than ~100 samples beyond this percentile"
-    return Cell(lines(f"{fmt.ms(dist[key])}{star}", ci), tip=tip)
+    return Cell(lines(f"{fmt.ms(value)}{star}", ci), tip=tip)
 
 
-def _statuses(rates: dict[str, Any]) -> Html:
+def _statuses(rates: Mapping[str, float | None]) -> Html:
     """ok's rate, and each other status that happened (every name in STATUS_NAMES)."""
     others = [f"{s} {fmt.pct(rates.get(s))}" for s in STATUS_NAMES if s != "ok" and rates.get(s)]
     return lines(f"ok {fmt.pct(rates.get('ok'))}", *others)
 
 
-def _checks_by_name(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _checks_by_name(point: PointStats) -> dict[str, Check]:
     return {str(c.get("name")): c for c in point.get("checks") or []}
 
 
-def _check_cell(check: dict[str, Any] | None) -> Cell:
+def _check_cell(check: Check | None) -> Cell:
     if check is None:
         return verdict(None)
     return verdict(check.get("verdict", "n/a"), str(check.get("detail", "")))
 
 
-def _main_table(points: list[dict[str, Any]]) -> Html:
+def _main_table(points: list[PointStats]) -> Html:
     cols: list[Col | str] = [
         Col("point", left=True),
         "n",
@@ -91,8 +102,8 @@ def _main_table(points: list[dict[str, Any]]) -> Html:
     for p in points:
         lat = _with_ok_mean(p)
         checks = _checks_by_name(p)
-        stability = p.get("stability") or {}
-        drain = (p.get("drain") or {}).get("replies")
+        stability = p.get("stability")
+        drain = d.get("replies") if (d := p.get("drain")) else None
         bytes_per_s = p.get("throughput_bytes_per_s")
         if bytes_per_s is None and "bytes_in_per_s" in p:
             bytes_per_s = (p.get("bytes_in_per_s") or 0) + (p.get("bytes_out_per_s") or 0)
@@ -110,37 +121,39 @@ def _main_table(points: list[dict[str, Any]]) -> Html:
                     p.get("late_sends", "-"),
                     _statuses(p.get("status_rates") or {}),
                     *(_dist_cell(lat, key) for key, _ in PERCENTILES),
-                    fmt.ms(lat.get("max")),
+                    fmt.ms(lat.get("max") if lat else None),
                     lines(
-                        fmt.ms((p.get("server_ns") or {}).get("mean")),
-                        fmt.ms((p.get("network_ns") or {}).get("mean")),
+                        fmt.ms(stat_ns(p, "server_ns", "mean")),
+                        fmt.ms(stat_ns(p, "network_ns", "mean")),
                     ),
                     lines(f"{fmt.num(p.get('throughput_per_s'))}/s", done_below),
-                    verdict(stability.get("verdict", "n/a"), str(stability.get("detail", ""))),
+                    verdict(
+                        stability.get("verdict", "n/a") if stability else "n/a",
+                        str(stability.get("detail", "")) if stability else "",
+                    ),
                     *(_check_cell(checks.get(c)) for c in CHECKS),
                 ],
-                "unstable" if stability.get("verdict") == "unstable" else "",
+                "unstable" if stability and stability.get("verdict") == "unstable" else "",
             )
         )
     return table(cols, rows, scroll=True)
 
 
-def _with_ok_mean(p: dict[str, Any]) -> dict[str, Any]:
+def _with_ok_mean(p: PointStats) -> Distribution | None:
     """The headline distribution with the OK replies' mean and its interval (a mean over
     failed requests has no value)."""
-    lat = dict(p.get("latency_ns") or {})
-    ok = p.get("latency_ok_ns") or {}
-    if ok:
-        lat["mean"] = ok.get("mean")
-        lat["ci"] = {**(lat.get("ci") or {}), "mean": (ok.get("ci") or {}).get("mean")}
-    return lat
+    lat, ok = p.get("latency_ns"), p.get("latency_ok_ns")
+    if not lat or not ok:
+        return lat
+    ci = (lat.get("ci") or {}) | {"mean": (ok.get("ci") or {}).get("mean")}
+    return lat | {"mean": ok.get("mean"), "ci": ci}
 
 
-def _unstable_notes(points: list[dict[str, Any]]) -> str:
+def _unstable_notes(points: list[PointStats]) -> str:
     notes = [
-        f"<li><b>{esc(p.get('label'))}</b>: {esc((p.get('stability') or {}).get('detail'))}</li>"
+        f"<li><b>{esc(p.get('label'))}</b>: {esc(s.get('detail'))}</li>"
         for p in points
-        if (p.get("stability") or {}).get("verdict") == "unstable"
+        if (s := p.get("stability")) and s.get("verdict") == "unstable"
     ]
     if not notes:
         return ""
@@ -153,7 +166,7 @@ def _unstable_notes(points: list[dict[str, Any]]) -> str:
     )
 
 
-def _ok_only_table(points: list[dict[str, Any]]) -> str:
+def _ok_only_table(points: list[PointStats]) -> str:
     """The distribution of successful requests alone, labelled as such."""
     if not any(p.get("latency_ok_ns") for p in points):
         return ""
@@ -165,13 +178,13 @@ def _ok_only_table(points: list[dict[str, Any]]) -> str:
     ]
     rows = []
     for p in points:
-        ok = p.get("latency_ok_ns") or {}
+        ok = p.get("latency_ok_ns")
         rows.append(
             [
                 p.get("label"),
-                ok.get("n", "-"),
+                ok.get("n", "-") if ok else "-",
                 *(_dist_cell(ok, key) for key, _ in PERCENTILES),
-                fmt.ms(ok.get("max")),
+                fmt.ms(ok.get("max") if ok else None),
             ]
         )
     return table(
@@ -182,7 +195,7 @@ def _ok_only_table(points: list[dict[str, Any]]) -> str:
     )
 
 
-def _checks_table(points: list[dict[str, Any]]) -> str:
+def _checks_table(points: list[PointStats]) -> str:
     rows = [
         [
             p.get("label"),
@@ -206,7 +219,7 @@ def _checks_table(points: list[dict[str, Any]]) -> str:
     )
 
 
-def _breakdown(points: list[dict[str, Any]], key: str, what: str) -> str:
+def _breakdown(points: list[PointStats], key: Literal["by_op", "by_service"], what: str) -> str:
     """Per-operation or per-service rows, shown when some point has more than one."""
     if not any(len(p.get(key) or {}) > 1 for p in points):
         return ""
@@ -223,7 +236,7 @@ def _breakdown(points: list[dict[str, Any]], key: str, what: str) -> str:
     rows = []
     for p in points:
         for name, entry in (p.get(key) or {}).items():
-            lat = entry.get("latency_ns") or {}
+            lat = entry.get("latency_ns")
             rates = entry.get("status_rates") or {}
             rows.append(
                 [

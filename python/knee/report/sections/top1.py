@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, cast
 
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, note, table
+from knee.report.types import Top1
+from knee.stats.summary import PointStats
+
+#: The shares of the latency a figure compares.
+Share = Literal["server_share", "network_share"]
+#: The two parts of a point's OK requests, as the figure names them.
+PARTS: tuple[tuple[Literal["rest", "top"], str], ...] = (("rest", "rest 99%"), ("top", "top 1%"))
 
 TITLE = "The slowest 1%"
 
@@ -23,11 +30,11 @@ def section(rr: ReportRun) -> Section:
             [note("This run's summary has no top-1% analysis (summary.json points[].top1).")],
         )
     cats: list[str] = []
-    shares: dict[str, list[float | None]] = {"server_share": [], "network_share": []}
+    shares: dict[Share, list[float | None]] = {"server_share": [], "network_share": []}
     hover: list[str] = []
     for p in points:
-        for part, label in (("rest", "rest 99%"), ("top", "top 1%")):
-            entry = p["top1"].get(part) or {}
+        for part, label in PARTS:
+            entry = _top1(p).get(part, {})
             cats.append(f"{p.get('label')} · {label}")
             hover.append(f"{label}: mean {fmt.ms(entry.get('mean_ns'))} ms")
             for key, values in shares.items():
@@ -72,12 +79,17 @@ COLUMNS = (
 )
 
 
-def _table(points: list[dict[str, Any]]) -> str:
+def _top1(point: PointStats) -> Top1:
+    """The point's top-1% analysis (a point that has one: the section keeps only those)."""
+    return cast(Top1, point.get("top1"))
+
+
+def _table(points: list[PointStats]) -> str:
     rows = []
     for p in points:
-        t = p["top1"]
-        with_, without = t.get("with") or {}, t.get("without") or {}
-        cl = t.get("clustering") or {}
+        t = _top1(p)
+        with_, without = t.get("with", {}), t.get("without", {})
+        cl = t.get("clustering", {})
         rows.append(
             [
                 p.get("label"),
@@ -87,8 +99,8 @@ def _table(points: list[dict[str, Any]]) -> str:
                 fmt.ms(without.get("mean")),
                 fmt.ms(with_.get("p99")),
                 fmt.ms(without.get("p99")),
-                fmt.pct((t.get("top") or {}).get("server_share")),
-                fmt.pct((t.get("rest") or {}).get("server_share")),
+                fmt.pct(t.get("top", {}).get("server_share")),
+                fmt.pct(t.get("rest", {}).get("server_share")),
                 cl.get("verdict", "-"),
                 fmt.num(cl.get("index_of_dispersion")),
                 cl.get("longest_run", "-"),

@@ -8,6 +8,7 @@ from typing import Any
 from knee.report.data import ReportRun
 from knee.report.html import Section, esc
 from knee.report.kit.tables import Col, Row, table, verdict
+from knee.report.types import HostEnv, HostsEnv, Limits, SeriesSpec
 from knee.run_params import planned
 
 
@@ -41,7 +42,7 @@ def section(rr: ReportRun) -> Section:
         _hosts(env.get("hosts")),
         _generators(rr),
         _warmup(rr),
-        _series(spec),
+        _series(spec.get("series") or {}),
         _failures(rr),
     ]
     spec_text = (rr.path / "spec.toml").read_text() if (rr.path / "spec.toml").exists() else ""
@@ -76,7 +77,7 @@ def _table(rows: list[tuple[str, Any]]) -> str:
     return f"<table>{body}</table>"
 
 
-def _limits(limits: dict[str, Any] | None) -> str:
+def _limits(limits: Limits | None) -> str:
     if not limits:
         return "-"
     parts = []
@@ -84,12 +85,12 @@ def _limits(limits: dict[str, Any] | None) -> str:
         parts.append(f"{limits['cpu_cores']:g} cores")
     if limits.get("cpuset") is not None:
         parts.append(f"cpus {limits['cpuset']}")
-    if limits.get("memory_bytes") is not None:
-        parts.append(f"{limits['memory_bytes'] / 2**20:g} MiB")
+    if (memory := limits.get("memory_bytes")) is not None:
+        parts.append(f"{memory / 2**20:g} MiB")
     return ", ".join(parts) or "-"
 
 
-def _link(h: dict[str, Any]) -> str:
+def _link(h: HostEnv) -> str:
     parts = []
     if h.get("rate_mbit") is not None:
         parts.append(f"{h['rate_mbit']:g} Mbit/s")
@@ -97,13 +98,13 @@ def _link(h: dict[str, Any]) -> str:
         parts.append(f"{h['loss_percent']:g}% loss")
     if h.get("delay_ms"):
         parts.append(f"{h['delay_ms']:g} ms delay")
-    if h.get("clock_offset_ns") is not None:
+    if (offset := h.get("clock_offset_ns")) is not None:
         unc = h.get("clock_uncertainty_ns") or 0
-        parts.append(f"clock offset {h['clock_offset_ns'] / 1e6:+.3f} ± {unc / 1e6:.3f} ms")
+        parts.append(f"clock offset {offset / 1e6:+.3f} ± {unc / 1e6:.3f} ms")
     return ", ".join(parts) or "-"
 
 
-def _hosts(hosts: dict[str, Any] | None) -> str:
+def _hosts(hosts: HostsEnv | None) -> str:
     """The hosts the nodes ran on (env.json's `hosts`, as knee.hosts made them)."""
     if not hosts:
         return ""
@@ -127,7 +128,7 @@ def _generators(rr: ReportRun) -> str:
     rows = []
     for p in rr.points:
         for g in p.get("generators") or []:
-            check = g.get("sender") or {}
+            check = g.get("sender")
             rows.append(
                 Row(
                     [
@@ -137,7 +138,10 @@ def _generators(rr: ReportRun) -> str:
                         g.get("achieved_rate_per_s"),
                         g.get("late_sends"),
                         g.get("late_send_share"),
-                        verdict(check.get("verdict"), check.get("detail", "")),
+                        verdict(
+                            check.get("verdict") if check else None,
+                            check.get("detail", "") if check else "",
+                        ),
                     ]
                 )
             )
@@ -173,12 +177,12 @@ def _warmup(rr: ReportRun) -> str:
     )
 
 
-def _series(spec: dict[str, Any]) -> str:
-    series = spec.get("series") or {}
+def _series(series: dict[str, SeriesSpec]) -> str:
+    """The spec's series (`[series.<name>]`), each with its description and placement."""
     if not series:
         return ""
 
-    def placed(s: dict[str, Any]) -> str:
+    def placed(s: SeriesSpec) -> str:
         rules = "; ".join(f"{g} on {t}" for g, t in (s.get("placement") or {}).items())
         return f" (placement: {rules})" if rules else ""
 

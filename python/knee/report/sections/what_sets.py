@@ -12,9 +12,9 @@ resource's U."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from knee.analysis.answers import RATE_KEY
 from knee.report import answers, fmt
@@ -24,9 +24,10 @@ from knee.report.html import Section
 from knee.report.kit import Cell, Col, Finding, Html, Row, esc, finding, findings, note, table
 from knee.report.kit import plural as plural_of
 from knee.report.kit.figure import AxisKind
+from knee.report.types import Bottleneck
 from knee.resources.bottleneck import folded_label, generator, ranked
 from knee.resources.usage import ROW_S
-from knee.stats.summary import PointStats
+from knee.stats.summary import GroupAnswers, PointStats, Resource
 
 ID = "what-sets"
 TITLE = "What sets the knee"
@@ -58,7 +59,7 @@ INTRO = (
 class Column:
     """One point of a curve as the figures and the table show it."""
 
-    point: dict[str, Any]
+    point: PointStats
     x: Any  # its position on the x axis
     where: str  # "40/s", "8 peers", "p=2000": the column's title and the sentences' "At"
 
@@ -91,7 +92,7 @@ def section(rr: ReportRun) -> Section:
     return Section(ID, TITLE, blocks)
 
 
-def _usage(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _usage(point: PointStats) -> dict[str, Resource]:
     """A point's resources with a known U."""
     return {k: r for k, r in (point.get("resources") or {}).items() if r.get("u") is not None}
 
@@ -100,12 +101,12 @@ def _usage(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def group_blocks(
-    key: str, group: dict[str, Any], points: list[dict[str, Any]], bn: dict[str, Any]
+    key: str, group: GroupAnswers, points: list[PointStats], bn: Bottleneck
 ) -> list[str | Figure]:
     """A load curve: its bottleneck in a sentence, U against the offered rate, the bound
     against the throughput, the table."""
-    top = bn.get("bottleneck") or {}
-    first = top.get("resource")
+    top = bn.get("bottleneck")
+    first = top.get("resource") if top else None
     cols = [
         Column(p, _rate(p), f"{fmt.num(_rate(p))}/s")
         for p in sorted(points, key=lambda p: (_rate(p), p.get("point") or 0))
@@ -123,11 +124,11 @@ def group_blocks(
     return blocks
 
 
-def _rate(point: dict[str, Any]) -> float:
+def _rate(point: PointStats) -> float:
     return float(point.get("target_rate_per_s") or 0.0)
 
 
-def _title(group: dict[str, Any], what: str) -> str:
+def _title(group: GroupAnswers, what: str) -> str:
     label = group.get("label")
     return f"{label}: {what}" if label else what
 
@@ -140,14 +141,15 @@ def _distinct_titles(cols: list[Column]) -> None:
             c.where = f"{c.where} (point {c.point.get('point')})"
 
 
-def unseen_note(bn: dict[str, Any], points: list[dict[str, Any]]) -> str:
-    top = bn.get("bottleneck") or {}
+def unseen_note(bn: Bottleneck, points: list[PointStats]) -> str:
+    top = bn.get("bottleneck")
+    bound = top.get("bound_per_s") if top else None
     hi = (bn.get("measured_per_s") or [None, None])[1]
     ratio = bn.get("bound_ratio")
     times = f", {fmt.num(ratio, 2)} times the measured capacity" if ratio else ""
     text = (
         f"Why the run cannot see it: at its demand D, the busiest resource measured would "
-        f"allow {answers.rate(top.get('bound_per_s'))}{times} (whose bracket ends at "
+        f"allow {answers.rate(bound)}{times} (whose bracket ends at "
         f"{answers.rate(hi)}), so "
         "something this run does not measure stops the throughput first: a lock, the "
         "kernel's accept queue, a remote dependency, or a resource of a machine knee does "
@@ -161,20 +163,20 @@ def unseen_note(bn: dict[str, Any], points: list[dict[str, Any]]) -> str:
     return text
 
 
-def _generator(r: dict[str, Any]) -> bool:
+def _generator(r: Resource) -> bool:
     return bool(r.get("generator")) or r.get("role") == "load"
 
 
-def _names(points: list[dict[str, Any]], first: str | None) -> list[str]:
+def _names(points: list[PointStats], first: str | None) -> list[str]:
     """Every resource with a U at some point: the bottleneck first, then by their highest U."""
     top: dict[str, float] = {}
     for p in points:
         for name, r in _usage(p).items():
-            top[name] = max(top.get(name, 0.0), float(r["u"]))
+            top[name] = max(top.get(name, 0.0), float(r["u"] or 0.0))
     return sorted(top, key=lambda n: (n != first, -top[n], n))
 
 
-def label_of(name: str, points: list[dict[str, Any]]) -> str:
+def label_of(name: str, points: list[PointStats]) -> str:
     """A resource's label; when it changes along the curve (a pool of 1, then 2 workers)
     each one, in order."""
     labels = [str(r["label"]) for p in points if (r := _usage(p).get(name)) and r.get("label")]
@@ -197,7 +199,7 @@ def u_figure(
     others = 0
     for name in names:
         rs = [_usage(p).get(name) or {} for p in points]
-        cis = [r.get("u_ci") or [None, None] for r in rs]
+        cis: list[Sequence[float | None]] = [r.get("u_ci") or [None, None] for r in rs]
         has_ci = any(ci[0] is not None for ci in cis)
         bold = name == first
         label = label_of(name, points)
@@ -234,7 +236,7 @@ def u_figure(
     )
 
 
-def _hover(col: Column, r: dict[str, Any]) -> str:
+def _hover(col: Column, r: Resource) -> str:
     if not r:
         return f"{col.where}: not measured"
     return (
@@ -243,9 +245,7 @@ def _hover(col: Column, r: dict[str, Any]) -> str:
     )
 
 
-def bound_figure(
-    fig_id: str, group: dict[str, Any], cols: list[Column], bn: dict[str, Any]
-) -> Figure:
+def bound_figure(fig_id: str, group: GroupAnswers, cols: list[Column], bn: Bottleneck) -> Figure:
     """The throughput against the offered rate, the bottleneck's bound 1/D across (its
     interval shaded), the next bottleneck's lighter, the measured capacity's bracket."""
     xs = [c.x for c in cols]
@@ -266,8 +266,8 @@ def bound_figure(
     m_lo, m_hi = (list(bn.get("measured_per_s") or []) + [None, None])[:2]
     done = [float(v) for c in cols if (v := c.point.get("completion_rate_per_s")) is not None]
     limit = OFF_CHART * max([*done, *(v for v in (m_lo, m_hi) if v is not None), 0.0])
-    top, nxt = bn.get("bottleneck") or {}, bn.get("next") or {}
-    if (b := top.get("bound_per_s")) is not None:
+    top, nxt = bn.get("bottleneck"), bn.get("next")
+    if top and (b := top.get("bound_per_s")) is not None:
         lo, hi = (list(top.get("bound_ci_per_s") or []) + [None, None])[:2]
         if lo is not None and hi is not None:
             band = _level_band("bound's interval", ends, lo, hi, BOTTLENECK_COLOR)
@@ -285,7 +285,7 @@ def bound_figure(
                 hidden=b > limit,
             )
         )
-    if (b2 := nxt.get("bound_per_s")) is not None:
+    if nxt and (b2 := nxt.get("bound_per_s")) is not None:
         traces.append(
             Trace(
                 "line",
@@ -310,8 +310,8 @@ def bound_figure(
         name = f"measured capacity {answers.bracket([m_lo, m_hi])}/s"
         traces.append(Trace("line", name, x, y, color=MEASURED_COLOR, markers=False))
     markers = []
-    if bn.get("at_rate_per_s") is not None:
-        markers.append(Marker(float(bn["at_rate_per_s"]), "D read here", "#555555"))
+    if (at := bn.get("at_rate_per_s")) is not None:
+        markers.append(Marker(float(at), "D read here", "#555555"))
     return Figure(
         fig_id,
         _title(group, "throughput and the bound 1/D"),
@@ -345,7 +345,7 @@ def usage_table(cols: list[Column], names: list[str], first: str | None) -> Html
         cells: list[Any] = [label_of(name, points), _capacity(name, points)]
         cells += [_cell(_usage(p).get(name)) for p in points]
         rows.append(Row(cells, BOLD_ROW if name == first else ""))
-    gens = [generator(cast(PointStats, p)) for p in points]  # summary.json's points
+    gens = [generator(p) for p in points]  # summary.json's points
     open_loop = any(p.get("target_rate_per_s") for p in points)
     said: list[str] = []
     for key, what, shown, meaning in GENERATOR_ROWS:
@@ -365,7 +365,7 @@ def usage_table(cols: list[Column], names: list[str], first: str | None) -> Html
     return Html(f'{table(head, rows, scroll=True)}<p class="caption">{esc(caption)}</p>')
 
 
-def _cell(r: dict[str, Any] | None) -> Cell:
+def _cell(r: Resource | None) -> Cell:
     if not r:
         return Cell("-")
     tip = (
@@ -376,14 +376,14 @@ def _cell(r: dict[str, Any] | None) -> Cell:
     return Cell(f"{fmt.pct(r.get('u'))} · {fmt.duration(r.get('d_ns'))}", tip=tip.strip())
 
 
-def _capacity(name: str, points: list[dict[str, Any]]) -> str:
+def _capacity(name: str, points: list[PointStats]) -> str:
     """The resource's capacity ("2 cores", "1 worker", "12.5 MB/s"), each one when it
     changes along the curve."""
     shown = [capacity_text(r) for p in points if (r := _usage(p).get(name))]
     return " / ".join(dict.fromkeys(s for s in shown if s))
 
 
-def capacity_text(r: dict[str, Any]) -> str:
+def capacity_text(r: Resource) -> str:
     capacity, unit = r.get("capacity"), str(r.get("capacity_unit") or "")
     if capacity is None:
         return ""
@@ -419,7 +419,7 @@ GENERATOR_ROWS = (
 # --------------------------------------------------------------- points outside a curve
 
 
-def series_blocks(key: str, points: list[dict[str, Any]]) -> list[str | Figure]:
+def series_blocks(key: str, points: list[PointStats]) -> list[str | Figure]:
     """A series outside every load curve (closed loop, one rate): its busiest resource at
     each point in a sentence, U against the swept value, the table."""
     cols, x_axis = series_columns(points)
@@ -436,7 +436,7 @@ def series_blocks(key: str, points: list[dict[str, Any]]) -> list[str | Figure]:
     return blocks
 
 
-def series_columns(points: list[dict[str, Any]]) -> tuple[list[Column], Axis]:
+def series_columns(points: list[PointStats]) -> tuple[list[Column], Axis]:
     """The series' x: the one swept key other than the rate; else the offered rate; else
     the points by label, in the order they ran."""
     keys = list(dict.fromkeys(k for p in points for k in (p.get("swept") or {}) if k != RATE_KEY))

@@ -9,7 +9,8 @@ found.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -19,10 +20,13 @@ from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
+from knee.report.types import ChatCheck, SeriesModels
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000
 #: Event kinds marked on the failover timeline, with their colours.
+#: The tail statistics drawn against the mean: (column, name).
+TAILS = (("max_ms", "max"), ("p99_ms", "p99"))
 PASS_FAIL_BG = {True: "#e3f5e1", False: "#fbdcdc"}
 EVENT_COLORS = {
     "kill": "#d62728",
@@ -59,7 +63,7 @@ SOURCE_MAGIC = (
 )
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
     out = [_failover(rr, point, labels) for point in chat.failover_points(rr.run)]
     if not any(len(rr.point_ok(p, ["point"])) for p in rr.sample_points()):
@@ -94,11 +98,11 @@ def _verdict_row(name: str, value: str, good: bool | None) -> str:
 # ------------------------------------------------------------------ failover
 
 
-def _check(rr: ReportRun, point: int) -> dict[str, Any] | None:
+def _check(rr: ReportRun, point: int) -> ChatCheck | None:
     """The checker's verdict on the point (summary.json: knee.analysis.chat_checker), when
     it read the database."""
     check = next((p.get("check") for p in rr.points if p.get("point") == point), None)
-    return check if check and "lost" in check else None
+    return cast(ChatCheck, check) if check and "lost" in check else None
 
 
 def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
@@ -167,7 +171,7 @@ def _failover(rr: ReportRun, point: int, labels: dict[int, str]) -> Section:
     return Section(f"chat-failover-p{point}", title, [verdict, table, text, fig])
 
 
-def _cycle_rows(check: dict[str, Any]) -> list[str]:
+def _cycle_rows(check: ChatCheck) -> list[str]:
     """The failures of the point and the unavailability after each (the checker's
     distribution: from each kill, stop or freeze to the first successful reply after it)."""
     failures = ", ".join(f"{n} {kind}" for kind, n in check["failures"].items() if n) or "none"
@@ -305,38 +309,32 @@ def _by_clients(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
 
 def _area(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     area = chat.latency_area(rr.run).dropna(subset=["mean_ms"])
-    ranks = area["rank"].tolist()
-    hover = _names(area)
-    figs = []
-    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
-        a = chat.area_summary(area, key)
-        (lowest, highest), worst = a["ratio"], a["widest"]
-        figs.append(
-            Figure(
-                f"chat-area-{name}",
-                f"mean and {name} latency, configurations sorted by mean",
-                Axis("configuration (rank by mean latency)"),
-                Axis("latency (ms)", "log"),
-                [
-                    Trace(
-                        "band",
-                        f"mean to {name}",
-                        ranks,
-                        lo=area["mean_ms"].tolist(),
-                        hi=area[key].tolist(),
-                        color=1,
-                        legend=False,
-                    ),
-                    Trace("line", name, ranks, area[key].tolist(), color=1, hover=hover),
-                    Trace("line", "mean", ranks, area["mean_ms"].tolist(), color=0, hover=hover),
-                ],
-                caption=f"{SOURCE_AREA} This run: the {name} is {lowest:.3g}x to "
-                f"{highest:.3g}x the mean; the widest gap is at {hover[worst]} "
-                f"({fmt.num(area[key].iloc[worst])} ms against a mean of "
-                f"{fmt.num(area['mean_ms'].iloc[worst])} ms).",
-            )
-        )
-    return figs
+    return [_area_figure(area, key, name) for key, name in TAILS]
+
+
+def _area_figure(area: pd.DataFrame, key: str, name: str) -> Figure:
+    """The mean and one tail statistic of every configuration, sorted by the mean."""
+    ranks, hover = area["rank"].tolist(), _names(area)
+    a = chat.area_summary(area, key)
+    (lowest, highest), worst = a["ratio"], a["widest"]
+    mean, tail = area["mean_ms"], area[key]
+    band = Trace(
+        "band", f"mean to {name}", ranks, lo=mean.tolist(), hi=tail.tolist(), color=1, legend=False
+    )
+    return Figure(
+        f"chat-area-{name}",
+        f"mean and {name} latency, configurations sorted by mean",
+        Axis("configuration (rank by mean latency)"),
+        Axis("latency (ms)", "log"),
+        [
+            band,
+            Trace("line", name, ranks, tail.tolist(), color=1, hover=hover),
+            Trace("line", "mean", ranks, mean.tolist(), color=0, hover=hover),
+        ],
+        caption=f"{SOURCE_AREA} This run: the {name} is {lowest:.3g}x to {highest:.3g}x the "
+        f"mean; the widest gap is at {hover[worst]} ({fmt.num(tail.iloc[worst])} ms against a "
+        f"mean of {fmt.num(mean.iloc[worst])} ms).",
+    )
 
 
 def _breakdown(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
@@ -390,7 +388,7 @@ def _scatter(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     sc = chat.reply_rate_scatter(rr.run).dropna(subset=["throughput_per_s"])
     names = dict(zip(cfg["point"], _names(cfg), strict=True))
     figs = []
-    for key, name in (("max_ms", "max"), ("p99_ms", "p99")):
+    for key, name in TAILS:
         traces = []
         for i, (reply, part) in enumerate(sc.groupby("reply_bytes")):
             traces.append(
@@ -429,28 +427,18 @@ def _throughput(rr: ReportRun, cfg: pd.DataFrame) -> list[Any]:
     for i, (think, part) in enumerate(lt.groupby("think_ms")):
         hover = _names(part)
         x = part["throughput_per_s"].tolist()
-        traces.append(
-            Trace(
-                "points",
-                f"{think:g} ms pause: mean",
-                x,
-                part["mean_ms"].tolist(),
-                color=i,
-                hover=hover,
-            )
+        mean = Trace(
+            "points", f"{think:g} ms pause: mean", x, part["mean_ms"].tolist(), color=i, hover=hover
         )
-        traces.append(
-            Trace(
-                "points",
-                f"{think:g} ms pause: p99",
-                x,
-                part["p99_ms"].tolist(),
-                color=i,
-                symbol="diamond-open",
-                hidden=True,
-                hover=hover,
-            )
+        # The p99 as the mean's points, in hollow diamonds, one legend click away.
+        p99 = replace(
+            mean,
+            name=f"{think:g} ms pause: p99",
+            y=part["p99_ms"].tolist(),
+            symbol="diamond-open",
+            hidden=True,
         )
+        traces += [mean, p99]
     best = chat.highest_throughput(lt)
     return [
         Figure(

@@ -10,30 +10,37 @@ Every number comes from `knee.analysis.http`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, cast
 
 from knee.analysis import http as analysis
-from knee.report import fmt
+from knee.report import calls, fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
-from knee.report.kit import Col, Finding, Html, esc, findings, note, table
+from knee.report.kit import Col, Finding, Html, note
+from knee.report.types import HttpDone, SeriesModels
 
 TITLE = "HTTP: statuses, failures, connects and the Server-Timing split"
+#: What the section's table counts, said before it.
+INTRO = Html(
+    "<p>Every request to the HTTP service is one sample: its status code, or why there "
+    "was none (a malformed response, a lying Content-Length, a connection closed "
+    "mid-response, a timeout; the connection is then made again). A request that found "
+    "its connection closed (the server closes after each response, or closed it idle) "
+    "waited for a new one: its connect time (TCP, and TLS for https) is part of its "
+    "latency, shown apart here. Server time comes "
+    "from the responses' <code>Server-Timing</code> header (the entries "
+    "<code>driver.server_timing</code> names); where no response carried them, the "
+    "split is unavailable, and the standard sections' server column reads 0 for it.</p>"
+)
+#: The HTTP/2 events counted per point: (key in its `http`, the table's name).
+H2_EVENTS: tuple[tuple[Literal["goaways", "resets_received", "refused_resent"], str], ...] = (
+    ("goaways", "GOAWAY"),
+    ("resets_received", "RST"),
+    ("refused_resent", "resent"),
+)
 
 
-def _codes(p: analysis.PointHttp) -> str:
-    return ", ".join(f"{code}: {n}" for code, n in sorted(p.codes.items())) or "-"
-
-
-def _reasons(p: analysis.PointHttp) -> str:
-    return ", ".join(f"{name}: {n}" for name, n in sorted(p.reasons.items())) or "none"
-
-
-def _connects(p: analysis.PointHttp) -> str:
-    return f"{p.connected} of {p.sent}" if p.sent else "-"
-
-
-def _streams(http: dict[str, Any]) -> str:
+def _streams(http: HttpDone) -> str:
     """The most streams in use at once of the limit (connections x the server's
     SETTINGS_MAX_CONCURRENT_STREAMS, or the client's cap): HTTP/2 only."""
     if http.get("protocol") != "h2":
@@ -50,11 +57,10 @@ def _held(p: analysis.PointHttp) -> str:
     return f"{p.held} (p99 {fmt.ms(p.held_p99_ns)} ms)"
 
 
-def _h2_events(http: dict[str, Any]) -> str:
+def _h2_events(http: HttpDone) -> str:
     if http.get("protocol") != "h2":
         return "-"
-    keys = (("goaways", "GOAWAY"), ("resets_received", "RST"), ("refused_resent", "resent"))
-    return ", ".join(f"{name} {http.get(k) or 0}" for k, name in keys)
+    return ", ".join(f"{name} {http.get(k) or 0}" for k, name in H2_EVENTS)
 
 
 def _split(p: analysis.PointHttp) -> str:
@@ -63,36 +69,23 @@ def _split(p: analysis.PointHttp) -> str:
     return fmt.pct(p.split_share)
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     pts = analysis.points(rr.run)
-    intro = Html(
-        "<p>Every request to the HTTP service is one sample: its status code, or why there "
-        "was none (a malformed response, a lying Content-Length, a connection closed "
-        "mid-response, a timeout; the connection is then made again). A request that found "
-        "its connection closed (the server closes after each response, or closed it idle) "
-        "waited for a new one: its connect time (TCP, and TLS for https) is part of its "
-        "latency, shown apart here. Server time comes "
-        "from the responses' <code>Server-Timing</code> header (the entries "
-        "<code>driver.server_timing</code> names); where no response carried them, the "
-        "split is unavailable, and the standard sections' server column reads 0 for it.</p>"
-    )
     if not pts:
-        return [Section("http", TITLE, [intro, note("No samples.")])]
-    labels = {p["point"]: str(p.get("label", p["point"])) for p in rr.points}
-    done = {p["point"]: p.get("http") or {} for p in rr.points}
+        return [Section("http", TITLE, [INTRO, note("No samples.")])]
+    labels = calls.labels(rr)
+    done: dict[int, HttpDone] = {p["point"]: cast(HttpDone, p.get("http") or {}) for p in rr.points}
     rows = [
         [
             labels.get(p.point, str(p.point)),
             done.get(p.point, {}).get("protocol", "-"),
             p.requests,
-            _codes(p),
-            _reasons(p),
+            calls.counts(p.codes, "-"),
+            calls.reasons(p),
             _split(p),
             fmt.ms(p.server_mean_ns) if p.with_split else "unavailable",
             fmt.ms(p.detail_mean_ns),
-            _connects(p),
-            fmt.ms(p.connect_p50_ns),
-            fmt.ms(p.connect_max_ns),
+            *calls.connect_cells(p),
             _held(p),
             _streams(done.get(p.point, {})),
             _h2_events(done.get(p.point, {})),
@@ -108,11 +101,8 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
         Col("split", tip="share of responses with the Server-Timing server entries"),
         Col("server (ms)", tip="mean server time over the responses with the split"),
         Col("detail (ms)", tip="mean of driver.server_timing_detail's entry"),
-        Col("new connections", tip="requests sent on a connection made for them, of those sent"),
-        Col("connect p50 (ms)", tip="their connect time: TCP connect, and TLS for https"),
-        Col(
-            "connect max (ms)",
-            tip="a full accept queue shows here: the kernel retries a SYN after 1 s",
+        *calls.connect_cols(
+            "requests", "a full accept queue shows here: the kernel retries a SYN after 1 s"
         ),
         Col(
             "held",
@@ -139,21 +129,10 @@ def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
                 ),
             )
         )
-    failing = [p for p in pts if p.reasons]
-    if failing:
-        worst = max(failing, key=lambda p: sum(p.reasons.values()))
-        found.append(
-            Finding(
-                "Failed requests.",
-                Html(
-                    f"{len(failing)} points had requests without a usable response; most at "
-                    f"{esc(labels.get(worst.point, worst.point))}: {esc(_reasons(worst))}."
-                ),
-            )
-        )
-    blocks: list[Any] = [
-        intro,
-        findings(found, "Every request got a response, and every response carried the split."),
-        table(cols, rows, scroll=True),
-    ]
-    return [Section("http", TITLE, blocks)]
+    failed = calls.most_failed(
+        pts, labels, "Failed requests.", "requests without a usable response", calls.reasons
+    )
+    if failed:
+        found.append(failed)
+    all_good = "Every request got a response, and every response carried the split."
+    return calls.section("http", TITLE, INTRO, found, all_good, cols, rows)

@@ -15,6 +15,7 @@ counting as slower than any success, null where a percentile lands on a failure)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -26,7 +27,9 @@ from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Finding, Html, esc, findings, plural
 from knee.report.sections.load_curve import plot_axis
-from knee.report.traces import by_x, latency_traces, model_traces
+from knee.report.traces import by_x, latency_traces, model_traces, ok_latency, with_ok_latency
+from knee.report.types import Model, SeriesModels, StatName, points_read
+from knee.stats.summary import PointStats
 
 #: Model predictions are drawn up to this multiple of the largest measured mean.
 MODEL_CAP = 3.0
@@ -39,18 +42,44 @@ def _known(value: Any) -> bool:
     return isinstance(value, int | float) and not math.isnan(value)
 
 
+def _time_figure(
+    key: str,
+    title: str,
+    axes: tuple[str, str],
+    traces: list[Trace],
+    markers: Sequence[Marker] = (),
+    caption: str = "",
+) -> Figure:
+    """A figure of times (y) against `axes[0]`: "matrix-<key>"."""
+    x_title, y_title = axes
+    return Figure(
+        f"matrix-{key}",
+        title,
+        Axis(x_title),
+        Axis(y_title, kind="time"),
+        traces,
+        list(markers),
+        caption=caption,
+    )
+
+
 def _measured(
-    points: list[dict[str, Any]],
+    points: list[PointStats],
     axis: SeriesAxis,
     name: str,
     color: int,
-    percentiles: tuple[str, ...] = (),
+    percentiles: tuple[StatName, ...] = (),
     one_color: bool = False,
 ) -> list[Trace]:
     """The mean of the successful requests and the summary's percentiles (gaps where null)."""
-    ok = [{**p, "latency_ok_ns": analysis.ok_latency(p)} for p in points]
     out = latency_traces(
-        ok, axis, name, color, keys=("mean",), dist="latency_ok_ns", one_color=one_color
+        with_ok_latency(points),
+        axis,
+        name,
+        color,
+        keys=("mean",),
+        dist="latency_ok_ns",
+        one_color=one_color,
     )
     if percentiles:
         start = color if one_color else color + 1
@@ -58,7 +87,7 @@ def _measured(
     return out
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     roles = analysis.roles(rr.run)
     found: list[Finding] = []
     blocks: list[str | Figure] = []
@@ -94,11 +123,10 @@ def _difficulty(rr: ReportRun, roles: analysis.Roles) -> Part:
     traces += latency_traces(
         pts, axis, "network + middleware", 2, keys=("mean",), dist="network_ns"
     )
-    fig = Figure(
-        "matrix-difficulty",
+    fig = _time_figure(
+        "difficulty",
         "response time vs difficulty P, split into compute and network",
-        Axis("P"),
-        Axis("mean time", kind="time"),
+        ("P", "mean time"),
         traces,
         caption="One request at a time (closed loop, one client, no think time).",
     )
@@ -133,12 +161,11 @@ def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
         x_max = max(axis.x(p) for p in pts)
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
-    fig = Figure(
-        "matrix-load",
+    fig = _time_figure(
+        "load",
         "one thread: response time vs Poisson rate, with the fitted queueing model and the "
         "report's M/M/1",
-        Axis("achieved arrival rate (requests/s)"),
-        Axis("latency", kind="time"),
+        ("achieved arrival rate (requests/s)", "latency"),
         traces,
         markers,
         caption="Measured mean (successful requests), p50 and p99 (every request, a failure "
@@ -170,7 +197,7 @@ def _load(rr: ReportRun, roles: analysis.Roles) -> Part:
     return Finding("Rate.", Html(text)), [fig]
 
 
-def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
+def _primary(model: SeriesModels | None) -> Model | None:
     if model is None:
         return None
     return next(
@@ -183,7 +210,7 @@ def _primary(model: dict[str, Any] | None) -> dict[str, Any] | None:
     )
 
 
-def _model_sentence(model: dict[str, Any] | None, top_rate: float) -> str:
+def _model_sentence(model: SeriesModels | None, top_rate: float) -> str:
     m = _primary(model)
     if m is None:
         return " (No queueing model was fitted to this run.)"
@@ -229,11 +256,10 @@ def _cache(rr: ReportRun, roles: analysis.Roles) -> Part:
     for i, s in enumerate(names):
         label = f"{s} (cache {rr.setting(rr.points_of(s)[0], 'server.cache') or 'off'})"
         traces += _measured(rr.points_of(s), rr.axes[s], label, i, ("p99",), one_color=True)
-    fig = Figure(
-        "matrix-cache",
+    fig = _time_figure(
+        "cache",
         "response time vs rate, without and with the result cache",
-        Axis("offered load (requests/s)"),
-        Axis("latency", kind="time"),
+        ("offered load (requests/s)", "latency"),
         traces,
         caption="Solid: mean of the successful requests; dashed: p99 over every request (a gap "
         "where it is a failure); shaded: 95% intervals.",
@@ -284,7 +310,7 @@ def _threads(rr: ReportRun, roles: analysis.Roles) -> Part:
     if series is None:
         return None, []
     axis = rr.axes[series]
-    groups = analysis.by_threads(rr.run, series)
+    groups = {t: points_read(v) for t, v in analysis.by_threads(rr.run, series).items()}
     figs: list[Figure] = []
     if axis.key == "target_rate_per_s" and any(len(v) > 1 for v in groups.values()):
         figs.append(_threads_load(rr, series, plot_axis(axis), groups))
@@ -338,7 +364,7 @@ def _threads(rr: ReportRun, roles: analysis.Roles) -> Part:
 
 
 def _threads_load(
-    rr: ReportRun, series: str, axis: SeriesAxis, groups: dict[int, list[dict[str, Any]]]
+    rr: ReportRun, series: str, axis: SeriesAxis, groups: dict[int, list[PointStats]]
 ) -> Figure:
     """Response time vs the achieved rate, a line per thread count, with the models."""
     traces: list[Trace] = []
@@ -348,26 +374,32 @@ def _threads_load(
     markers: list[Marker] = []
     if model is not None:
         pts = rr.points_of(series)
-        worst = max((m for p in pts if _known(m := analysis.ok_mean_ms(p))), default=0.0)
+        worst = max((m for p in pts if (m := _ok_mean_ms(p)) is not None), default=0.0)
         x_max = max(axis.x(p) for p in by_x(pts, axis))
         extra, markers = model_traces(model, x_max, MODEL_CAP * worst or None)
         traces += extra
-    return Figure(
-        "matrix-threads-load",
+    return _time_figure(
+        "threads-load",
         "response time vs rate per thread count, with the M/M/c predictions",
-        Axis("achieved arrival rate (requests/s)"),
-        Axis("mean latency", kind="time"),
+        ("achieved arrival rate (requests/s)", "mean latency"),
         traces,
         markers,
     )
 
 
-def _model_capacity(model: dict[str, Any] | None, threads: int) -> float | None:
+def _model_capacity(model: SeriesModels | None, threads: int) -> float | None:
     """The capacity of the model fitted for this thread count (M/M/c or M/M/1)."""
-    for m in (model or {}).get("models") or []:
+    for m in model["models"] if model else []:
         if m.get("servers") == threads and m.get("kind") in ("M/M/c", "M/M/1"):
             return m.get("capacity_per_s")
     return None
+
+
+def _ok_mean_ms(point: PointStats) -> float | None:
+    """Mean latency of a point's successful requests, in ms."""
+    ok = ok_latency(point)
+    mean = ok.get("mean") if ok else None
+    return None if mean is None else float(mean) / 1e6
 
 
 def _threads_finding(rr: ReportRun, rows: pd.DataFrame) -> Finding | None:
@@ -430,7 +462,7 @@ def _resources(rr: ReportRun) -> list[Figure]:
         axis = rr.axes[s]
         if axis.key != "target_rate_per_s":
             continue
-        groups: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[str, list[PointStats]] = {}
         for p in rr.points_of(s):
             groups.setdefault(axis.group(p), []).append(p)
         for group, members in groups.items():

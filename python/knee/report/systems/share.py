@@ -21,6 +21,7 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.checker import checker_block
+from knee.report.types import SeriesModels
 
 #: Report 002's aggregate MB/s of eight clients by file size (its part 2 table; EC2).
 REPORT_MB_PER_S = {
@@ -46,7 +47,7 @@ REPORT_NODES = {
 REPORT_OPS = "register 208 (of all 50 files each), search 20,888, obtain 10,552"
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     title = "Share findings (report 002)"
     intro = (
         "<p>The source report (002) measured a peer-to-peer file-sharing system on eight EC2 "

@@ -22,6 +22,7 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, Html, esc, note, table, verdict
+from knee.report.types import SeriesModels
 
 #: Points drawn over time (a sweep of many points gets its first ones; the tables have all).
 MAX_TIMELINE_POINTS = 2
@@ -29,7 +30,7 @@ MAX_TIMELINE_POINTS = 2
 MAX_HANDOFF_ROWS = 200
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     run = rr.run
     points = rr.sample_points()
     intro = Html(

@@ -21,6 +21,7 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.checker import checker_block
+from knee.report.types import SeriesModels
 
 #: Report 000, Table 1: frames/s and bits/s per serial service and for the parallel client.
 SOURCE_TABLE1 = {
@@ -40,7 +41,7 @@ SOURCE_DROPS = {
 PARALLEL = analysis.PARALLEL
 
 
-def sections(rr: ReportRun, models: list[dict[str, Any]]) -> list[Section]:
+def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     run = rr.run
     if not rr.points or not _has_samples(rr):
         return [Section("stream", "Stream findings (report 000)", [_note("no samples")])]
@@ -303,6 +304,22 @@ def _drops_text(drops: pd.DataFrame | None) -> str:
 # ------------------------------------------------------------------ loss
 
 
+def _measured_and_expected(
+    series: str,
+    xs: list[float],
+    ys: tuple[list[float], list[float]],
+    expected: str,
+    color: int,
+    hover: list[str] | None = None,
+) -> list[Trace]:
+    """A series' measured line and, dashed, what the model expects (`ys`: both, in turn)."""
+    measured, predicted = ys
+    return [
+        Trace("line", f"{series} measured", xs, measured, color=color, hover=hover),
+        Trace("line", f"{series} {expected}", xs, predicted, color=color, dash=True, markers=False),
+    ]
+
+
 def _loss_figures(loss: pd.DataFrame) -> list[str | Figure]:
     time_traces: list[Trace] = []
     rate_traces: list[Trace] = []
@@ -318,37 +335,21 @@ def _loss_figures(loss: pd.DataFrame) -> list[str | Figure]:
                 strict=True,
             )
         ]
-        time_traces += [
-            Trace("line", f"{series} measured", xs, list(g["time_per_block_s"] * 1e3), color=i),
-            Trace(
-                "line",
-                f"{series} L + p/(1-p)·T",
-                xs,
-                list(g["expected_time_per_block_s"] * 1e3),
-                color=i,
-                dash=True,
-                markers=False,
-            ),
-        ]
-        rate_traces += [
-            Trace(
-                "line",
-                f"{series} measured",
-                xs,
-                list(g["goodput_bits_per_s"] / 1e3),
-                color=i,
-                hover=hover,
-            ),
-            Trace(
-                "line",
-                f"{series} expected",
-                xs,
-                list(g["expected_goodput_bits_per_s"] / 1e3),
-                color=i,
-                dash=True,
-                markers=False,
-            ),
-        ]
+        time_traces += _measured_and_expected(
+            series,
+            xs,
+            (list(g["time_per_block_s"] * 1e3), list(g["expected_time_per_block_s"] * 1e3)),
+            "L + p/(1-p)·T",
+            i,
+        )
+        rate_traces += _measured_and_expected(
+            series,
+            xs,
+            (list(g["goodput_bits_per_s"] / 1e3), list(g["expected_goodput_bits_per_s"] / 1e3)),
+            "expected",
+            i,
+            hover,
+        )
     caption = (
         "The source report only discussed loss (no measurement): with resends, a dropped "
         "block costs the timeout, so loss raises the time per block. This run: "
