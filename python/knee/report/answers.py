@@ -18,9 +18,9 @@ from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
-from knee.report.types import Bottleneck, RunAnswersDoc, bottleneck_read
+from knee.report.types import RunAnswersDoc, bottleneck_read
 from knee.resources.bottleneck import explain
-from knee.stats.summary import Answer, GroupAnswers, Knee, PointStats
+from knee.stats.summary import Answer, Bottleneck, GroupAnswers, Knee, PointStats
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
 STOPPED = {

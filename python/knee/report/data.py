@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from knee import contract
 from knee.models import analyze
 from knee.models.fit import Settings
-from knee.report.types import FindDoc, Probe, RunAnswersDoc, SeriesModels, models_read, points_read
+from knee.models.types import SeriesModels
+from knee.report.types import FindDoc, Probe, RunAnswersDoc, models_read, points_read
 from knee.results import Run, open_run
 from knee.run_params import PointParams, point_params, setting
 from knee.stats.summary import PointStats

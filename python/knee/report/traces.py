@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from knee.models.types import Model, SeriesModels
 from knee.report.data import SeriesAxis
 from knee.report.figures import Marker, Trace
-from knee.report.types import DistName, Model, SeriesModels, StatName
+from knee.report.types import DistName, StatName
 from knee.stats.summary import Distribution, PointStats
 
 

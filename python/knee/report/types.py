@@ -1,15 +1,15 @@
-"""The shapes the report reads that knee.stats.summary does not name: the models' fit
-(knee.models.analyze), a search's find.json and summary.json's answers document, a
-bottleneck (knee.resources.bottleneck.explain) and the summary.json points themselves as
-loaded. They describe what those modules write (JSON read back, not checked): they add no
-key and drop none. A point's statistics and a group's answers are knee.stats.summary's.
+"""The shapes the report reads that its producers do not name: a search's find.json,
+summary.json's answers document, env.json's hosts, a spec's series, and the typed views of
+JSON read back (`points_read`, `models_read`, `bottleneck_read`: what those modules wrote,
+not checked). A point's statistics, a group's answers and a bottleneck are
+knee.stats.summary's; the models' fit is knee.models.types'.
 """
-
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from knee.stats.summary import Distribution, GroupAnswers, PointStats, Resource
+from knee.models.types import SeriesModels
+from knee.stats.summary import Bottleneck, GroupAnswers, PointStats
 
 #: A point's distributions of durations (knee.stats.summary.PointStats' Distribution keys).
 DistName = Literal[
@@ -34,94 +34,6 @@ def points_read(raw: list[Any]) -> list[PointStats]:
 
 
 # ------------------------------------------------------------------ knee.models.analyze
-
-
-class CurvePoint(TypedDict):
-    """One prediction of a model's curve."""
-
-    x: float
-    mean_ns: float
-    p50_ns: float | None
-    p99_ns: float | None
-
-
-class ModelPoint(TypedDict):
-    """A measured point against a model (analyze._compare)."""
-
-    point: int
-    x: float
-    target_x: float | None
-    stable: bool
-    measured_mean_ns: float
-    measured_ci: list[float] | None
-    predicted_mean_ns: float | None
-    predicted_p99_ns: float | None
-    flag: bool
-    detail: str
-
-
-class Model(TypedDict):
-    """One model of one group of a series (analyze._model_entry)."""
-
-    kind: str  # "M/M/1", "M/G/1", "M/D/1", "M/M/c", "MVA"
-    servers: int
-    servers_source: str  # "declared", "estimated", "assumed"
-    label: str
-    primary: bool
-    reference: bool
-    limited_by: str | None  # "cores"
-    group: dict[str, Any]  # the swept settings of its group (values as swept: any JSON)
-    service_mean_ns: float
-    service_cs2: float
-    delay_ns: float
-    fit_points: list[int]
-    capacity_per_s: float
-    capacity_ci_per_s: list[float] | None
-    knee_x: float
-    knee_ci_x: list[float] | None
-    curve: list[CurvePoint]
-    points: list[ModelPoint]
-
-
-class MeasuredKnee(TypedDict):
-    """knee.models.measured.measured_knee: the load of highest power of a group."""
-
-    x: float
-    point: int
-    target_x: float | None
-    power_per_s2: float
-    power_ci_per_s2: list[float | None]
-    interval_x: list[float]
-    interval_points: list[int]
-    edge: str | None  # "highest", "lowest"
-    excluded_unstable: list[int]
-
-
-class ModelGroup(TypedDict):
-    """One group of a series' points (same settings, same thread count)."""
-
-    group: dict[str, Any]  # its swept settings (values as swept: any JSON)
-    servers: int
-    servers_source: str
-    servers_estimate: dict[str, float | int | str | list[float] | None]
-    primary: str | None
-    fits: bool | None
-    fit: dict[str, Any] | None  # knee.models.fit.Fit.to_json
-    fit_points: list[int]
-    unstable_points: list[int]
-    measured_knee: MeasuredKnee | None
-
-
-class SeriesModels(TypedDict):
-    """One series' entry of knee.models.analyze.analyze."""
-
-    series: str
-    x: str  # "rate_per_s" or "clients"
-    cores: int | None
-    models: list[Model]
-    groups: list[ModelGroup]
-    primary: str  # the kind of most groups' primary model
-    note: str
 
 
 def models_read(raw: list[Any]) -> list[SeriesModels]:
@@ -187,61 +99,6 @@ class FindDoc(TypedDict, total=False):
 # ------------------------------------------------------------------ a bottleneck
 
 
-class NamedResource(Resource, total=False):
-    """A ranked resource as knee.resources.bottleneck names it (`_named`): some of its
-    entry's keys (kind, label, u, u_ci, d_ns, bound_per_s, bound_ci_per_s, capacity,
-    capacity_unit, threads), and its name among the point's resources."""
-
-    resource: str
-
-
-class RankedAt(TypedDict):
-    """The resources of one point in the order of their demand."""
-
-    point: int
-    rate_per_s: float | None
-    ranked: list[str]
-
-
-class GeneratorShare(TypedDict, total=False):
-    """knee.resources.bottleneck.generator: the load generator's own share at a point."""
-
-    cpu_percent: float | None
-    cpu_wait_percent: float | None
-    late_send_share: float | None
-    connections_u: float | None
-    all_connections_busy_share: float | None
-
-
-class Shedding(TypedDict):
-    """knee.resources.shedding.shedding: how the target refused work over its capacity."""
-
-    from_rate_per_s: float
-    failed_share: list[float]
-    statuses: dict[str, int]
-    shed_share_of_failures: float
-    served_p50_ms: float | None
-    points: list[int]
-
-
-class Bottleneck(TypedDict, total=False):
-    """knee.resources.bottleneck.explain: one load curve's bottleneck."""
-
-    at_point: int
-    at_rate_per_s: float | None
-    bottleneck: NamedResource
-    next: NamedResource | None
-    measured_per_s: list[float | None]
-    agreement: str | None  # "agrees", "below", "above", "unclear"
-    bound_ratio: float | None
-    unseen: bool
-    sheds: Shedding | None
-    generator: GeneratorShare
-    per_point: list[RankedAt]
-    doubling_gain: float
-    sentence: str
-
-
 def bottleneck_read(raw: Any) -> Bottleneck | None:
     """A bottleneck as knee.resources.bottleneck.explain builds it (summary.json's, or
     computed at report time)."""
@@ -249,41 +106,6 @@ def bottleneck_read(raw: Any) -> Bottleneck | None:
 
 
 # ------------------------------------------------------------------ the slowest 1%
-
-
-class Top1Part(TypedDict):
-    """What the top 1% (or the rest) of a point's OK latency is made of
-    (knee.stats.tail._made_of): shares of its summed latency, and its mean."""
-
-    server_share: float | None
-    network_share: float | None
-    late_share: float | None
-    mean_ns: float | None
-
-
-class Clustering(TypedDict):
-    """knee.stats.tail.clustering: whether the top 1% bunch up in time."""
-
-    index_of_dispersion: float
-    longest_run: int
-    verdict: str  # "clustered", "scattered"
-    detail: str
-
-
-Top1 = TypedDict(
-    "Top1",
-    {
-        "threshold_ns": "float | None",
-        "count": int,
-        "with": Distribution,
-        "without": Distribution,
-        "top": Top1Part,
-        "rest": Top1Part,
-        "clustering": Clustering,
-    },
-)
-Top1.__doc__ = """knee.stats.tail.top1: a point's slowest 1% of OK requests against the rest
-(summary.json's points[].top1)."""
 
 
 # ------------------------------------------------------------------ http

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from knee.models.types import ModelGroup, ModelPoint, SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Marker, Trace
@@ -27,7 +28,7 @@ from knee.report.traces import (
     stability,
     stat,
 )
-from knee.report.types import DistName, ModelGroup, ModelPoint, SeriesModels
+from knee.report.types import DistName
 from knee.stats.summary import PointStats
 
 #: Model predictions are drawn up to this multiple of the largest measured p99 of the

@@ -10,8 +10,7 @@ from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, note, table
-from knee.report.types import Top1
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, Top1
 
 #: The shares of the latency a figure compares.
 Share = Literal["server_share", "network_share"]

@@ -24,10 +24,9 @@ from knee.report.html import Section
 from knee.report.kit import Cell, Col, Finding, Html, Row, esc, finding, findings, note, table
 from knee.report.kit import plural as plural_of
 from knee.report.kit.figure import AxisKind
-from knee.report.types import Bottleneck
 from knee.resources.bottleneck import folded_label, generator, ranked
 from knee.resources.usage import ROW_S
-from knee.stats.summary import GroupAnswers, PointStats, Resource
+from knee.stats.summary import Bottleneck, GroupAnswers, PointStats, Resource
 
 ID = "what-sets"
 TITLE = "What sets the knee"

@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 
 from knee.analysis import chat
+from knee.models.types import SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section, esc
-from knee.report.types import ChatCheck, SeriesModels
+from knee.report.types import ChatCheck
 
 #: The timeline draws at most this many requests per point (every slow one is kept).
 MAX_DRAWN = 20_000

@@ -8,11 +8,11 @@ Every number comes from `knee.analysis.grpc`.
 from __future__ import annotations
 
 from knee.analysis import grpc as analysis
+from knee.models.types import SeriesModels
 from knee.report import calls
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Html, note
-from knee.report.types import SeriesModels
 
 TITLE = "gRPC: status codes, failures and connects"
 #: What the section's table counts, said before it.

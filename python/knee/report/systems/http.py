@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Literal, cast
 
 from knee.analysis import http as analysis
+from knee.models.types import SeriesModels
 from knee.report import calls, fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Finding, Html, note
-from knee.report.types import HttpDone, SeriesModels
+from knee.report.types import HttpDone
 
 TITLE = "HTTP: statuses, failures, connects and the Server-Timing split"
 #: What the section's table counts, said before it.

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from knee.analysis import matrix as analysis
+from knee.models.types import Model, SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun, SeriesAxis
 from knee.report.figures import Axis, Figure, Marker, Trace
@@ -28,7 +29,7 @@ from knee.report.html import Section
 from knee.report.kit import Finding, Html, esc, findings, plural
 from knee.report.sections.load_curve import plot_axis
 from knee.report.traces import by_x, latency_traces, model_traces, ok_latency, with_ok_latency
-from knee.report.types import Model, SeriesModels, StatName, points_read
+from knee.report.types import StatName, points_read
 from knee.stats.summary import PointStats
 
 #: Model predictions are drawn up to this multiple of the largest measured mean.

@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 from knee.analysis import share as analysis
+from knee.models.types import SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.checker import checker_block
-from knee.report.types import SeriesModels
 
 #: Report 002's aggregate MB/s of eight clients by file size (its part 2 table; EC2).
 REPORT_MB_PER_S = {

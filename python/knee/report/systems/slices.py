@@ -17,12 +17,12 @@ import pandas as pd
 
 from knee.analysis import chaos
 from knee.analysis import slices as analysis
+from knee.models.types import SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Marker, Trace
 from knee.report.html import Section
 from knee.report.kit import Col, Html, esc, note, table, verdict
-from knee.report.types import SeriesModels
 
 #: Points drawn over time (a sweep of many points gets its first ones; the tables have all).
 MAX_TIMELINE_POINTS = 2

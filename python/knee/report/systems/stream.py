@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 from knee.analysis import stream as analysis
+from knee.models.types import SeriesModels
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.figures import Axis, Figure, Trace
 from knee.report.html import Section, esc
 from knee.report.sections.checker import checker_block
-from knee.report.types import SeriesModels
 
 #: Report 000, Table 1: frames/s and bits/s per serial service and for the parallel client.
 SOURCE_TABLE1 = {
