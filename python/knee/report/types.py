@@ -4,6 +4,7 @@ JSON read back (`points_read`, `models_read`, `bottleneck_read`: what those modu
 not checked). A point's statistics, a group's answers and a bottleneck are
 knee.stats.summary's; the models' fit is knee.models.types'.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
