@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: finding knee-node, running a child, medians, and the
 result table with its one-line JSON summary."""
 
+import argparse
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,3 +296,149 @@ def percentiles_ns(latency_ns: Any) -> dict[str, float]:
         "p99_ns": float(p99),
         "max_ns": float(a.max()),
     }
+
+
+#: --smoke's help where a smoke run is one short round.
+SMOKE_HELP = "one short round: seconds"
+
+#: What a bench's run may raise when something broke (not when a target is missed).
+BROKEN = (BenchError, OSError, KeyError, ValueError, subprocess.CalledProcessError)
+
+
+def speed_parser(
+    doc: str, smoke: str, quick: str | None = None, keep: bool = False
+) -> argparse.ArgumentParser:
+    """A bench's command line: --smoke (and --quick where the bench has it), each with its
+    help text, and --keep (a folder) for a bench whose runs leave directories; the
+    description is the first line of the bench's docstring."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    if keep:
+        parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
+    return parser
+
+
+def speed_args(doc: str, smoke: str, quick: str | None = None) -> argparse.Namespace:
+    """speed_parser's arguments parsed, for a bench with no others."""
+    return speed_parser(doc, smoke, quick).parse_args()
+
+
+def report_sections(sections: list[Section], how: str, broken: list[str]) -> int:
+    """The table of what ran (if anything did), then what broke: the exit code, 1 if any."""
+    if sections:
+        report(sections, how)
+    if broken:
+        print(f"broken: {', '.join(broken)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def pick_plan(args: argparse.Namespace, smoke: Any, quick: Any, full: Any) -> Any:
+    """The plan the command line asks for: smoke over quick over full."""
+    return smoke if args.smoke else quick if getattr(args, "quick", False) else full
+
+
+def run_or_broken(name: str, run: Callable[[], Any]) -> Any:
+    """run(), or None after saying on stderr what broke (the bench then exits 1)."""
+    try:
+        return run()
+    except BROKEN as e:
+        print(f"{name}: broken: {e}", file=sys.stderr)
+        return None
+
+
+def timed_report(name: str, run: Callable[[], list[Section]], how: str) -> int:
+    """run(), then its table with `how` and the seconds it took: the exit code (1: broken)."""
+    t0 = time.monotonic()
+    if (sections := run_or_broken(name, run)) is None:
+        return 1
+    report(sections, f"{how}; {time.monotonic() - t0:.0f} s in all")
+    return 0
+
+
+def stall_line(st: dict[str, Any], peer: str) -> str:
+    """The stall's latencies side by side, knee's and the peer's (keys knee_p90_ns,
+    <peer>_p90_ns, ... _p99_ns, _max_ns; stall_s)."""
+    ms = {k: v / 1e6 for k, v in st.items() if k.endswith("_ns")}
+    parts = [
+        f"{key} knee {ms[f'knee_{key}_ns']:.1f} ms, {peer} {ms[f'{peer}_{key}_ns']:.1f} ms"
+        for key in ("p90", "p99", "max")
+    ]
+    return f"stall of {st['stall_s']:g} s: {'; '.join(parts)} (knee's count from the intended send)"
+
+
+@dataclass
+class LoadRun:
+    """One `knee-node load` run: its done line, the child's CPU ns and its samples file."""
+
+    done: dict[str, Any]
+    cpu_ns: int
+    samples: Path
+
+
+def knee_load(
+    knee: Path,
+    system: str,
+    workdir: Path,
+    config: dict[str, Any],
+    timeout_s: float,
+    cpus: set[int] | None = None,
+) -> LoadRun:
+    """One `knee-node load <system>` run (on `cpus` if given) with `config` and the paths
+    of a samples file and a histogram in `workdir`; raises when it prints no done line."""
+    samples = workdir / "samples.bin"
+    samples.unlink(missing_ok=True)  # so knee creates it afresh instead of truncating a big one
+    paths = {"samples_path": str(samples), "histogram_path": str(workdir / "histogram.csv")}
+    cmd = [str(knee), "load", system, "--name", "gen", "--config", json.dumps(paths | config)]
+    run = run_child(cmd, timeout_s=timeout_s, cpus=cpus)
+    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
+    if not done:
+        raise BenchError(f"knee-node load {system} printed no done line")
+    return LoadRun(done=done[-1], cpu_ns=run.cpu_ns, samples=samples)
+
+
+def say_not_ok(done: dict[str, Any], noun: str) -> None:
+    """Says how many of a knee run's replies were not ok (said, not hidden)."""
+    if done["ok"] != done["completed"]:
+        print(f"  knee: {done['completed'] - done['ok']} {noun} not ok", flush=True)
+
+
+def knee_tail_ns(done: dict[str, Any]) -> dict[str, float]:
+    """knee's p90, p99 and max latency from a done line, as knee_<q>_ns."""
+    return {f"knee_{q}_ns": float(done["latency"][f"{q}_ns"]) for q in ("p90", "p99", "max")}
+
+
+@dataclass(frozen=True)
+class PeerPlan:
+    """A knee-versus-peer HTTP/2 bench: the saturation runs (C connections x M streams for
+    saturation_s) and the stall run (stall_s frozen at stall_at_s of a constant-rate run)."""
+
+    connections: int
+    streams: int
+    saturation_s: float
+    stall_rate_per_s: float
+    stall_run_s: float
+    stall_at_s: float
+    stall_s: float
+
+
+def wait_started(
+    proc: subprocess.Popen,
+    ready: Callable[[], Any],
+    what: str,
+    log: Path,
+    timeout_s: float,
+    stop: Callable[[], None],
+) -> Any:
+    """Polls ready() until it gives something true (what the server said when up), and
+    returns that; if the server exits or timeout_s passes first, stop() and raise with the
+    tail of its log."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := ready()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop()
+            raise BenchError(f"{what} did not start: {log.read_text()[-500:]}")
+        time.sleep(0.05)
+    return found

@@ -55,7 +55,6 @@ Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -65,7 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import BenchError, Row, Section, report  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import BenchError, Row, Section  # noqa: E402
 from find_accuracy import gunicorn, last_json, point_stats, run_knee, write_spec  # noqa: E402
 
 from knee.analysis.answers import interference  # noqa: E402 (find_accuracy set sys.path)
@@ -425,14 +425,9 @@ def run_all(cfg: Config, keep: Path | None) -> tuple[list[Section], list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="shorter probes and points (about 4 minutes)"
-    )
-    parser.add_argument("--smoke", action="store_true", help="the chat case, short points")
-    parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
-    args = parser.parse_args()
-    cfg = SMOKE if args.smoke else QUICK if args.quick else FULL
+    smoke, quick = "the chat case, short points", "shorter probes and points (about 4 minutes)"
+    args = benchlib.speed_parser(__doc__, smoke, quick, keep=True).parse_args()
+    cfg = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     t0 = time.monotonic()
     sections, broken = run_all(cfg, args.keep)
     how = (
@@ -440,12 +435,7 @@ def main() -> int:
         f"points of {cfg.chat_s:g} s, link points of {cfg.link_s:g} s; "
         f"{time.monotonic() - t0:.0f} s in all"
     )
-    if sections:
-        report(sections, how)
-    if broken:
-        print(f"broken: {', '.join(broken)}", file=sys.stderr)
-        return 1
-    return 0
+    return benchlib.report_sections(sections, how, broken)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ when a target is missed (this is a measurement), 1 when something broke.
     python3 bench/echo_overhead.py [--quick | --smoke]
 """
 
-import argparse
-import json
 import os
 import struct
 import subprocess
@@ -26,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import benchlib
 from benchlib import (
     BENCH_DIR,
     BenchError,
@@ -34,7 +33,6 @@ from benchlib import (
     find_knee_node,
     json_lines,
     median,
-    report,
     run_child,
 )
 
@@ -125,23 +123,12 @@ def run_knee(
     knee: Path, addr: str, workdir: Path, load: dict, max_s: float, cpus: set[int] | None = None
 ) -> KneeResult:
     """One `knee-node load echo` run; `load` holds schedule and limits."""
-    samples = workdir / "samples.bin"
-    samples.unlink(missing_ok=True)  # so knee creates it afresh instead of truncating a big one
-    config = {
-        "target": addr,
-        "samples_path": str(samples),
-        "histogram_path": str(workdir / "histogram.csv"),
-        "driver": {"request_bytes": REQUEST_BYTES, "reply_bytes": REPLY_BYTES},
-        **load,
-    }
-    cmd = [str(knee), "load", "echo", "--name", "gen", "--config", json.dumps(config)]
-    run = run_child(cmd, timeout_s=max_s + CHILD_SLACK_S, cpus=cpus)
-    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
-    if not done:
-        raise BenchError("knee-node load printed no done line")
-    if done[-1]["errors"]:
-        raise BenchError(f"knee-node load saw {done[-1]['errors']} bad replies")
-    return KneeResult(done=done[-1], cpu_ns=run.cpu_ns, samples_path=samples)
+    driver = {"request_bytes": REQUEST_BYTES, "reply_bytes": REPLY_BYTES}
+    config = {"target": addr, "driver": driver, **load}
+    run = benchlib.knee_load(knee, "echo", workdir, config, max_s + CHILD_SLACK_S, cpus)
+    if run.done["errors"]:
+        raise BenchError(f"knee-node load saw {run.done['errors']} bad replies")
+    return KneeResult(done=run.done, cpu_ns=run.cpu_ns, samples_path=run.samples)
 
 
 def run_baseline(
@@ -364,21 +351,16 @@ def run_all(plan: Plan) -> Section:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about 30 s)")
-    parser.add_argument("--smoke", action="store_true", help="one short run of each: seconds")
-    args = parser.parse_args()
+    args = benchlib.speed_args(
+        __doc__, "one short run of each: seconds", "shorter runs (about 30 s)"
+    )
     global REPEATS
     if args.smoke:
         REPEATS = 1
-    t0 = time.monotonic()
-    try:
-        sections = run_all(SMOKE if args.smoke else QUICK if args.quick else FULL)
-    except (BenchError, OSError, KeyError, ValueError) as e:
-        print(f"echo_overhead: broken: {e}", file=sys.stderr)
-        return 1
-    report(sections, f"medians of {REPEATS} runs; {time.monotonic() - t0:.0f} s in all")
-    return 0
+    plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
+    return benchlib.timed_report(
+        "echo_overhead", lambda: run_all(plan), f"medians of {REPEATS} runs"
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ Exits 0 when it ran (a missed target is a measurement), 1 when something broke.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -61,7 +60,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, report
+import benchlib
+from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
 
@@ -735,15 +735,14 @@ def run_all(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 s probes (about 15 minutes)")
-    parser.add_argument("--smoke", action="store_true", help="one target, 2 s probes")
-    parser.add_argument("--keep", type=Path, help="keep the run directories in this folder")
+    parser = benchlib.speed_parser(
+        __doc__, "one target, 2 s probes", "3 s probes (about 15 minutes)", keep=True
+    )
     parser.add_argument(
         "--targets", help="comma-separated: matrix_t1, matrix_t2, gunicorn, go, link (default: all)"
     )
     args = parser.parse_args()
-    cfg = SMOKE if args.smoke else QUICK if args.quick else FULL
+    cfg = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     only = set(args.targets.split(",")) if args.targets else None
     t0 = time.monotonic()
     sections, broken = run_all(cfg, args.keep, only)
@@ -757,12 +756,7 @@ def main() -> int:
             f"{cfg.budget_s:g} s, SLO p99 < {SLO_FACTOR:g} x S; {time.monotonic() - t0:.0f} s "
             "in all"
         )
-    if sections:
-        report(sections, how)
-    if broken:
-        print(f"broken: {', '.join(broken)}", file=sys.stderr)
-        return 1
-    return 0
+    return benchlib.report_sections(sections, how, broken)
 
 
 if __name__ == "__main__":

@@ -28,24 +28,21 @@ Exits 0 even when a target is missed (a measurement), 1 when something broke.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
+import benchlib
 from benchlib import (
     BENCH_DIR,
     BenchError,
     Freeze,
     ensure_h2_peers,
     find_knee_node,
-    json_lines,
     median,
     run_child,
 )
@@ -64,21 +61,16 @@ SERVER_WORKERS = 4096
 SERVER_SLEEP_MS = 1
 
 
-@dataclass(frozen=True)
-class Plan:
-    connections: int
-    streams: int
-    saturation_s: float
-    stall_rate_per_s: float
-    stall_run_s: float
-    stall_at_s: float
-    stall_s: float
-
-
-FULL = Plan(4, 16, 10.0, stall_rate_per_s=1000.0, stall_run_s=6.0, stall_at_s=2.0, stall_s=1.0)
-QUICK = Plan(4, 16, 4.0, stall_rate_per_s=1000.0, stall_run_s=4.0, stall_at_s=1.5, stall_s=1.0)
+FULL = benchlib.PeerPlan(
+    4, 16, 10.0, stall_rate_per_s=1000.0, stall_run_s=6.0, stall_at_s=2.0, stall_s=1.0
+)
+QUICK = benchlib.PeerPlan(
+    4, 16, 4.0, stall_rate_per_s=1000.0, stall_run_s=4.0, stall_at_s=1.5, stall_s=1.0
+)
 #: Seconds, once: every step runs and prints its ratio, its figures not judged.
-SMOKE = Plan(2, 8, 1.0, stall_rate_per_s=300.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5)
+SMOKE = benchlib.PeerPlan(
+    2, 8, 1.0, stall_rate_per_s=300.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5
+)
 
 
 class GoGrpc:
@@ -101,12 +93,14 @@ class GoGrpc:
                 stderr=subprocess.STDOUT,
                 preexec_fn=lambda: os.sched_setaffinity(0, SERVER_CPUS),
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (found := re.search(r"listening (\S+)\n", self.out.read_text())):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise BenchError(f"go_grpc did not start: {self.out.read_text()[-500:]}")
-            time.sleep(0.05)
+        found = benchlib.wait_started(
+            self.proc,
+            lambda: re.search(r"listening (\S+)\n", self.out.read_text()),
+            "go_grpc",
+            self.out,
+            START_TIMEOUT_S,
+            self.stop,
+        )
         self.addr = found.group(1)
 
     def stop(self) -> None:
@@ -116,26 +110,17 @@ class GoGrpc:
 
 def knee_run(knee: Path, addr: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
     """One `knee-node load grpc` run on the generator CPU: its done line and CPU ns."""
-    samples = workdir / "samples.bin"
-    samples.unlink(missing_ok=True)
     driver = {"proto_files": [str(PROTO)], "call": CALL, "data": DATA}
     config = {
         "target": f"http://{addr}",
-        "samples_path": str(samples),
-        "histogram_path": str(workdir / "histogram.csv"),
         "warmup_s": 0.0,
         "timeout_ms": 10000.0,
         "driver": {**driver, **load.pop("driver", {})},
         **load,
     }
-    cmd = [str(knee), "load", "grpc", "--name", "gen", "--config", json.dumps(config)]
-    run = run_child(cmd, timeout_s=max_s + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
-    if not done:
-        raise BenchError("knee-node load grpc printed no done line")
-    if done[-1]["ok"] != done[-1]["completed"]:
-        print(f"  knee: {done[-1]['completed'] - done[-1]['ok']} calls not ok", flush=True)
-    return done[-1], run.cpu_ns
+    run = benchlib.knee_load(knee, "grpc", workdir, config, max_s + CHILD_SLACK_S, GENERATOR_CPUS)
+    benchlib.say_not_ok(run.done, "calls")
+    return run.done, run.cpu_ns
 
 
 def ghz_run(ghz: Path, addr: str, args: list[str], max_s: float) -> tuple[dict, int]:
@@ -161,7 +146,7 @@ def ghz_percentile_ns(report: dict, percentage: int) -> float:
     raise BenchError(f"ghz's report has no p{percentage}")
 
 
-def saturation(plan: Plan, knee: Path, ghz: Path, addr: str, workdir: Path) -> dict:
+def saturation(plan: benchlib.PeerPlan, knee: Path, ghz: Path, addr: str, workdir: Path) -> dict:
     c, m, secs = plan.connections, plan.streams, plan.saturation_s
     k_rate, g_rate, k_cpu, g_cpu = [], [], [], []
     for i in range(REPEATS):
@@ -195,7 +180,7 @@ def saturation(plan: Plan, knee: Path, ghz: Path, addr: str, workdir: Path) -> d
     }
 
 
-def stall(plan: Plan, knee: Path, ghz: Path, server: GoGrpc, workdir: Path) -> dict:
+def stall(plan: benchlib.PeerPlan, knee: Path, ghz: Path, server: GoGrpc, workdir: Path) -> dict:
     """One constant-rate run of each generator with the server frozen for stall_s."""
     c, m, rate = plan.connections, plan.streams, plan.stall_rate_per_s
     load = {
@@ -222,9 +207,7 @@ def stall(plan: Plan, knee: Path, ghz: Path, server: GoGrpc, workdir: Path) -> d
         flush=True,
     )
     return {
-        "knee_p90_ns": float(done["latency"]["p90_ns"]),
-        "knee_p99_ns": float(done["latency"]["p99_ns"]),
-        "knee_max_ns": float(done["latency"]["max_ns"]),
+        **benchlib.knee_tail_ns(done),
         "ghz_p90_ns": ghz_percentile_ns(report, 90),
         "ghz_p99_ns": g_p99,
         "ghz_max_ns": g_max,
@@ -232,7 +215,7 @@ def stall(plan: Plan, knee: Path, ghz: Path, server: GoGrpc, workdir: Path) -> d
     }
 
 
-def run_all(plan: Plan) -> dict:
+def run_all(plan: benchlib.PeerPlan) -> dict:
     knee = find_knee_node()
     _, ghz = ensure_h2_peers()
     with tempfile.TemporaryDirectory(prefix="knee-grpc-bench-") as tmp:
@@ -248,18 +231,12 @@ def run_all(plan: Plan) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about a minute)")
-    parser.add_argument("--smoke", action="store_true", help="one short round: seconds")
-    args = parser.parse_args()
+    args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about a minute)")
     global REPEATS
     if args.smoke:
         REPEATS = 1
-    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
-    try:
-        m = run_all(plan)
-    except (BenchError, OSError, KeyError, ValueError, subprocess.CalledProcessError) as e:
-        print(f"grpc_vs_ghz: broken: {e}", file=sys.stderr)
+    plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
+    if (m := benchlib.run_or_broken("grpc_vs_ghz", lambda: run_all(plan))) is None:
         return 1
     s, st = m["saturation"], m["stall"]
     rate = s["knee_rate_per_s"] / s["ghz_rate_per_s"]
@@ -278,12 +255,7 @@ def main() -> int:
         f"CPU per call knee / ghz: {s['knee_cpu_ns_per_call']:.0f} / "
         f"{s['ghz_cpu_ns_per_call']:.0f} ns = {cpu:.2f} (target <= 1.1)"
     )
-    print(
-        f"stall of {st['stall_s']:g} s: p90 knee {st['knee_p90_ns'] / 1e6:.1f} ms, ghz "
-        f"{st['ghz_p90_ns'] / 1e6:.1f} ms; p99 knee {st['knee_p99_ns'] / 1e6:.1f} ms, ghz "
-        f"{st['ghz_p99_ns'] / 1e6:.1f} ms; max knee {st['knee_max_ns'] / 1e6:.1f} ms, ghz "
-        f"{st['ghz_max_ns'] / 1e6:.1f} ms (knee's count from the intended send)"
-    )
+    print(benchlib.stall_line(st, "ghz"))
     print(json.dumps({"throughput_ratio": rate, "cpu_ratio": cpu, "stall_p99_ratio": p99, **m}))
     return 0
 

@@ -27,7 +27,6 @@ Exits 0 even when a target is missed (a measurement), 1 when something broke.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -35,10 +34,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import benchlib
 import numpy as np
 from benchlib import (
     BENCH_DIR,
@@ -63,25 +62,14 @@ CHILD_SLACK_S = 30.0
 START_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True)
-class Plan:
-    connections: int
-    streams: int
-    saturation_s: float
-    stall_rate_per_s: float
-    stall_run_s: float
-    stall_at_s: float
-    stall_s: float
-
-
-FULL = Plan(
+FULL = benchlib.PeerPlan(
     4, 16, saturation_s=10.0, stall_rate_per_s=2000.0, stall_run_s=6.0, stall_at_s=2.0, stall_s=1.0
 )
-QUICK = Plan(
+QUICK = benchlib.PeerPlan(
     4, 16, saturation_s=4.0, stall_rate_per_s=2000.0, stall_run_s=4.0, stall_at_s=1.5, stall_s=1.0
 )
 #: Seconds, once: every step runs and prints its ratio, its figures not judged.
-SMOKE = Plan(
+SMOKE = benchlib.PeerPlan(
     2, 8, saturation_s=1.0, stall_rate_per_s=500.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5
 )
 
@@ -129,12 +117,14 @@ class GoH2c:
                 stderr=err,
                 preexec_fn=_pin_server,
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers("127.0.0.1", self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise BenchError(f"go-h2 did not start: {self.err.read_text()[-500:]}")
-            time.sleep(0.05)
+        benchlib.wait_started(
+            self.proc,
+            lambda: _answers("127.0.0.1", self.port),
+            "go-h2",
+            self.err,
+            START_TIMEOUT_S,
+            self.stop,
+        )
         url = f"http://127.0.0.1:{self.port}"
         self.target = Target("go-h2c", url, "h2c", [self.proc.pid])
 
@@ -164,14 +154,14 @@ class NginxH2:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (
-            ready := [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"]
-        ):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise BenchError(f"nginx did not start: {self.out.read_text()[-500:]}")
-            time.sleep(0.05)
+        ready = benchlib.wait_started(
+            self.proc,
+            lambda: [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"],
+            "nginx",
+            self.out,
+            START_TIMEOUT_S,
+            self.stop,
+        )
         url = f"https://{ready[0]['addr']}"
         self.target = Target("nginx-h2-tls", url, "h2", [self.proc.pid], str(ca))
 
@@ -185,8 +175,6 @@ def knee_run(
 ) -> tuple[dict, int, Path]:
     """One `knee-node load http` run on the generator CPU: its done line, its CPU ns and
     its samples file."""
-    samples = workdir / "samples.bin"
-    samples.unlink(missing_ok=True)
     driver: dict[str, object] = {
         "protocol": t.protocol,
         "requests": [{"method": "GET", "path": "/"}],
@@ -195,21 +183,14 @@ def knee_run(
         driver["tls_ca_file"] = t.ca_file
     config = {
         "target": t.url,
-        "samples_path": str(samples),
-        "histogram_path": str(workdir / "histogram.csv"),
         "warmup_s": 0.0,
         "timeout_ms": 10000.0,
         "driver": {**driver, **load.pop("driver", {})},
         **load,
     }
-    cmd = [str(knee), "load", "http", "--name", "gen", "--config", json.dumps(config)]
-    run = run_child(cmd, timeout_s=max_s + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
-    if not done:
-        raise BenchError("knee-node load printed no done line")
-    if done[-1]["ok"] != done[-1]["completed"]:
-        print(f"  knee: {done[-1]['completed'] - done[-1]['ok']} requests not ok", flush=True)
-    return done[-1], run.cpu_ns, samples
+    run = benchlib.knee_load(knee, "http", workdir, config, max_s + CHILD_SLACK_S, GENERATOR_CPUS)
+    benchlib.say_not_ok(run.done, "requests")
+    return run.done, run.cpu_ns, run.samples
 
 
 H2LOAD_COUNTS = re.compile(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded")
@@ -231,7 +212,7 @@ def h2load_run(
     return int(counts.group(3)), wall_s, run.cpu_ns, run.stdout
 
 
-def saturation(plan: Plan, knee: Path, h2load: str, t: Target, workdir: Path) -> dict:
+def saturation(plan: benchlib.PeerPlan, knee: Path, h2load: str, t: Target, workdir: Path) -> dict:
     c, m, secs = plan.connections, plan.streams, plan.saturation_s
     k_rate, h_rate, k_cpu, h_cpu = [], [], [], []
     for i in range(REPEATS):
@@ -276,7 +257,7 @@ def h2load_log_latencies_ns(log: Path) -> np.ndarray:
     return rows[ok, 1] * 1000
 
 
-def stall(plan: Plan, knee: Path, h2load: str, server: GoH2c, workdir: Path) -> dict:
+def stall(plan: benchlib.PeerPlan, knee: Path, h2load: str, server: GoH2c, workdir: Path) -> dict:
     """One constant-rate run of each generator with the server frozen for stall_s."""
     t, c, m = server.target, plan.connections, plan.streams
     load = {
@@ -309,9 +290,7 @@ def stall(plan: Plan, knee: Path, h2load: str, server: GoH2c, workdir: Path) -> 
         flush=True,
     )
     return {
-        "knee_p90_ns": float(done["latency"]["p90_ns"]),
-        "knee_p99_ns": float(done["latency"]["p99_ns"]),
-        "knee_max_ns": float(done["latency"]["max_ns"]),
+        **benchlib.knee_tail_ns(done),
         "knee_ok": float(done["ok"]),
         "h2load_p90_ns": h2["p90_ns"],
         "h2load_p99_ns": h2["p99_ns"],
@@ -321,7 +300,7 @@ def stall(plan: Plan, knee: Path, h2load: str, server: GoH2c, workdir: Path) -> 
     }
 
 
-def run_all(plan: Plan, targets: list[str]) -> dict:
+def run_all(plan: benchlib.PeerPlan, targets: list[str]) -> dict:
     knee = find_knee_node()
     h2load, _ = ensure_h2_peers()
     out: dict = {}
@@ -344,18 +323,13 @@ def run_all(plan: Plan, targets: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about 2 minutes)")
-    parser.add_argument("--smoke", action="store_true", help="one short round: seconds")
-    args = parser.parse_args()
+    args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about 2 minutes)")
     global REPEATS
     if args.smoke:
         REPEATS = 1
-    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
-    try:
-        m = run_all(plan, ["go-h2c", "nginx-h2-tls"])
-    except (BenchError, OSError, KeyError, ValueError, subprocess.CalledProcessError) as e:
-        print(f"h2_vs_h2load: broken: {e}", file=sys.stderr)
+    plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
+    m = benchlib.run_or_broken("h2_vs_h2load", lambda: run_all(plan, ["go-h2c", "nginx-h2-tls"]))
+    if m is None:
         return 1
     summary: dict[str, float] = {}
     print()
@@ -378,12 +352,7 @@ def main() -> int:
         )
     st = m["stall"]
     summary["stall_p99_ratio"] = st["knee_p99_ns"] / st["h2load_p99_ns"]
-    print(
-        f"stall of {st['stall_s']:g} s: p90 knee {st['knee_p90_ns'] / 1e6:.1f} ms, h2load "
-        f"{st['h2load_p90_ns'] / 1e6:.1f} ms; p99 knee {st['knee_p99_ns'] / 1e6:.1f} ms, h2load "
-        f"{st['h2load_p99_ns'] / 1e6:.1f} ms; max knee {st['knee_max_ns'] / 1e6:.1f} ms, h2load "
-        f"{st['h2load_max_ns'] / 1e6:.1f} ms (knee's count from the intended send)"
-    )
+    print(benchlib.stall_line(st, "h2load"))
     print(json.dumps({**summary, **{k: v for k, v in m.items()}}))
     return 0
 

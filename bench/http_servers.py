@@ -26,7 +26,6 @@ did not start, a generator failed or printed nothing usable).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import benchlib
 import psutil
 from benchlib import (
     BENCH_DIR,
@@ -281,23 +281,15 @@ def print_table(results: list[ServerResult]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round of 3 s per server")
-    parser.add_argument("--smoke", action="store_true", help="1 round of 1 s, 2 servers")
-    args = parser.parse_args()
+    args = benchlib.speed_args(__doc__, "1 round of 1 s, 2 servers", "1 round of 3 s per server")
     repeats = REPEATS_QUICK if args.quick or args.smoke else REPEATS_FULL
     seconds = SECONDS_SMOKE if args.smoke else SECONDS_QUICK if args.quick else SECONDS_FULL
     names = SMOKE_SERVERS if args.smoke else NAMES
-    try:
-        knee = find_knee_node()
-    except BenchError as e:
-        print(f"http_servers: broken: {e}", file=sys.stderr)
+    if (
+        tools := benchlib.run_or_broken("http_servers", lambda: (find_knee_node(), ensure_wrk()))
+    ) is None:
         return 1
-    try:
-        wrk = ensure_wrk()
-    except BenchError as e:
-        print(f"http_servers: broken: {e}", file=sys.stderr)
-        return 1
+    knee, wrk = tools
     with tempfile.TemporaryDirectory(prefix="knee-http-servers-") as tmp:
         results = [
             bench_server(i, name, knee, wrk, Path(tmp), repeats, seconds)

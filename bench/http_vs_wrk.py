@@ -17,7 +17,6 @@ Exits 0 even when a target is missed (a measurement), 1 when something broke.
     python3 bench/http_vs_wrk.py [--quick | --smoke]
 """
 
-import argparse
 import json
 import re
 import subprocess
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import benchlib
 from benchlib import (
     BENCH_DIR,
     BenchError,
@@ -90,32 +90,19 @@ class Nginx:
         self.proc.wait(timeout=30)
 
 
-def knee_load(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
+def knee_http(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
     """One `knee-node load http` run on the generator CPU: its done line and CPU ns."""
-    samples = workdir / "samples.bin"
-    samples.unlink(missing_ok=True)
-    config = {
-        "target": url,
-        "samples_path": str(samples),
-        "histogram_path": str(workdir / "histogram.csv"),
-        "driver": {"requests": [{"method": "GET", "path": "/"}]},
-        **load,
-    }
-    cmd = [str(knee), "load", "http", "--name", "gen", "--config", json.dumps(config)]
-    run = run_child(cmd, timeout_s=max_s + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    done = [e for e in json_lines(run.stdout) if e.get("event") == "done"]
-    if not done:
-        raise BenchError("knee-node load printed no done line")
-    if done[-1]["errors"]:
-        raise BenchError(f"knee-node load: error responses: {done[-1]}")
-    if done[-1]["ok"] != done[-1]["completed"]:
-        # nginx's one pinned worker stalls for a second or more now and then on a busy
-        # machine (wrk sees it too): said, not hidden.
-        print(f"  knee: {done[-1]['completed'] - done[-1]['ok']} requests not ok", flush=True)
+    config = {"target": url, "driver": {"requests": [{"method": "GET", "path": "/"}]}, **load}
+    run = benchlib.knee_load(knee, "http", workdir, config, max_s + CHILD_SLACK_S, GENERATOR_CPUS)
+    if run.done["errors"]:
+        raise BenchError(f"knee-node load: error responses: {run.done}")
+    # nginx's one pinned worker stalls for a second or more now and then on a busy machine
+    # (wrk sees it too).
+    benchlib.say_not_ok(run.done, "requests")
     # Every sample recorded: the file holds one 96-byte record per request.
-    if samples.stat().st_size != 96 * done[-1]["completed"]:
+    if run.samples.stat().st_size != 96 * run.done["completed"]:
         raise BenchError("knee-node load did not record every sample")
-    return done[-1], run.cpu_ns
+    return run.done, run.cpu_ns
 
 
 def wrk_run(wrk: str, url: str, seconds: float) -> tuple[int, float, int]:
@@ -246,14 +233,14 @@ def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Pa
     }
     k_cpu, w_cpu, k_rate, w_rate, k_p50, c_p50 = [], [], [], [], [], []
     for i in range(REPEATS):
-        done, cpu_ns = knee_load(knee, url, workdir, closed, plan.closed_s)
+        done, cpu_ns = knee_http(knee, url, workdir, closed, plan.closed_s)
         k_cpu.append(cpu_ns / done["completed"])
         k_rate.append(done["completed"] / done["elapsed_s"])
         total, rate, cpu_ns = wrk_run(wrk, url, plan.closed_s)
         w_cpu.append(cpu_ns / total)
         w_rate.append(rate)
         max_s = plan.open_requests / plan.open_rate_per_s
-        done, _ = knee_load(knee, url, workdir, opened, max_s)
+        done, _ = knee_http(knee, url, workdir, opened, max_s)
         k_p50.append(done["latency"]["p50_ns"])
         c_p50.append(minimal_client(client, url, plan.open_rate_per_s, plan.open_requests))
         print(
@@ -271,17 +258,12 @@ def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Pa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about 40 s)")
-    parser.add_argument("--smoke", action="store_true", help="one short round: seconds")
-    args = parser.parse_args()
+    args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about 40 s)")
     global REPEATS
     if args.smoke:
         REPEATS = 1
-    try:
-        m = run_all(SMOKE if args.smoke else QUICK if args.quick else FULL)
-    except (BenchError, OSError, KeyError, ValueError) as e:
-        print(f"http_vs_wrk: broken: {e}", file=sys.stderr)
+    plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
+    if (m := benchlib.run_or_broken("http_vs_wrk", lambda: run_all(plan))) is None:
         return 1
     cpu = m["cpu_ns_per_request"]["knee"] / m["cpu_ns_per_request"]["wrk"]
     rate = m["max_rate_per_s"]["knee"] / m["max_rate_per_s"]["wrk"]

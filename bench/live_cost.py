@@ -10,7 +10,6 @@ the target is missed (this is a measurement), 1 when something broke.
     python3 bench/live_cost.py [--smoke]
 """
 
-import argparse
 import os
 import re
 import subprocess
@@ -22,7 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, median, report
+import benchlib
+from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, median
 
 REPEATS = 3
 #: The page's own poll, and a Prometheus scrape (a short scrape interval).
@@ -170,20 +170,14 @@ def run_all(plan: Plan) -> list[Section]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="one short run of each: seconds")
-    args = parser.parse_args()
+    args = benchlib.speed_args(__doc__, "one short run of each: seconds")
     global REPEATS
     if args.smoke:
         REPEATS = 1
-    t0 = time.monotonic()
-    try:
-        sections = run_all(SMOKE if args.smoke else FULL)
-    except (BenchError, OSError, ValueError) as e:
-        print(f"live_cost: broken: {e}", file=sys.stderr)
-        return 1
-    report(sections, f"medians of {REPEATS} runs each; {time.monotonic() - t0:.0f} s in all")
-    return 0
+    plan = benchlib.pick_plan(args, SMOKE, FULL, FULL)
+    return benchlib.timed_report(
+        "live_cost", lambda: run_all(plan), f"medians of {REPEATS} runs each"
+    )
 
 
 if __name__ == "__main__":

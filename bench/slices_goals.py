@@ -56,8 +56,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import benchlib
 import numpy as np
-from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, json_lines, median, report
+from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, json_lines, median
 from scipy import stats
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
@@ -1202,15 +1203,8 @@ def main() -> int:
         if args.overhead_rounds < 4 or args.overhead_rounds % 2:
             parser.error(f"--overhead-rounds: an even number >= 4, got {args.overhead_rounds}")
         plan = replace(plan, overhead_rounds=args.overhead_rounds)
-    t0 = time.monotonic()
-    try:
-        goals = tuple(args.only or (SMOKE_GOALS if args.smoke else GOALS))
-        sections = run_all(plan, goals)
-    except (BenchError, OSError, KeyError, ValueError) as e:
-        print(f"slices_goals: broken: {e}", file=sys.stderr)
-        return 1
-    report(sections, f"medians; {time.monotonic() - t0:.0f} s in all")
-    return 0
+    goals = tuple(args.only or (SMOKE_GOALS if args.smoke else GOALS))
+    return benchlib.timed_report("slices_goals", lambda: run_all(plan, goals), "medians")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ depends on the machine; the ratio to a baseline run alongside does less).
     python3 bench/stats_speed.py --smoke    # 20,000 requests to 100,000, once: seconds
 """
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import benchlib
 import numpy as np
 from benchlib import BENCH_DIR, BenchError, echo_closed_loop, find_knee_node, median
 
@@ -76,10 +76,9 @@ def plain_summary(frame: pd.DataFrame) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="200,000 requests, repeated")
-    ap.add_argument("--smoke", action="store_true", help="20,000 requests to 100,000, once")
-    args = ap.parse_args()
+    args = benchlib.speed_args(
+        __doc__, "20,000 requests to 100,000, once", "200,000 requests, repeated"
+    )
     global POINT_SAMPLES, REPEATS
     requests = 200_000 if args.quick else POINT_SAMPLES
     if args.smoke:

@@ -90,6 +90,14 @@ class Processes:
         self.procs.append(proc)
         return proc
 
+    def spawn_json(
+        self, args: list[str], stderr_path: Path
+    ) -> tuple[subprocess.Popen[bytes], JsonLines]:
+        """A knee-node command whose JSON lines are read as they come, its stderr to a file."""
+        with open(stderr_path, "wb") as stderr:
+            proc = self.spawn(args, stdout=subprocess.PIPE, stderr=stderr)
+        return proc, JsonLines(proc.stdout)
+
     @staticmethod
     def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> int:
         """SIGTERM by PID, SIGKILL if still alive after the grace period; the exit code."""
@@ -224,13 +232,10 @@ def start_server(knee_node: str, processes: Processes, tmp_path: Path) -> StartS
         if max_frame_bytes is not None:
             config["max_frame_bytes"] = max_frame_bytes
         stderr_path = tmp_path / f"srv{count}.stderr.log"
-        with open(stderr_path, "wb") as stderr:
-            proc = processes.spawn(
-                [knee_node, "serve", system, "--name", "srv", "--config", json.dumps(config)],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-            )
-        lines = JsonLines(proc.stdout)
+        proc, lines = processes.spawn_json(
+            [knee_node, "serve", system, "--name", "srv", "--config", json.dumps(config)],
+            stderr_path,
+        )
         try:
             ready = lines.wait_for(lambda e: e.get("event") == "ready", READY_TIMEOUT_S)
         except AssertionError as e:

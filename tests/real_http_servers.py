@@ -134,24 +134,25 @@ def _gunicorn_sleep(port: int, _workdir: Path, _knee_node: str) -> Launch:
 SLOW_MS = 50.0
 
 
-def _gunicorn_slow(port: int, _workdir: Path, _knee_node: str) -> Launch:
-    """One gunicorn worker of 8 threads whose requests sleep SLOW_MS under one lock:
+def _gthread_locked_sleep(port: int, sleep_ms: float) -> Launch:
+    """One gunicorn worker of 8 threads whose requests sleep `sleep_ms` under one lock:
     capacity 1 / sleep (threads, so that an idle connection does not hold the worker)."""
     argv = [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "8"]
     argv += ["--worker-class", "gthread", "--bind", f"127.0.0.1:{port}"]
     argv += ["--graceful-timeout", "2", "--chdir", str(APPS), "--backlog", "2048"]
-    env = {"KNEE_SLEEP_MS": f"{SLOW_MS:g}", "KNEE_SLEEP_LOCK": "1"}
+    env = {"KNEE_SLEEP_MS": f"{sleep_ms:g}", "KNEE_SLEEP_LOCK": "1"}
     return Launch([*argv, "sleep_app:app"], env=env)
+
+
+def _gunicorn_slow(port: int, _workdir: Path, _knee_node: str) -> Launch:
+    """The locked sleep of SLOW_MS."""
+    return _gthread_locked_sleep(port, SLOW_MS)
 
 
 def _gunicorn_lock(port: int, _workdir: Path, _knee_node: str) -> Launch:
-    """One gunicorn worker of 8 threads whose requests sleep under one lock, without
-    Server-Timing: capacity 1 / sleep, set by a lock no sampled resource shows."""
-    argv = [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "8"]
-    argv += ["--worker-class", "gthread", "--bind", f"127.0.0.1:{port}"]
-    argv += ["--graceful-timeout", "2", "--chdir", str(APPS), "--backlog", "2048"]
-    env = {"KNEE_SLEEP_MS": f"{SLEEP_MS:g}", "KNEE_SLEEP_LOCK": "1"}
-    return Launch([*argv, "sleep_app:app"], env=env)
+    """The locked sleep of SLEEP_MS, without Server-Timing: capacity 1 / sleep, set by a
+    lock no sampled resource shows."""
+    return _gthread_locked_sleep(port, SLEEP_MS)
 
 
 def _uvicorn(port: int, _workdir: Path, _knee_node: str) -> Launch:

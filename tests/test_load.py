@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import wire_client as wc
-from conftest import Processes, RunLoad, Server, StartServer
+from conftest import LoadRun, Processes, RunLoad, Server, StartServer
 from scipy import stats
 
 from knee.results import SAMPLE_DTYPE, read_sample_records
@@ -164,18 +164,32 @@ def calibrated_p(addr: str, target_ns: float) -> int:
     return int(min(max(math.ceil(target_ns / per_product_ns), 20_000), 1_000_000))
 
 
+def slow_matrix_run(
+    start_server: StartServer,
+    run_load: RunLoad,
+    target_ns: float,
+    schedule: dict[str, Any],
+    server: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[Server, int, LoadRun]:
+    """A one-worker naive matrix server, a P for which each request takes at least about
+    `target_ns`, and a load run of such requests: (the server, P, the run)."""
+    srv = start_server("matrix", {"algorithm": "naive", "threads": 1, "cache": 0, **(server or {})})
+    p = calibrated_p(srv.addr, target_ns)
+    driver = {"n": 50, "same_matrix": True, "p": p}
+    return srv, p, run_load("matrix", srv.addr, schedule, driver=driver, **options)
+
+
 def test_timeouts_are_recorded_once(start_server: StartServer, run_load: RunLoad) -> None:
-    server = start_server("matrix", {"algorithm": "naive", "threads": 1, "cache": 0})
     # Each request takes ~6x the timeout; the client thinks long enough that the late reply
     # to one request arrives before it sends the next, and must skip it, not count it.
-    p = calibrated_p(server.addr, target_ns=300e6)
-    run = run_load(
-        "matrix",
-        server.addr,
+    server, p, run = slow_matrix_run(
+        start_server,
+        run_load,
+        300e6,
         {"kind": "closed", "clients": 1, "think_ms": 400, "think": "fixed"},
         requests=3,
         timeout_ms=50,
-        driver={"n": 50, "same_matrix": True, "p": p},
     )
     r = run.records
     assert len(r) == 3
@@ -189,17 +203,15 @@ def test_timeouts_are_recorded_once(start_server: StartServer, run_load: RunLoad
 
 
 def test_open_loop_timeouts_are_recorded_once(start_server: StartServer, run_load: RunLoad) -> None:
-    server = start_server("matrix", {"algorithm": "naive", "threads": 1, "cache": 0})
     # Every request takes several times the timeout and the queue only grows, so each one
     # times out; their replies still arrive later and must not be counted a second time.
-    p = calibrated_p(server.addr, target_ns=150e6)
-    run = run_load(
-        "matrix",
-        server.addr,
+    server, _, run = slow_matrix_run(
+        start_server,
+        run_load,
+        150e6,
         {"kind": "constant", "rate_per_s": 50},
         requests=10,
         timeout_ms=20,
-        driver={"n": 50, "same_matrix": True, "p": p},
     )
     r = run.records
     assert len(r) == 10 and len(np.unique(r["request_id"])) == 10

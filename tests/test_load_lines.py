@@ -6,13 +6,12 @@ a node."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Event, JsonLines, Processes, Server, StartServer
+from conftest import Event, Processes, Server, StartServer
 
 from knee.results import read_sample_records
 
@@ -85,13 +84,9 @@ def run_until_progress(
         "histogram_path": str(tmp_path / f"{system}.histogram.csv"),
     }
     stderr_path = tmp_path / f"{system}.stderr.log"
-    with open(stderr_path, "wb") as stderr:
-        proc = processes.spawn(
-            [knee_node, "load", system, "--name", "load", "--config", json.dumps(config)],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-    lines = JsonLines(proc.stdout)
+    proc, lines = processes.spawn_json(
+        [knee_node, "load", system, "--name", "load", "--config", json.dumps(config)], stderr_path
+    )
     try:
         lines.wait_for(lambda e: e.get("event") == "progress", PROGRESS_TIMEOUT_S)
     finally:

@@ -20,8 +20,8 @@ from report_helpers import (
     check_pngs,
     figure_ids,
     figure_spec,
-    only_dir,
     run_knee,
+    run_spec,
 )
 from rich.console import Console
 
@@ -84,22 +84,14 @@ sweep = { "load.clients" = [1, 2] }
 GENERATOR_ROW = "the generator:"
 
 
-def _run(tmp: Path, name: str, spec_text: str) -> Path:
-    spec = tmp / f"{name}.toml"
-    spec.write_text(spec_text)
-    res = run_knee("run", str(spec), "--out", str(tmp / name), "--no-progress")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return only_dir(tmp / name)
-
-
 @pytest.fixture(scope="module")
 def open_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(tmp_path_factory.mktemp("what-sets"), "open", OPEN_SPEC)
+    return run_spec(OPEN_SPEC, tmp_path_factory.mktemp("what-sets"), "open")
 
 
 @pytest.fixture(scope="module")
 def closed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(tmp_path_factory.mktemp("what-sets"), "closed", CLOSED_SPEC)
+    return run_spec(CLOSED_SPEC, tmp_path_factory.mktemp("what-sets"), "closed")
 
 
 def _points(run_dir: Path) -> list[dict[str, Any]]:

@@ -18,11 +18,10 @@ from report_helpers import (
     figure_spec,
     line,
     ok_after_warmup,
-    only_dir,
     order_stat,
     read_points,
     read_samples,
-    run_knee,
+    run_spec,
 )
 
 import knee
@@ -97,18 +96,10 @@ class Runs:
     killed: Path
 
 
-def _run(spec_text: str, root: Path, name: str) -> Path:
-    spec = root / f"{name}.toml"
-    spec.write_text(spec_text)
-    res = run_knee("run", str(spec), "--out", str(root / name), "--no-progress")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    return only_dir(root / name)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     root = tmp_path_factory.mktemp("share-report")
-    return Runs(_run(SWEEP_SPEC, root, "sweep"), _run(KILLED_SPEC, root, "killed"))
+    return Runs(run_spec(SWEEP_SPEC, root, "sweep"), run_spec(KILLED_SPEC, root, "killed"))
 
 
 def findings(page: str) -> dict[str, str]:

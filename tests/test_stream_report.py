@@ -16,11 +16,10 @@ from report_helpers import (
     figure_ids,
     figure_spec,
     ok_after_warmup,
-    only_dir,
     order_stat,
     read_points,
     read_samples,
-    run_knee,
+    run_spec,
 )
 
 import knee
@@ -75,11 +74,7 @@ class Runs:
 
 
 def _run(root: Path, name: str, series: str) -> Path:
-    spec = root / f"{name}.toml"
-    spec.write_text(BASE.format(name=name) + series)
-    res = run_knee("run", str(spec), "--out", str(root / name), "--no-progress")
-    assert res.returncode == 0, res.stdout + res.stderr
-    return only_dir(root / name)
+    return run_spec(BASE.format(name=name) + series, root, name)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import wire_client as wc
 from conftest import Event, JsonLines, LoadConfigs, Processes, RunLoad, Server, StartServer
-from test_load import calibrated_p
+from test_load import slow_matrix_run
 
 from knee.results import read_sample_records
 
@@ -90,13 +90,11 @@ def spawn_load(
     def spawn(system: str, target: str, schedule: dict[str, Any], **options: Any) -> LoadProc:
         config = load_configs.make(target, schedule, **options)
         stderr_path = tmp_path / f"load{load_configs.count}.stderr.log"
-        with open(stderr_path, "wb") as stderr:
-            proc = processes.spawn(
-                [knee_node, "load", system, "--name", "gen", "--config", json.dumps(config)],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-            )
-        return LoadProc(proc, JsonLines(proc.stdout), config, stderr_path)
+        proc, lines = processes.spawn_json(
+            [knee_node, "load", system, "--name", "gen", "--config", json.dumps(config)],
+            stderr_path,
+        )
+        return LoadProc(proc, lines, config, stderr_path)
 
     return spawn
 
@@ -316,17 +314,14 @@ def test_a_full_server_queue_answers_overloaded_and_those_are_drops(
     """One worker, room for one waiting request: a burst of 20 requests, each taking at least
     ~150 ms, sent within 10 ms. The server can accept the one it serves and one waiting; the
     others are shed at once, answered `overloaded`, and recorded as drops."""
-    server = start_server(
-        "matrix", {"algorithm": "naive", "threads": 1, "cache": 0, "max_queue": 1}
-    )
-    p = calibrated_p(server.addr, target_ns=150e6)
-    run = run_load(
-        "matrix",
-        server.addr,
+    server, _, run = slow_matrix_run(
+        start_server,
+        run_load,
+        150e6,
         {"kind": "constant", "rate_per_s": 2000},
+        server={"max_queue": 1},
         requests=20,
         timeout_ms=30_000,
-        driver={"n": 50, "same_matrix": True, "p": p},
     )
     r = run.records
     assert len(r) == 20

@@ -242,6 +242,13 @@ impl LoadConfig {
     /// The harness's plan of this load, with its schedule (built here, once per config: the
     /// run paces its sends with it, the progress lines read its rate, and its length bounds
     /// a run without `duration_s`); `max_in_flight` is the role's bound.
+    /// The plan with the in-flight bound by the schedule: `max_outstanding` for an open one;
+    /// none for a closed loop (one request in flight per client by construction).
+    pub fn plan_by_schedule<P>(&self) -> Plan<P> {
+        let open = !matches!(self.schedule, ScheduleConfig::Closed { .. });
+        self.plan(open.then_some(self.max_outstanding))
+    }
+
     pub fn plan<P>(&self, max_in_flight: Option<usize>) -> Plan<P> {
         let schedule = Schedule::new(&self.schedule);
         let duration_s = self.duration_s.or(schedule.as_ref().and_then(Schedule::length_s));

@@ -6,8 +6,6 @@
 //! are made. Each reply is judged by [`GrpcJudge`] (`status.rs`); a call that failed
 //! without a status gets the code a gRPC client library would give.
 
-use std::net::ToSocketAddrs;
-
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
@@ -17,7 +15,6 @@ use super::message::PREFIX_BYTES;
 use super::status;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::Sample;
-use crate::load::schedule::ScheduleConfig;
 use crate::systems::http::client::HttpDone;
 use crate::systems::http::h2::{run_h2, H2Options, H2Pool, H2Request, H2Setup, H2Table, Judge, Verdict};
 use crate::systems::http::response::Reason as HttpReason;
@@ -77,13 +74,7 @@ pub struct GrpcClient {
 pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
     let cfg = GrpcConfig::parse(config).map_err(|e| format!("load config: {e}"))?;
     let table = table(&cfg.call)?;
-    let addr = cfg
-        .target
-        .authority
-        .to_socket_addrs()
-        .map_err(|e| format!("target {}: {e}", cfg.tcp.target))?
-        .next()
-        .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
+    let addr = cfg.target.socket_addr(&cfg.tcp.target)?;
     let tls = match cfg.target.tls {
         true => Some(Tls::with(
             cfg.driver.tls_insecure,
@@ -136,9 +127,7 @@ impl Role for GrpcClient {
     type Done = HttpDone;
 
     fn plan(&self) -> Plan {
-        let load = &self.cfg.load;
-        let open = !matches!(load.schedule, ScheduleConfig::Closed { .. });
-        load.plan(open.then_some(load.max_outstanding))
+        self.cfg.load.plan_by_schedule()
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use crate::clock;
 use crate::events::{NoExtra, Stats};
 use crate::serve::{Lifecycle, ServeOptions, Stop};
+use crate::systems::http::TlsFiles;
 
 /// Most calls the server serves at once (a config mistake beyond: one point's server).
 pub const MAX_WORKERS: u32 = 4096;
@@ -43,14 +44,6 @@ pub fn default_binary() -> String {
     format!("{cache}/grpc-servers/go_grpc")
 }
 
-/// A certificate and its key, PEM files: the server listens with TLS.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TlsFiles {
-    pub cert: String,
-    pub key: String,
-}
-
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct GoServer {
@@ -62,6 +55,7 @@ pub struct GoServer {
     /// A call's sleep when its request's `sleep_ms` is 0.
     #[serde(default = "default_sleep_ms")]
     pub sleep_ms: u32,
+    /// A certificate and its key: the server listens with TLS.
     #[serde(default)]
     pub tls: Option<TlsFiles>,
 }

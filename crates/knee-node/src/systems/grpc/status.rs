@@ -321,22 +321,20 @@ mod tests {
 
     #[test]
     fn transport_failures_get_the_client_library_codes() {
-        assert_eq!(code_of_transport(HttpReason::Timeout as u32), DEADLINE_EXCEEDED);
-        assert_eq!(code_of_transport(HttpReason::Connect as u32), UNAVAILABLE);
-        assert_eq!(code_of_transport(HttpReason::Stopped as u32), CANCELLED);
-        assert_eq!(code_of_transport(HttpReason::Malformed as u32), INTERNAL);
-        assert_eq!(code_of_transport(HttpReason::GoAway as u32), UNAVAILABLE);
-        assert_eq!(
-            code_of_transport(HttpReason::BodyTooLarge as u32),
-            RESOURCE_EXHAUSTED
-        );
-        assert_eq!(code_of_transport(HttpReason::Reset as u32), INTERNAL);
-        assert_eq!(code_of_transport(HttpReason::H2Protocol as u32), INTERNAL);
-        assert_eq!(code_of_transport(HttpReason::Refused as u32), UNAVAILABLE);
-        assert_eq!(
-            code_of_transport(HttpReason::MaxOutstanding as u32),
-            RESOURCE_EXHAUSTED
-        );
+        for (reason, code) in [
+            (HttpReason::Timeout, DEADLINE_EXCEEDED),
+            (HttpReason::Connect, UNAVAILABLE),
+            (HttpReason::Stopped, CANCELLED),
+            (HttpReason::Malformed, INTERNAL),
+            (HttpReason::GoAway, UNAVAILABLE),
+            (HttpReason::BodyTooLarge, RESOURCE_EXHAUSTED),
+            (HttpReason::Reset, INTERNAL),
+            (HttpReason::H2Protocol, INTERNAL),
+            (HttpReason::Refused, UNAVAILABLE),
+            (HttpReason::MaxOutstanding, RESOURCE_EXHAUSTED),
+        ] {
+            assert_eq!(code_of_transport(reason as u32), code, "{reason:?}");
+        }
         assert_eq!(code_of_transport(0), OK);
         // The server's own status stays; a transport reason gets the library's code.
         assert_eq!(failure_code(Reason::GrpcStatus as u32, 5), 5);

@@ -3,8 +3,6 @@
 //! HTTP/2 (`h2/`) by prior knowledge (h2c), required by ALPN (h2), or as the server chooses
 //! by ALPN over TLS (auto: the first connection made tells).
 
-use std::net::ToSocketAddrs;
-
 use serde::Serialize;
 
 use super::config::{HttpConfig, Protocol};
@@ -15,7 +13,6 @@ use super::pool::Pool;
 use super::requests::{self, Table};
 use super::tls::Tls;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
-use crate::load::schedule::ScheduleConfig;
 
 /// The role's own fields of its `done` line.
 #[derive(Serialize, Default, Debug, Clone, Copy)]
@@ -77,13 +74,7 @@ fn setup(cfg: &HttpConfig) -> Result<Setup, String> {
         (Protocol::Auto, true) => &[b"h2", b"http/1.1"],
     };
     let table = requests::h2_table(&cfg.driver).map_err(|e| format!("load config: {e}"))?;
-    let addr = cfg
-        .target
-        .authority
-        .to_socket_addrs()
-        .map_err(|e| format!("target {}: {e}", cfg.tcp.target))?
-        .next()
-        .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
+    let addr = cfg.target.socket_addr(&cfg.tcp.target)?;
     let tls = match cfg.target.tls {
         true => Some(Tls::new(&cfg.driver, &cfg.target.host, alpn)?),
         false => None,
@@ -108,9 +99,7 @@ impl Role for HttpClient {
     type Done = HttpDone;
 
     fn plan(&self) -> Plan {
-        let load = &self.cfg.load;
-        let open = !matches!(load.schedule, ScheduleConfig::Closed { .. });
-        load.plan(open.then_some(load.max_outstanding))
+        self.cfg.load.plan_by_schedule()
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<HttpDone, String> {

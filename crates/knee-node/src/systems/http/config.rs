@@ -2,6 +2,8 @@
 //! `http://HOST:PORT` origin) and its own `driver` part (the request table, the
 //! Server-Timing keys, the response bounds).
 
+use std::net::{SocketAddr, ToSocketAddrs};
+
 use serde::Deserialize;
 
 use super::response::Limits;
@@ -179,6 +181,18 @@ pub struct Target {
     pub host: String,
     /// `https://`: TLS over the connection.
     pub tls: bool,
+}
+
+impl Target {
+    /// The first address `authority` resolves to; an error names `url`, the config's
+    /// `target`.
+    pub fn socket_addr(&self, url: &str) -> Result<SocketAddr, String> {
+        self.authority
+            .to_socket_addrs()
+            .map_err(|e| format!("target {url}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("target {url}: no address"))
+    }
 }
 
 /// The whole config of `knee-node load http`.

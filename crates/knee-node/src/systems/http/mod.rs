@@ -22,6 +22,7 @@ mod engine;
 pub(crate) mod h2;
 mod judge;
 mod nginx;
+pub(crate) use nginx::TlsFiles;
 mod pool;
 mod requests;
 pub mod response;

@@ -50,7 +50,8 @@ pub(super) fn default_keepalive() -> bool {
     true
 }
 
-/// A certificate and its private key, PEM files (relative paths: to knee-node's folder).
+/// A certificate and its private key, PEM files (relative paths: to knee-node's folder); the
+/// grpc system's Go server takes the same.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {

@@ -1,7 +1,7 @@
 //! The node's connections to the target, made before the start: every connect at once, so
 //! the first requests do not pay for them, each waiting at most the connect timeout.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use super::config::HttpConfig;
 use super::conn::{self, Conn, Failed};
@@ -37,13 +37,7 @@ impl Pool {
     /// made yet is made again when a request needs it.
     pub fn open(cfg: &HttpConfig) -> Result<Pool, String> {
         let load = &cfg.load;
-        let addr = cfg
-            .target
-            .authority
-            .to_socket_addrs()
-            .map_err(|e| format!("target {}: {e}", cfg.tcp.target))?
-            .next()
-            .ok_or_else(|| format!("target {}: no address", cfg.tcp.target))?;
+        let addr = cfg.target.socket_addr(&cfg.tcp.target)?;
         let tls = match cfg.target.tls {
             true => Some(Tls::new(&cfg.driver, &cfg.target.host, &[b"http/1.1"])?),
             false => None,
