@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 #: A task's folder listens to no more than this many services per host in one run (a point
 #: makes one per node or generator group): a bound on what a sweep can leave running.
 MAX_SERVICES_PER_HOST = 10_000
+#: Seconds the engine may take to remove a removed service's task containers (~1 s).
+TASKS_GONE_S = 30.0
 
 
 def swarm_state() -> tuple[str, bool]:
@@ -97,6 +100,15 @@ def services(run_id: str, host: str | None = None) -> list[str]:
     return engine.run([*args, "--format", "{{.Name}}"], "listing services").split()
 
 
+def tasks(run_id: str) -> list[str]:
+    """The task containers of run ``run_id``'s services, running or not."""
+    return engine.run(
+        ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={run_id}",
+         "--filter", "label=knee.service", "--format", "{{.Names}}"],
+        "listing tasks",
+    ).split()  # fmt: skip
+
+
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
     """Removes run ``run_id``'s services and the hosts' folders; what it removed. Its
     network and any container left go with `docker.remove_run`, after."""
@@ -109,6 +121,10 @@ def remove_run(run_id: str, problems: list[str]) -> list[str]:
         if state == "active" and manager and (names := services(run_id)):
             engine.run(["service", "rm", *names], "removing services")
             removed += [f"service {s}" for s in names]
+        # The engine removes their tasks' containers a moment later; the network after.
+        deadline = time.monotonic() + TASKS_GONE_S
+        while tasks(run_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
     except HostError as e:
         problems.append(str(e))
     return removed

@@ -5,14 +5,15 @@ starts for a node placed on a swarm host, as `ssh` is for an ssh host.
                           --folder SLOT_DIR --network NET [--gate]
 
 1. waits for the task of slot N of service S to have its container;
-2. checks the task's clock as the ssh hosts do (`knee-node clock` round trips, here through
-   `docker exec`) and prints `{"event": "clock", ...}` (the node's events log keeps it);
-3. writes the slot's config (SLOT_DIR/config.json, `listen` on 0.0.0.0 given the task's own
+2. writes the slot's config (SLOT_DIR/config.json, `listen` on 0.0.0.0 given the task's own
    overlay address) into the FIFO the node reads its config from;
-4. with --gate (a generator): marks the slot ready, waits until the R replicas are, and
+3. with --gate (a generator, whose sample times need its clock; a server's are durations on
+   its own clock): checks the task's clock as the ssh hosts do (`knee-node clock` round trips,
+   here through `docker exec`) and prints `{"event": "clock", ...}` (the node's events log
+   keeps it), marks the slot ready, waits until the R replicas are, and
    writes one start time for all (`start UNIX_NS`, agreed through a file made once) on the
    node's lifeline; prints `{"event": "start_at", ...}`;
-5. relays the node's stdout and stderr (`docker logs -f`) and exits with its exit code.
+4. relays the node's stdout and stderr (`docker logs -f`) and exits with its exit code.
 Errors are one line on stderr, exit code 2.
 """
 
@@ -90,15 +91,6 @@ def main() -> None:
     if not container:
         fail(f"task {a.slot} of {a.service} did not start within {WAIT_S:g} s")
 
-    try:
-        offset_ns, uncertainty_ns = measure_clock(
-            [a.docker, "-H", a.host, "exec", "-i", container, "/knee-node", "clock"], CLOCK_ROUNDS
-        )
-    except HostError as e:
-        fail(f"clock check of {container}: {e}")
-    emit({"event": "clock", "task": container, "offset_ns": offset_ns,
-          "uncertainty_ns": uncertainty_ns})  # fmt: skip
-
     config = json.loads((folder / "config.json").read_text())
     listen = str(config.get("listen", ""))
     if listen.startswith("0.0.0.0:"):
@@ -116,6 +108,15 @@ def main() -> None:
         f.write(json.dumps(config).encode())
 
     if a.gate:
+        try:
+            offset_ns, uncertainty_ns = measure_clock(
+                [a.docker, "-H", a.host, "exec", "-i", container, "/knee-node", "clock"],
+                CLOCK_ROUNDS,
+            )
+        except HostError as e:
+            fail(f"clock check of {container}: {e}")
+        emit({"event": "clock", "task": container, "offset_ns": offset_ns,
+              "uncertainty_ns": uncertainty_ns})  # fmt: skip
         group = folder.parent
         (group / f"ready-{a.slot}").touch()
         while len(list(group.glob("ready-*"))) < a.replicas:
