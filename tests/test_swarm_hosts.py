@@ -20,8 +20,8 @@ import pytest
 from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
-from knee.hosts import engine, swarm
-from knee.hosts.base import Unsupported
+from knee.hosts import cleanup, engine, swarm
+from knee.hosts.base import Limits, Unsupported
 from knee.spec import SpecError, load_spec
 
 KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -182,6 +182,11 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
             assert quota_us / period_us == pytest.approx(cores)
             slot = name.split(".")[1]  # SERVICE.SLOT.TASK_ID
             assert f"KNEE_SLOT={slot}" in json.loads(envs)
+            # One interface on the run's overlay network, no default route.
+            lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+            assert sorted(line.split(":")[0].strip() for line in lines) == ["eth0", "lo"]
+            routes = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+            assert routes and all(line.split()[1] != "00000000" for line in routes)
         memory = engine.cgroup_dirs(
             int(engine.run(["inspect", "--format", "{{.State.Pid}}", srv], ""))
         )
@@ -217,3 +222,13 @@ def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
         swarm.check_swarm()
     assert "\n" not in str(refused.value)
     assert str(refused.value).endswith("run scripts/docker")
+    monkeypatch.delenv("KNEE_DOCKER_HOST")
+    network = swarm.Network(cleanup.new_run_id())
+    host = swarm.SwarmHost("far", Limits(), network, node="another-machine")
+    try:
+        with pytest.raises(Unsupported) as elsewhere:
+            host.setup()
+    finally:
+        host.teardown()
+        network.teardown()
+    assert "\n" not in str(elsewhere.value) and "is not this machine's" in str(elsewhere.value)
