@@ -55,6 +55,8 @@ from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names k
     run,
     socket,
 )
+from knee.hosts.engine import binary_sha256 as binary_sha256  # re-exported: docker.X
+from knee.hosts.engine import knee_images as knee_images
 from knee.hosts.local import node_binary
 from knee.hosts.spec import parse_cpuset
 
