@@ -54,8 +54,8 @@ SCRATCH_DIR = "/knee/scratch"
 AGENT = Path(__file__).with_name("swarm_task.py")
 #: A generator group is NAME-<index>.
 MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
-#: A task's folder listens to no more than this many services per host in one run (a point
-#: makes one per node or generator group): a bound on what a sweep can leave running.
+#: At most this many services per host in one run (a point makes one per node or generator
+#: group; they stay, ended, until the run's end): a bound on what a long sweep accumulates.
 MAX_SERVICES_PER_HOST = 10_000
 #: Seconds the engine may take to remove a removed service's task containers (~1 s).
 TASKS_GONE_S = 30.0
