@@ -1,14 +1,15 @@
 """What a host kind costs per point: a node's start (the process or container started until
-its `ready` line arrives) on a local host, an emulated host (netns) and a docker host, and
-each host's setup and teardown. docs/hosts.md quotes it.
+its `ready` line arrives) on a local host, an emulated host (netns), a docker host and a swarm
+host (a service), and each host's setup and teardown. docs/hosts.md quotes it.
 
     python3 bench/host_start.py           # 10 rounds, a minute or so
     python3 bench/host_start.py --smoke   # 1 round
 
-Needs root and the daemon of scripts/docker. Each round makes a fresh host of each kind
+Needs root and the swarm manager of scripts/docker (`scripts/docker swarm`). Each round makes a
+fresh host of each kind
 (netns and docker alternate first), starts one `knee-node serve echo` on it, waits for its
 ready line, stops it and removes the host. Medians; the last line is JSON with the ratios
-of a docker host's figures over a netns host's.
+of a docker host's and a swarm host's figures over a netns host's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from benchlib import find_knee_node, median  # noqa: E402
 
-from knee.hosts import cleanup, docker, netns  # noqa: E402
+from knee.hosts import cleanup, docker, netns, swarm  # noqa: E402
 from knee.hosts.base import Host, HostError, Limits, Unsupported  # noqa: E402
 from knee.hosts.local import LocalHost  # noqa: E402
 from knee.runner.node import Node  # noqa: E402
@@ -55,7 +56,7 @@ def node_start_s(host: Host, root: Path, name: str) -> float:
 def one_round(kind: str, root: Path, i: int) -> dict[str, float]:
     run_id = cleanup.new_run_id()
     t0 = time.monotonic()
-    network: docker.Network | netns.Network | None = None
+    network: docker.Network | netns.Network | swarm.Network | None = None
     host: Host
     if kind == "local":
         host = LocalHost()
@@ -63,9 +64,12 @@ def one_round(kind: str, root: Path, i: int) -> dict[str, float]:
         network = netns.Network(run_id)
         network.setup()
         host = netns.NetnsHost("h", Limits(), network)
-    else:
+    elif kind == "docker":
         network = docker.Network(run_id)
         host = docker.DockerHost("h", Limits(), network)
+    else:
+        network = swarm.Network(run_id)
+        host = swarm.SwarmHost("h", Limits(), network)
     try:
         host.setup()
         setup_s = time.monotonic() - t0
@@ -86,16 +90,17 @@ def main() -> int:
     args = parser.parse_args()
     rounds = 1 if args.smoke else args.rounds
     find_knee_node()
-    kinds = ["local", "netns", "docker"]
+    kinds = ["local", "netns", "docker", "swarm"]
     figures: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     try:
         netns.check_features(False, False, False)
         docker.check_daemon()
+        swarm.check_swarm()
         # The image is made once per knee-node build; its first import is not a point's cost.
         docker.ensure_image(docker.node_binary(), "bench")
         with tempfile.TemporaryDirectory(prefix="knee-bench-hosts-") as tmp:
             for i in range(rounds):
-                order = kinds if i % 2 == 0 else ["local", "docker", "netns"]
+                order = kinds if i % 2 == 0 else ["local", "swarm", "docker", "netns"]
                 for kind in order:
                     for key, value in one_round(kind, Path(tmp), i).items():
                         figures[kind].setdefault(key, []).append(value)
@@ -116,6 +121,10 @@ def main() -> int:
         "ratio_docker_over_netns_setup": round(
             med["docker"]["setup_s"] / med["netns"]["setup_s"], 2
         ),
+        "ratio_swarm_over_netns_node_start": round(
+            med["swarm"]["node_start_s"] / med["netns"]["node_start_s"], 2
+        ),
+        "ratio_swarm_over_netns_setup": round(med["swarm"]["setup_s"] / med["netns"]["setup_s"], 2),
     }
     print(json.dumps(summary))
     return 0

@@ -99,7 +99,7 @@ BAD_HOSTS = [
     (
         '[hosts.x]\nkind = "vm"\n',
         "hosts.x.kind",
-        "expected one of local, netns, ssh, docker, got 'vm'",
+        "expected one of local, netns, ssh, docker, swarm, got 'vm'",
     ),
     (
         '[hosts.x]\nkind = "netns"\nrate_mbit = -1\n',

@@ -14,8 +14,12 @@ if TYPE_CHECKING:  # imported where a spec has such hosts or limits: a plain run
     from knee.hosts.cgroups import Cgroup, RunCgroups
     from knee.hosts.docker import Network as DockerNetwork
     from knee.hosts.netns import Network
+    from knee.hosts.swarm import Network as SwarmNetwork
 
 __all__ = ["Host", "HostError", "Limits", "RunHosts", "Unsupported"]
+
+#: Host kinds whose limits the container engine sets (not knee's own cgroups).
+ENGINE_KINDS = ("docker", "swarm")
 
 
 class RunHosts:
@@ -31,6 +35,7 @@ class RunHosts:
         self.hosts: dict[str, Host] = {LOCAL: LocalHost()}
         self._network: Network | None = None  # made with the first netns host
         self._docker: DockerNetwork | None = None  # made with the first docker host
+        self._swarm: SwarmNetwork | None = None  # made with the first swarm host
         self._cgroups: RunCgroups | None = None  # made with the first limit
         self._host_cgroups: dict[str, Cgroup] = {}
         self._node_cgroups: dict[str, Cgroup] = {}
@@ -40,7 +45,7 @@ class RunHosts:
 
     def _limited(self) -> list[Limits]:
         """Limits knee sets with cgroups of its own (a docker host's are the engine's)."""
-        limits = [h.limits for h in self._specs() if h.kind != "docker"]
+        limits = [h.limits for h in self._specs() if h.kind not in ENGINE_KINDS]
         limits += [self.placement.limits(g) for g in self.placement.node_limits]
         return [x for x in limits if not x.empty()]
 
@@ -62,6 +67,10 @@ class RunHosts:
             from knee.hosts import docker
 
             docker.check_daemon()
+        if any(h.kind == "swarm" for h in self._specs()):
+            from knee.hosts import swarm
+
+            swarm.check_swarm()
         for h in self._specs():
             if h.kind == "ssh" and not h.limits.empty():
                 raise Unsupported(
@@ -83,7 +92,7 @@ class RunHosts:
             self.hosts[spec.name] = host
             host.setup()
         for name, host in self.hosts.items():
-            if not host.limits.empty() and host.kind != "docker":  # the engine's cgroups
+            if not host.limits.empty() and host.kind not in ENGINE_KINDS:  # the engine's
                 self._host_cgroups[name] = self._cgroup_tree().make((f"host-{name}",), host.limits)
 
     def _make(self, spec: HostSpec) -> Host:
@@ -115,6 +124,19 @@ class RunHosts:
                 self._docker,
                 node_limits=lambda node: self.limits_of(node, spec.name),
             )
+        if spec.kind == "swarm":
+            from knee.hosts import swarm
+
+            if self._swarm is None:
+                self._swarm = swarm.Network(self.run_id)
+            return swarm.SwarmHost(
+                spec.name,
+                spec.limits,
+                self._swarm,
+                node=s.get("node"),
+                point_nodes=lambda: self.placement.current.get("where", {}),
+                node_limits=lambda node: self.limits_of(node, spec.name),
+            )
         from knee.hosts import ssh
 
         return ssh.SshHost(
@@ -141,7 +163,7 @@ class RunHosts:
         """How a node's command joins its cgroups: its own (inside its host's) when
         [limits] gives it some, else its host's; None when neither is limited."""
         own = self.placement.limits(node)
-        if self.hosts[host_name].kind == "docker":  # the container's limits (--cpus, ...)
+        if self.hosts[host_name].kind in ENGINE_KINDS:  # the container's limits (--cpus, ...)
             return None
         if own.empty() and host_name not in self._host_cgroups:
             return None
@@ -220,7 +242,9 @@ class RunHosts:
                 host.teardown()
             except Exception as e:  # noqa: BLE001 - clean-up goes on, the problem is named
                 problems.append(f"host {host.name}: {e}")
-        try:  # the docker network after its hosts' containers
+        try:  # the docker and swarm networks after their hosts' containers and services
+            if self._swarm is not None:
+                self._swarm.teardown()
             if self._docker is not None:
                 self._docker.teardown()
         except Exception as e:  # noqa: BLE001

@@ -2,7 +2,7 @@
 and ``[limits]`` (CPU and memory per node), checked into plain data (docs/hosts.md).
 
     [hosts.h1]
-    kind = "netns"          # local | netns | ssh | docker
+    kind = "netns"          # local | netns | ssh | docker | swarm
     rate_mbit = 100         # netns: the link's rate, each direction
     loss_percent = 1.0      # netns: random loss on receive
     cpu_cores = 1.0         # every node on the host together (cgroup quota)
@@ -28,7 +28,7 @@ from knee.hosts.base import Limits
 from knee.params import REQUIRED, Param, RuleError, Schema
 
 LOCAL = "local"
-KINDS = ("local", "netns", "ssh", "docker")
+KINDS = ("local", "netns", "ssh", "docker", "swarm")
 #: At most this many hosts per run: each netns host is a namespace and two veth ends, and
 #: the emulated network hands out addresses from one /16.
 MAX_HOSTS = 250
@@ -59,6 +59,11 @@ HOST: dict[str, Schema] = {
         ),
     },
     "docker": _COMMON,  # a container on knee's daemon (scripts/docker)
+    # Services on knee's daemon's swarm (scripts/docker swarm), on one of its nodes.
+    "swarm": {
+        **_COMMON,
+        "node": Param("str", None, "the swarm node's hostname (default: this machine's)"),
+    },
     "ssh": {
         **_COMMON,
         "address": Param("str", REQUIRED, "the host's address, as ssh and the nodes reach it"),
@@ -87,6 +92,9 @@ class Placement:
     hosts: dict[str, HostSpec] = field(default_factory=dict)
     rules: dict[str, str | list[str]] = field(default_factory=dict)  # glob -> host(s)
     node_limits: dict[str, dict[str, Any]] = field(default_factory=dict)  # glob -> limits
+    #: The point being run: "where" (node -> host), noted by check_nodes, shared with every
+    #: for_point copy: a swarm host makes one service of a point's generators on it.
+    current: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def place(self, nodes: list[str]) -> dict[str, str]:
         """Each node's host: the first rule (in spec order) whose glob matches it; a list
@@ -107,7 +115,7 @@ class Placement:
 
     def for_point(self, rules: dict[str, Any]) -> Placement:
         """The placement of a point whose series gives its own rules (none: this one)."""
-        return Placement(self.hosts, dict(rules), self.node_limits) if rules else self
+        return Placement(self.hosts, dict(rules), self.node_limits, self.current) if rules else self
 
     def host(self, name: str) -> HostSpec:
         return self.hosts.get(name) or HostSpec(LOCAL, "local", {"kind": "local"})
@@ -168,6 +176,10 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
         if name == LOCAL and kind != "local":
             raise RuleError(key, "the host named 'local' is this machine: kind = 'local'")
         _check_cpuset(key, settings)
+        if kind == "swarm" and settings.get("cpuset") is not None:
+            raise RuleError(
+                f"{key}.cpuset", "Swarm has no cpuset (no --cpuset-cpus): use cpu_cores"
+            )
         hosts[name] = HostSpec(name, kind, settings)
     rules = check_rules("placement", doc.get("placement", {}), hosts)
     limits = doc.get("limits", {})
@@ -200,6 +212,8 @@ def network_of(host: HostSpec) -> str:
         return "the emulated network"
     if host.kind == "docker":
         return "the docker network"
+    if host.kind == "swarm":
+        return "the swarm network"
     if host.kind == "ssh" and not str(host.settings["address"]).startswith("127."):
         return "the hosts' own network"
     return "this machine's loopback"
@@ -220,6 +234,7 @@ def check_nodes(placement: Placement, nodes: list[str], label: str) -> dict[str,
             f"point {label!r} puts nodes on networks that cannot reach each other ({parts}); "
             "place every node of a point on one network",
         )
+    placement.current["where"] = where
     return where
 
 

@@ -102,6 +102,47 @@ def _last_line(text: bytes) -> str:
     return (errors or lines or ["no message"])[-1]
 
 
+def measure_clock(command: list[str], rounds: int = CLOCK_ROUNDS) -> tuple[int, int]:
+    """(offset_ns, uncertainty_ns) of the clock of `knee-node clock` run by ``command`` (over
+    ssh, or `docker exec` into a swarm task), from ``rounds`` round trips on its stdin and
+    stdout (`clock_offset`). A failure is a HostError naming why."""
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    times = np.zeros((3, rounds), dtype=np.int64)  # sent, remote, received
+    failure = None
+    try:
+        for i in range(rounds):
+            sent = time.monotonic_ns()
+            proc.stdin.write(b"\n")
+            proc.stdin.flush()
+            if not select.select([proc.stdout], [], [], CLOCK_REPLY_TIMEOUT_S)[0]:
+                failure = f"no reply within {CLOCK_REPLY_TIMEOUT_S} s"
+                break
+            line = proc.stdout.readline()
+            received = time.monotonic_ns()
+            if not line.strip().isdigit():
+                failure = "knee-node clock did not answer"
+                break
+            times[:, i] = (sent, int(line), received)
+    except BrokenPipeError:
+        failure = "knee-node clock ended early"
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        stderr = proc.stderr.read() if failure else b""
+        proc.stdout.close()
+        proc.stderr.close()
+    if failure:
+        raise HostError(f"{failure} ({_last_line(stderr)})")
+    return clock_offset(*times)
+
+
 class SshHost(Host):
     """A machine reached over SSH; nodes run there as the ssh user, without limits."""
 
@@ -275,44 +316,11 @@ class SshHost(Host):
     def _measure_clock(self) -> None:
         """CLOCK_ROUNDS round trips to `knee-node clock` over the master."""
         remote_dir = self._need_setup()
-        proc = subprocess.Popen(
-            self._remote(f"exec {shlex.quote(f'{remote_dir}/{NODE_BINARY}')} clock"),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        times = np.zeros((3, CLOCK_ROUNDS), dtype=np.int64)  # sent, remote, received
-        failure = None
+        command = self._remote(f"exec {shlex.quote(f'{remote_dir}/{NODE_BINARY}')} clock")
         try:
-            for i in range(CLOCK_ROUNDS):
-                sent = time.monotonic_ns()
-                proc.stdin.write(b"\n")
-                proc.stdin.flush()
-                if not select.select([proc.stdout], [], [], CLOCK_REPLY_TIMEOUT_S)[0]:
-                    failure = f"no reply within {CLOCK_REPLY_TIMEOUT_S} s"
-                    break
-                line = proc.stdout.readline()
-                received = time.monotonic_ns()
-                if not line.strip().isdigit():
-                    failure = "knee-node clock did not answer"
-                    break
-                times[:, i] = (sent, int(line), received)
-        except BrokenPipeError:
-            failure = "knee-node clock ended early"
-        finally:
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=COMMAND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            stderr = proc.stderr.read() if failure else b""
-            proc.stdout.close()
-            proc.stderr.close()
-        if failure:
-            raise self._error("clock", f"{failure} ({_last_line(stderr)})")
-        self.clock_offset_ns, self.clock_uncertainty_ns = clock_offset(*times)
+            self.clock_offset_ns, self.clock_uncertainty_ns = measure_clock(command)
+        except HostError as e:
+            raise self._error("clock", str(e)) from None
 
     def binary(self, local_binary: str) -> str:
         remote_dir = self._need_setup()

@@ -1,5 +1,6 @@
 """`knee cleanup`: removes what runs that died left behind, from their records
-(knee.hosts.cleanup): docker containers and networks (knee.hosts.docker) first, then
+(knee.hosts.cleanup): swarm services (knee.hosts.swarm), docker containers and networks
+(knee.hosts.docker) first, then
 network namespaces and cgroups. Apart from the records so that the hosts that write
 records (cgroups, netns, docker) do not import the hosts they remove.
 """
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from knee.hosts import cleanup, docker
+from knee.hosts import cleanup, docker, swarm
 
 
 def remove_run(run_id: str, problems: list[str] | None = None) -> list[str]:
@@ -29,6 +30,7 @@ def remove_run(run_id: str, problems: list[str] | None = None) -> list[str]:
             problems.append(str(e))
             continue
         before = len(problems)
+        removed += swarm.remove_run(run_id, problems)  # services before their network
         removed += docker.remove_run(run_id, problems)
         if len(problems) == before:
             cleanup.forget(run_id, docker=[name])

@@ -287,6 +287,8 @@ pub fn run<R: Role>(mut role: R) -> Result<(), String> {
     let target_rate_per_s = plan.schedule.as_ref().map(|s| s.rate_at(0));
     let (started, start_rx) = mpsc::channel();
     let finished = AtomicBool::new(false);
+    // A replica of a Swarm service starts at the time its runner gives (KNEE_NODE_START_GATE).
+    signals::wait_for_start()?;
     let (ctx, outcome) = std::thread::scope(|s| {
         // The thread exists before the start: spawning it after could make the first sends
         // late.

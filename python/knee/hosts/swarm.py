@@ -1,0 +1,476 @@
+"""Docker Swarm services as hosts (docs/hosts.md, "Swarm hosts").
+
+A host of kind ``swarm`` names a node of the swarm of knee's daemon (scripts/docker swarm),
+by constraint (``node.hostname==...``; default: this machine's node). Each node placed on it
+is a Swarm service of its own, on an overlay network knee makes for the run (``knee-R-swarm``,
+internal, in 198.19.128.0/18), except the generators of one point (NAME-0 .. NAME-{n-1},
+`load.generators` = n): they are ONE service with n replicas, and each replica reads its
+share from its task slot.
+
+A service has no stdin nor attached stdout, so the node protocol runs through a folder of
+this machine bind-mounted into each task, one per task slot (``--mount
+src=.../slot-{{.Task.Slot}}``, with ``KNEE_SLOT={{.Task.Slot}}`` in its environment):
+- ``config.fifo``: the node's ``--config @...``; the task's agent (``swarm_task.py``, the local
+  process the runner reads) writes the slot's config into it once the task runs, with the
+  task's own overlay address as ``listen``;
+- ``lifeline``: a FIFO the runner holds open (``KNEE_NODE_LIFELINE_PATH``): when the runner
+  ends, or dies, the node reads its end and stops; it also carries the start line of a
+  generator (``KNEE_NODE_START_GATE=1``): the replicas start at one wall-clock time once
+  every one of them is ready;
+- the node's stdout and stderr come back through ``docker logs -f`` of the task's container,
+  its exit code through ``docker wait``; its files (samples, histogram) are written there.
+
+Services use ``--restart-condition none`` (a failed node fails the point, as Kubernetes'
+``backoffLimit: 0``). Everything is labelled ``knee.run=R``: the run removes its services and
+network at its end, `knee cleanup` after a crash (`remove_run`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from knee.hosts import cleanup, engine
+from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.local import node_binary
+
+#: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
+SWARM_POOL = "198.19.128.0/18"
+#: Inside a task: the slot's folder, and the host's folder its nodes share ({scratch}).
+FILES_DIR = engine.FILES_DIR
+SCRATCH_DIR = "/knee/scratch"
+#: The agent that is a task's local process (its stdout, its exit code).
+AGENT = Path(__file__).with_name("swarm_task.py")
+#: A generator group is NAME-<index>.
+MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
+#: At most this many services per host in one run (a point makes one per node or generator
+#: group; they stay, ended, until the run's end): a bound on what a long sweep accumulates.
+MAX_SERVICES_PER_HOST = 10_000
+#: Seconds the engine may take to remove a removed service's task containers (~1 s).
+TASKS_GONE_S = 30.0
+
+
+def swarm_state() -> tuple[str, bool]:
+    """The daemon's swarm state ("active", "inactive", ...) and whether it is a manager."""
+    out = engine.run(
+        ["info", "--format", "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}"],
+        "reading the swarm state",
+    ).split()
+    return (out[0] if out else "", len(out) > 1 and out[1] == "true")
+
+
+def check_swarm() -> None:
+    """Refuses, in one line, a daemon that is not a swarm manager, or whose networks
+    (ingress, overlays, docker_gwbridge) lie outside 198.18.0.0/15."""
+    engine.check_daemon()  # every network of the daemon, the swarm's included
+    try:
+        state, manager = swarm_state()
+    except HostError as e:
+        raise Unsupported(f"swarm hosts: {e}") from None
+    if state != "active" or not manager:
+        raise Unsupported(
+            f"swarm hosts: the daemon at {engine.socket()} is not a swarm manager "
+            f"(swarm {state or 'unknown'}); run scripts/docker swarm"
+        )
+
+
+def this_node() -> str:
+    """The hostname of this machine's swarm node."""
+    return engine.run(
+        ["node", "inspect", "self", "--format", "{{.Description.Hostname}}"], "inspecting the node"
+    ).strip()
+
+
+def services(run_id: str, host: str | None = None) -> list[str]:
+    """Names of the services labelled with run ``run_id`` (and host ``host``)."""
+    args = ["service", "ls", "--filter", f"label={engine.RUN_LABEL}={run_id}"]
+    if host is not None:
+        args += ["--filter", f"label=knee.host={host}"]
+    return engine.run([*args, "--format", "{{.Name}}"], "listing services").split()
+
+
+def tasks(run_id: str) -> list[str]:
+    """The task containers of run ``run_id``'s services, running or not."""
+    return engine.run(
+        ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={run_id}",
+         "--filter", "label=knee.service", "--format", "{{.Names}}"],
+        "listing tasks",
+    ).split()  # fmt: skip
+
+
+def remove_run(run_id: str, problems: list[str]) -> list[str]:
+    """Removes run ``run_id``'s services and the hosts' folders; what it removed. Its
+    network and any container left go with `docker.remove_run`, after."""
+    cleanup.check_run_id(run_id)
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"knee-swarm-{run_id}-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        state, manager = swarm_state()
+        if state == "active" and manager and (names := services(run_id)):
+            engine.run(["service", "rm", *names], "removing services")
+            removed += [f"service {s}" for s in names]
+        # The engine removes their tasks' containers a moment later; the network after.
+        deadline = time.monotonic() + TASKS_GONE_S
+        while tasks(run_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    except HostError as e:
+        problems.append(str(e))
+    return removed
+
+
+class Network:
+    """The run's overlay network, internal: its tasks reach each other and nothing else."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.name = f"knee-{run_id}-swarm"
+        self.subnet: str | None = None
+        self._lock = threading.Lock()
+
+    def setup(self) -> None:
+        with self._lock:
+            if self.subnet is not None:
+                return
+            check_swarm()
+            cleanup.note(self.run_id, docker=[self.name])
+            engine.run(
+                ["network", "create", "--driver", "overlay", "--internal",
+                 "--label", f"{engine.RUN_LABEL}={self.run_id}", self.name],
+                f"making network {self.name}",
+            )  # fmt: skip
+            subnets = engine.network_subnets([self.name]).get(self.name, [])
+            self.subnet = subnets[0] if subnets else ""
+        if not subnets or engine.outside_range(subnets):
+            self.teardown()
+            raise Unsupported(
+                f"swarm hosts: network {self.name} got {self.subnet or 'no subnet'}, outside "
+                f"{engine.KNEE_RANGE}: use knee's own swarm (scripts/docker swarm)"
+            )
+
+    def teardown(self) -> None:
+        problems: list[str] = []
+        remove_run(self.run_id, problems)
+        # The services' tasks go a moment after `service rm`; the network then.
+        from knee.hosts import docker
+
+        docker.remove_run(self.run_id, problems)
+        if problems:
+            raise HostError("; ".join(problems))
+        cleanup.forget(self.run_id, docker=[self.name])
+
+
+class _Service:
+    """One service of a host: a node, or a generator group (one replica per member)."""
+
+    def __init__(self, name: str, folder: Path, members: list[str]) -> None:
+        self.name = name
+        self.folder = folder
+        self.members = members
+        self.registered: dict[str, list[str]] = {}  # member -> the service's args
+        self.lifelines: list[int] = []  # the FIFOs' fds the runner holds (O_RDWR)
+        self.created = False
+
+    def slot_dir(self, slot: int) -> Path:
+        return self.folder / f"slot-{slot}"
+
+
+class SwarmHost(Host):
+    """A Swarm node; each node placed on it a service (a generator group: one service)."""
+
+    kind = "swarm"
+    remote = True
+
+    def __init__(
+        self,
+        name: str,
+        limits: Limits,
+        network: Network,
+        node: str | None = None,
+        point_nodes: Callable[[], dict[str, str]] | None = None,
+        node_limits: Callable[[str], dict[str, Any]] | None = None,
+        local_binary: str | None = None,
+    ) -> None:
+        super().__init__(name, limits)
+        if limits.cpuset is not None:
+            raise Unsupported(f"swarm host {name}: Swarm has no cpuset; use cpu_cores")
+        self.network = network
+        self.run_id = network.run_id
+        self.node = node
+        self.point_nodes = point_nodes  # the point's node -> host (hosts.spec.check_nodes)
+        self.node_limits = node_limits
+        self.local_binary = local_binary
+        self.image: str | None = None
+        self.folder: Path | None = None
+        self._services: dict[str, _Service] = {}  # by service name
+        self._pending: dict[str, _Service] = {}  # group base -> its service being filled
+        self._count = 0
+        self._pids: dict[str, int] = {}  # container -> its pid here
+        self._cgroup: dict[str, Path] = {}
+        self._bytes: dict[str, tuple[int, int]] = {}  # container -> last rx, tx
+
+    @property
+    def address(self) -> str:
+        # Each task has its own overlay address; a node's `listen` on 0.0.0.0 is given its
+        # task's address by the agent before the node reads its config.
+        return "0.0.0.0"
+
+    def setup(self) -> None:
+        if self.folder is not None:
+            return
+        self.network.setup()
+        here = this_node()
+        if self.node is not None and self.node != here:
+            raise Unsupported(
+                f"swarm host {self.name}: node {self.node} is not this machine's ({here}): "
+                "the run's folders are bind-mounted, so knee places tasks here only"
+            )
+        self.node = here
+        if self.local_binary is None:
+            self.local_binary = node_binary()
+        self.image = engine.ensure_image(self.local_binary, self.run_id)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"knee-swarm-{self.run_id}-{self.name}-"))
+        (self.folder / "scratch").mkdir()
+
+    def binary(self, local_binary: str) -> str:
+        return engine.NODE_PATH
+
+    def _group(self, node: str, role: str) -> list[str]:
+        """The members of ``node``'s generator group on this host (itself alone if none)."""
+        m = MEMBER_RE.match(node)
+        if role != "load" or m is None or self.point_nodes is None:
+            return [node]
+        base = m.group(1)
+        members = [
+            n
+            for n, h in self.point_nodes().items()
+            if h == self.name and (k := MEMBER_RE.match(n)) is not None and k.group(1) == base
+        ]
+        members.sort(key=lambda n: int(n.rsplit("-", 1)[1]))
+        return members if node in members else [node]
+
+    def command(self, argv: list[str]) -> list[str]:
+        if self.folder is None or self.image is None:
+            raise HostError(f"swarm host {self.name}: setup() has not run")
+        _, role, system, *rest = argv
+        options = dict(zip(rest[::2], rest[1::2], strict=False))
+        node, config = options.get("--name", role), json.loads(options["--config"])
+        members = self._group(node, role)
+        base = MEMBER_RE.match(node).group(1) if len(members) > 1 else node  # type: ignore[union-attr]
+        service = self._pending.get(base) if len(members) > 1 else None
+        if service is None or node in service.registered:
+            if len(self._services) >= MAX_SERVICES_PER_HOST:
+                raise HostError(f"swarm host {self.name}: {MAX_SERVICES_PER_HOST} services made")
+            self._count += 1
+            name = f"knee-{self.run_id}-{self.name}-{base}-{self._count}"
+            service = _Service(name, self.folder / name, members)
+            self._services[name] = service
+            if len(members) > 1:
+                self._pending[base] = service
+        slot = members.index(node) + 1
+        slot_dir = service.slot_dir(slot)
+        slot_dir.mkdir(parents=True)
+        (slot_dir / "config.json").write_text(json.dumps(config))
+        os.mkfifo(slot_dir / "config.fifo", 0o600)
+        os.mkfifo(slot_dir / "lifeline", 0o600)
+        # Held here: the node reads the lifeline's end when this process ends or closes it.
+        service.lifelines.append(os.open(slot_dir / "lifeline", os.O_RDWR | os.O_NONBLOCK))
+        service.registered[node] = [role, system, "--name", base]
+        if len(service.registered) == len(members):
+            self._pending.pop(base, None)
+            self._create(service, role, system, node)
+        return [
+            sys.executable, str(AGENT),
+            "--docker", engine.client(), "--host", engine.socket(),
+            "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
+            "--folder", str(slot_dir), "--network", self.network.name,
+            *(["--gate"] if role == "load" else []),
+        ]  # fmt: skip
+
+    def _create(self, service: _Service, role: str, system: str, node: str) -> None:
+        limits = self.node_limits(node) if self.node_limits else self.limits.as_dict()
+        opts = []
+        if limits.get("cpu_cores"):
+            opts += [
+                "--limit-cpu",
+                f"{limits['cpu_cores']:g}",
+                "--reserve-cpu",
+                f"{limits['cpu_cores']:g}",
+            ]
+        if limits.get("memory_bytes"):
+            opts += ["--limit-memory", f"{int(limits['memory_bytes'])}b"]
+        env = ["KNEE_SLOT={{.Task.Slot}}", f"KNEE_NODE_LIFELINE_PATH={FILES_DIR}/lifeline"]
+        if role == "load":
+            env.append("KNEE_NODE_START_GATE=1")
+        assert self.folder is not None and self.image is not None
+        label = f"{engine.RUN_LABEL}={self.run_id}"
+        slots = "slot-{{.Task.Slot}}"  # each task its own slot's folder
+        engine.run(
+            [
+                "service", "create", "--detach", "--no-resolve-image", "--quiet",
+                "--name", service.name, "--replicas", str(len(service.members)),
+                "--restart-condition", "none", "--endpoint-mode", "dnsrr",
+                "--network", self.network.name,
+                "--constraint", f"node.hostname=={self.node}",
+                "--label", label, "--label", f"knee.host={self.name}",
+                "--container-label", label, "--container-label", f"knee.host={self.name}",
+                "--container-label", f"knee.service={service.name}",
+                *[x for e in env for x in ("--env", e)],
+                "--mount", f"type=bind,src={service.folder}/{slots},dst={FILES_DIR}",
+                "--mount", f"type=bind,src={self.folder}/scratch,dst={SCRATCH_DIR}",
+                *opts, self.image,
+                role, system, "--name", service.registered[service.members[0]][3],
+                "--config", f"@{FILES_DIR}/config.fifo",
+            ],
+            f"making service {service.name}",
+        )  # fmt: skip
+        service.created = True
+
+    @staticmethod
+    def _agent_args(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
+        args = [str(a) for a in proc.args]  # type: ignore[union-attr]
+        return args[args.index("--service") + 1], args[args.index("--slot") + 1]
+
+    def container_of(self, proc: subprocess.Popen[bytes]) -> str | None:
+        """The task container of the agent ``proc`` (None before it exists)."""
+        service, slot = self._agent_args(proc)
+        out = engine.run(
+            ["ps", "-a", "--filter", f"name=^{service}\\.{slot}\\.", "--format", "{{.Names}}"],
+            "listing tasks",
+        ).split()
+        return out[0] if out else None
+
+    def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+        word = LIFELINE_SIGNALS.get(sig)
+        if word is None:
+            raise HostError(f"swarm host {self.name}: signal {sig} is not sent to tasks")
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(HostError):  # the task is gone, or not there yet
+            container = self.container_of(proc)
+            if container is None:  # not started: its agent ends the wait
+                proc.kill()
+                return
+            engine.run(["kill", "--signal", word, container], f"sending {word}")
+
+    def node_path(self, local: Path) -> str:
+        return f"{FILES_DIR}/{local.name}"
+
+    def scratch_path(self, local: Path) -> str:
+        return f"{SCRATCH_DIR}/scratch-{local.name}"
+
+    def fetch(self, node_path: str, local: Path) -> None:
+        if self.folder is None:
+            raise HostError(f"swarm host {self.name}: setup() has not run")
+        found = sorted(self.folder.glob(f"*/slot-*/{Path(node_path).name}"))
+        if not found:
+            raise HostError(f"swarm host {self.name}: the node wrote no {node_path}")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(found[-1], local)
+
+    def _pid(self, container: str) -> int | None:
+        pid = self._pids.get(container)
+        if pid is None:
+            try:
+                out = engine.run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
+            except HostError:
+                return None
+            if not out.strip().isdigit() or out.strip() == "0":
+                return None
+            pid = self._pids[container] = int(out)
+        return pid
+
+    def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+        """The task's CPU seconds from its container's cgroup, its node's resident memory."""
+        try:
+            container = self.container_of(proc)
+        except HostError:
+            return None
+        pid = None if container is None else self._pid(container)
+        if container is None or pid is None:
+            return None
+        path = self._cgroup.get(container) or engine.cpuacct_dir(pid)
+        if path is None:
+            return None
+        self._cgroup[container] = path
+        cpu_s = engine.cgroup_cpu_s(path)
+        if cpu_s is None:
+            return None
+        rss = None
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+        return {"cpu_s": cpu_s, "rss_bytes": rss}
+
+    def cgroup_of(self, proc: subprocess.Popen[bytes]) -> dict[str, Path]:
+        container = self.container_of(proc)
+        pid = None if container is None else self._pid(container)
+        return {} if pid is None else engine.cgroup_dirs(pid)
+
+    def interface_bytes(self) -> dict[str, int] | None:
+        """The host's link: the sum of its tasks' overlay interfaces (eth0), a task that
+        ended counted with its last reading, so the sum never goes back."""
+        try:
+            names = engine.run(
+                ["ps", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
+                 "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
+                "listing tasks",
+            ).split()  # fmt: skip
+        except HostError:
+            names = []
+        for container in names:
+            pid = self._pid(container)
+            if pid is None:
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
+                    name, _, rest = line.partition(":")
+                    if name.strip() == "eth0":
+                        f = rest.split()
+                        self._bytes[container] = (int(f[0]), int(f[8]))
+        if not self._bytes:
+            return None
+        return {
+            "rx_bytes": sum(b[0] for b in self._bytes.values()),
+            "tx_bytes": sum(b[1] for b in self._bytes.values()),
+        }
+
+    def teardown(self) -> None:
+        """Removes the host's services (their tasks stop), closes the lifelines, removes the
+        folder."""
+        if self.folder is None:
+            return
+        with contextlib.suppress(HostError):
+            if names := services(self.run_id, self.name):
+                engine.run(["service", "rm", *names], "removing services")
+        for service in self._services.values():
+            for fd in service.lifelines:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._services.clear()
+        self._pending.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "address": None,  # each task's own, in the subnet
+            "network": self.network.name,
+            "subnet": self.network.subnet,
+            "swarm_node": self.node,
+            "image": self.image,
+            "daemon": engine.socket(),
+        }

@@ -1,0 +1,234 @@
+"""Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker swarm: a point's two
+generators as two replicas of one service, each with its slot and its share, started at one
+wall-clock time; each task's clock checked; every address inside 198.18.0.0/15; limits read
+back from the tasks' cgroups; a killed runner's services stop and `knee cleanup` removes the
+rest; no swarm refused in one line. One smoke run (scripts/e2e's, where kept) serves
+several tests. Skipped without such a swarm (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import unavailable
+from report_helpers import knee_cmd, smoke_run
+
+from knee.hosts import cleanup, engine, swarm
+from knee.hosts.base import Limits, Unsupported
+from knee.spec import SpecError, load_spec
+
+KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
+#: Seconds to wait for the tasks of a run to appear, or to go.
+WAIT_S = 60.0
+#: The replicas' starts may differ by one CFS period (100 ms): a replica limited to a quarter
+#: core that has used its quota when the start time comes runs again at the next period.
+#: Without the gate they differ by their tasks' start times, which are 0.1-1 s apart.
+START_SPREAD_NS = 100_000_000
+MIB = 1 << 20
+
+
+def _need_swarm() -> None:
+    if os.geteuid() != 0:
+        unavailable("swarm hosts need root (the daemon's socket, the tasks' cgroups)")
+    try:
+        swarm.check_swarm()
+    except Unsupported as e:
+        unavailable(str(e))
+
+
+def _in_range(address: str) -> bool:
+    return ipaddress.ip_address(address.rsplit(":", 1)[0]) in KNEE_RANGE
+
+
+def _events(run_dir: Path, node: str) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in (run_dir / "nodes" / f"{node}.p000.events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        out.setdefault(event["event"], []).append(event)
+    return out
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need_swarm()
+    run_dir, _ = smoke_run("matrix-swarm", tmp_path_factory.mktemp("swarm"))
+    return run_dir
+
+
+def test_two_generators_are_two_replicas_of_one_service_each_with_its_slot_and_share(
+    smoke: Path,
+) -> None:
+    tasks = {n: _events(smoke, n)["clock"][0]["task"] for n in ("load-0", "load-1")}
+    # A task's container is SERVICE.SLOT.TASK_ID.
+    parts = {n: re.match(r"^(knee-\w+-gen-load-\d+)\.(\d+)\.\w+$", t) for n, t in tasks.items()}
+    assert all(parts.values()), tasks
+    assert parts["load-0"][1] == parts["load-1"][1]  # type: ignore[index]  # one service
+    assert (parts["load-0"][2], parts["load-1"][2]) == ("1", "2")  # type: ignore[index]
+    topology = json.loads((smoke / "points" / "p000.json").read_text())["topology"]
+    configs = {n["name"]: n["config"] for n in topology}
+    assert [configs[f"load-{i}"]["schedule"]["rate_per_s"] for i in (0, 1)] == [50.0, 50.0]
+    assert configs["load-0"]["seed"] != configs["load-1"]["seed"]
+    # Each slot sent its own share: together, what the point counts (warm-up included).
+    point = json.loads((smoke / "summary.json").read_text())["points"][0]
+    sent = [_events(smoke, f"load-{i}")["done"][0]["sent"] for i in (0, 1)]
+    assert all(s > 0 for s in sent)
+    assert sum(sent) == point["sent"] + point["warmup_count"]
+    # Resources as on other hosts: the server's CPU against its limit, each host's link.
+    server = point["resources"]["server"]
+    assert (server["kind"], server["capacity"]) == ("cpu", 1.0)
+    assert {"link:srv", "link:gen"} <= set(point["resources"])
+
+
+def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
+    events = [_events(smoke, f"load-{i}") for i in (0, 1)]
+    (at0,), (at1,) = (e["start_at"] for e in events)
+    assert at0["unix_ns"] == at1["unix_ns"] and at0["replicas"] == 2
+    starts = [e["start"][0]["start_ns"] for e in events]  # one machine: one monotonic clock
+    assert abs(starts[0] - starts[1]) < START_SPREAD_NS
+
+
+def test_each_tasks_clock_is_checked_and_every_address_is_in_knee_range(smoke: Path) -> None:
+    for node in ("load-0", "load-1"):  # the recorders: their sample times need the clock
+        (clock,) = _events(smoke, node)["clock"]
+        # One kernel: the offset is zero within the bound of its round trips.
+        assert 0 < clock["uncertainty_ns"] < 50_000_000
+        assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
+    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
+    subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
+    assert len(subnets) == 1 and ipaddress.ip_network(subnets.pop()).subnet_of(KNEE_RANGE)
+    assert _in_range(_events(smoke, "server")["ready"][0]["addr"])
+    names = engine.run(["network", "ls", "--format", "{{.Name}}"], "listing").split()
+    assert {"ingress", "docker_gwbridge"} <= set(names)
+    assert all(engine.outside_range(s) == [] for s in engine.network_subnets(names).values())
+
+
+SPEC = """
+[experiment]
+name = "swarm-kill"
+system = "matrix"
+
+[hosts.srv]
+kind = "swarm"
+cpu_cores = 1.0
+memory_mb = 64
+
+[hosts.gen]
+kind = "swarm"
+cpu_cores = 0.25
+
+[placement]
+server = "srv"
+"load-*" = "gen"
+
+[driver]
+n = 20
+p = 10
+
+[load]
+generators = 2
+rate_per_s = 20
+duration_s = 60
+warmup_s = 0
+"""
+
+
+def _running(run_id: str, host: str | None = None) -> list[str]:
+    label = ["--filter", f"label=knee.host={host}"] if host else []
+    return engine.run(
+        ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
+        "listing",
+    ).split()
+
+
+def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_removes_them(
+    tmp_path: Path,
+) -> None:
+    _need_swarm()
+    records = tmp_path / "records"
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    runner = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline, run_id, gens = time.monotonic() + WAIT_S, "", []
+    while time.monotonic() < deadline and runner.poll() is None:
+        run_ids = [p.stem for p in records.glob("*.json")]
+        if run_ids and len(gens := _running(run_ids[0], "gen")) == 2:
+            run_id = run_ids[0]
+            break
+        time.sleep(0.2)
+    if not run_id:
+        runner.kill()
+        pytest.fail(f"the run's tasks did not start: {runner.communicate()[1].decode()[-2000:]}")
+    try:
+        (srv,) = _running(run_id, "srv")
+        fmt = "{{.State.Pid}} {{json .Config.Env}}"
+        for name, cores in ((srv, 1.0), *((g, 0.25) for g in gens)):
+            pid, envs = engine.run(["inspect", "--format", fmt, name], "").split(" ", 1)
+            dirs = engine.cgroup_dirs(int(pid))
+            quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
+            period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
+            assert quota_us / period_us == pytest.approx(cores)
+            slot = name.split(".")[1]  # SERVICE.SLOT.TASK_ID
+            assert f"KNEE_SLOT={slot}" in json.loads(envs)
+            # One interface on the run's overlay network, no default route.
+            lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+            assert sorted(line.split(":")[0].strip() for line in lines) == ["eth0", "lo"]
+            routes = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+            assert routes and all(line.split()[1] != "00000000" for line in routes)
+        memory = engine.cgroup_dirs(
+            int(engine.run(["inspect", "--format", "{{.State.Pid}}", srv], ""))
+        )
+        assert int((memory["memory"] / "memory.limit_in_bytes").read_text()) == 64 * MIB
+    finally:
+        runner.kill()
+        runner.communicate(timeout=WAIT_S)
+    # The runner held every task's lifeline: it ended, so did the nodes (no restart).
+    deadline = time.monotonic() + WAIT_S
+    while _running(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(run_id) == []
+    assert len(swarm.services(run_id)) == 2  # left for knee cleanup
+    proc = subprocess.run(knee_cmd("cleanup"), env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"removed docker network knee-{run_id}-swarm" in proc.stdout
+    assert swarm.services(run_id) == []
+    assert engine.run(["network", "ls", "--filter", f"label=knee.run={run_id}", "-q"], "") == ""
+    assert not list(records.glob("*.json"))
+
+
+def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.replace("cpu_cores = 0.25", 'cpuset = "0"'))
+    with pytest.raises(SpecError) as e:
+        load_spec(spec)
+    assert e.value.key == "hosts.gen.cpuset" and "\n" not in str(e.value)
+    _need_swarm()  # the client
+    monkeypatch.setenv("KNEE_DOCKER_HOST", "unix:///nonexistent/knee-docker.sock")
+    with pytest.raises(Unsupported) as refused:
+        swarm.check_swarm()
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).endswith("run scripts/docker")
+    monkeypatch.delenv("KNEE_DOCKER_HOST")
+    network = swarm.Network(cleanup.new_run_id())
+    host = swarm.SwarmHost("far", Limits(), network, node="another-machine")
+    try:
+        with pytest.raises(Unsupported) as elsewhere:
+            host.setup()
+    finally:
+        host.teardown()
+        network.teardown()
+    assert "\n" not in str(elsewhere.value) and "is not this machine's" in str(elsewhere.value)
