@@ -22,11 +22,11 @@ from knee.resources.shedding import shedding
 
 #: The limiter's rate: the capacity by construction.
 LIMIT_PER_S = 200
-#: Its bucket: a Poisson stream just under the rate is rarely refused for its bursts (20
-#: refused 4-7% at 185-190/s). A stream over the rate is refused once the bucket is full,
-#: after BURST / (rate - 200) seconds: 4 s at 210/s. A probe must run past that, or the
-#: limiter passes 2 s at 250/s whole: hence 8 s probes (with 100 and 2 s probes the search
-#: found 211.5/s, stable, on one run of three).
+#: Its bucket: a Poisson stream just under the rate is rarely refused for its bursts (with
+#: 20 the search found 185-189/s: more than 1% refused just under the rate). A stream over
+#: the rate is refused once the bucket is full, after BURST / (rate - 200) seconds: 4 s at
+#: 210/s. A probe must run past that, or the limiter passes 2 s at 250/s whole: hence 8 s
+#: probes (with 100 and 2 s probes the search found 211.5/s, stable, in one full run here).
 BURST = 40
 
 CONFIG = """
