@@ -44,10 +44,10 @@ from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names k
     LIFELINE_ENV,
     NODE_PATH,
     RUN_LABEL,
-    cgroup_cpu_s,
     cgroup_dirs,
     check_daemon,
-    cpuacct_dir,
+    container_pid,
+    container_usage,
     docker,
     ensure_image,
     network_subnets,
@@ -356,37 +356,14 @@ class DockerHost(Host):
         shutil.move(src, local)
 
     def _pid(self, container: str) -> int | None:
-        pid = self._pids.get(container)
-        if pid is None:
-            try:
-                out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
-            except HostError:
-                return None
-            if not out.strip().isdigit() or out.strip() == "0":
-                return None
-            pid = self._pids[container] = int(out)
-        return pid
+        return container_pid(container, self._pids)
 
     def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
         """The node's container: CPU seconds from its cgroup, resident memory of its main
         process (the node), as an ssh host's lifeline reports them."""
         container = self.container_of(proc)
         pid = self._pid(container)
-        if pid is None:
-            return None
-        path = self._cgroup.get(container) or cpuacct_dir(pid)
-        if path is None:
-            return None
-        self._cgroup[container] = path
-        cpu_s = cgroup_cpu_s(path)
-        if cpu_s is None:
-            return None
-        rss = None
-        with contextlib.suppress(OSError, ValueError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-        return {"cpu_s": cpu_s, "rss_bytes": rss}
+        return None if pid is None else container_usage(container, pid, self._cgroup)
 
     def cgroup_of(self, proc: subprocess.Popen[bytes]) -> dict[str, Path]:
         """The node's container's cgroup directories (controller -> path), for the tests

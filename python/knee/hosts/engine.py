@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from knee.hosts import cgroups
 from knee.hosts.base import HostError, Unsupported
@@ -243,3 +244,36 @@ def cgroup_cpu_s(path: Path) -> float | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def container_pid(container: str, pids: dict[str, int]) -> int | None:
+    """The host pid of a container's main process (kept in `pids` once known); None while
+    it has none (not started, or ended)."""
+    pid = pids.get(container)
+    if pid is None:
+        try:
+            out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
+        except HostError:
+            return None
+        if not out.strip().isdigit() or out.strip() == "0":
+            return None
+        pid = pids[container] = int(out)
+    return pid
+
+
+def container_usage(container: str, pid: int, paths: dict[str, Path]) -> dict[str, Any] | None:
+    """A container's CPU seconds from its cgroup (its path kept in `paths`), and the resident
+    memory of its main process (the node), as an ssh host's lifeline reports them."""
+    path = paths.get(container) or cpuacct_dir(pid)
+    if path is None:
+        return None
+    paths[container] = path
+    cpu_s = cgroup_cpu_s(path)
+    if cpu_s is None:
+        return None
+    rss = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    return {"cpu_s": cpu_s, "rss_bytes": rss}

@@ -380,16 +380,7 @@ class SwarmHost(Host):
         shutil.move(found[-1], local)
 
     def _pid(self, container: str) -> int | None:
-        pid = self._pids.get(container)
-        if pid is None:
-            try:
-                out = engine.run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
-            except HostError:
-                return None
-            if not out.strip().isdigit() or out.strip() == "0":
-                return None
-            pid = self._pids[container] = int(out)
-        return pid
+        return engine.container_pid(container, self._pids)
 
     def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
         """The task's CPU seconds from its container's cgroup, its node's resident memory."""
@@ -400,19 +391,7 @@ class SwarmHost(Host):
         pid = None if container is None else self._pid(container)
         if container is None or pid is None:
             return None
-        path = self._cgroup.get(container) or engine.cpuacct_dir(pid)
-        if path is None:
-            return None
-        self._cgroup[container] = path
-        cpu_s = engine.cgroup_cpu_s(path)
-        if cpu_s is None:
-            return None
-        rss = None
-        with contextlib.suppress(OSError, ValueError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-        return {"cpu_s": cpu_s, "rss_bytes": rss}
+        return engine.container_usage(container, pid, self._cgroup)
 
     def cgroup_of(self, proc: subprocess.Popen[bytes]) -> dict[str, Path]:
         container = self.container_of(proc)
