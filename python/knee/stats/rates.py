@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from knee.stats.intervals import poisson_count_ci
-from knee.stats.summary import LateSends, Rates
+from knee.stats.summary import LateSends, Rates, Sends
 
 
 @dataclass(frozen=True)
@@ -103,16 +103,18 @@ def rates(
     # judged (knee.stats.checks.sender_check).
     intended = r.intended_ns[post]
     bytes_out_per_s = per_s(float(r.bytes_out[sent].sum()), send_window_s)
-    late = late_sends(r, sent, late_ms)
+    sends: Sends = {
+        "sent": sent_count,
+        "send_window_s": send_window_s,
+        "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
+        "achieved_rate_per_s": achieved,
+        "achieved_rate_ci_per_s": rate_ci,
+        **late_sends(r, sent, late_ms),
+        "bytes_out_per_s": bytes_out_per_s,
+    }
     if window is None:
         return {
-            "sent": sent_count,
-            "send_window_s": send_window_s,
-            "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
-            "achieved_rate_per_s": achieved,
-            "achieved_rate_ci_per_s": rate_ci,
-            **late,
-            "bytes_out_per_s": bytes_out_per_s,
+            **sends,
             "window_s": 0.0,
             "throughput_per_s": 0.0,
             "completion_rate_per_s": 0.0,
@@ -132,13 +134,7 @@ def rates(
     in_flight = backlog(r, window.end_ns, timeout_ms, sent)
     waiting = waiting_to_send(r, window.end_ns, post)
     return {
-        "sent": sent_count,
-        "send_window_s": send_window_s,
-        "scheduled_rate_per_s": per_s(len(intended), span_s(intended)),
-        "achieved_rate_per_s": achieved,
-        "achieved_rate_ci_per_s": rate_ci,
-        **late,
-        "bytes_out_per_s": bytes_out_per_s,
+        **sends,
         "window_s": window.length_s,
         "throughput_per_s": per_s(int(ok_inside.sum()), window.length_s),
         "completion_rate_per_s": per_s(int(inside.sum()), window.length_s),

@@ -101,8 +101,8 @@ class LateSends(TypedDict):
     late_send_free_share: float | None
 
 
-class Rates(LateSends):
-    """`knee.stats.rates.rates`: the sends, the window's throughput, drain and backlog."""
+class Sends(LateSends):
+    """The sends of `knee.stats.rates.rates`, with or without a window."""
 
     sent: int
     send_window_s: float
@@ -110,6 +110,11 @@ class Rates(LateSends):
     achieved_rate_per_s: float
     achieved_rate_ci_per_s: list[float] | None
     bytes_out_per_s: float
+
+
+class Rates(Sends):
+    """`knee.stats.rates.rates`: the sends, the window's throughput, drain and backlog."""
+
     window_s: float
     throughput_per_s: float
     completion_rate_per_s: float
