@@ -317,10 +317,12 @@ def _start_node(system: str, plan: Any, tmp: Path) -> str | None:
         if first.startswith(b"{") and (addr := json.loads(first).get("addr")):
             _ADDRESSES[(system, plan.name)] = str(addr)  # its form: "tcp/IP:PORT" for zenoh
     finally:
-        if first != b"-":
+        if first != b"-" and plan.role == "serve":
             Processes.stop(proc)  # SIGTERM by pid: a server's children (nginx) end with it
         elif proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)  # mid-connect to the peer: no children yet
+            # A client has no children, and one stopped by SIGTERM waits 1 s for the
+            # replies of its requests in flight, which the peer never answers.
+            os.kill(proc.pid, signal.SIGKILL)  # or a server mid-connect: no children yet
             proc.wait(timeout=NODE_START_S)
         proc.stdout.close()
     if not refused:
