@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,15 @@ def knee_cmd(*args: str) -> list[str]:
 
 def run_knee(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(knee_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
+
+
+def run_knee_each(
+    arg_lists: list[list[str]], timeout_s: float = 60
+) -> list[subprocess.CompletedProcess[str]]:
+    """`knee` once per argument list, all started together (a refusal is mostly Python's
+    start, about 2 s each): their results, in order."""
+    with ThreadPoolExecutor(max_workers=len(arg_lists)) as pool:
+        return list(pool.map(lambda args: run_knee(*args, timeout_s=timeout_s), arg_lists))
 
 
 def only_dir(root: Path) -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from grpc_servers import CALL, PROTO, grpc_server
 from real_http_servers import throwaway_certs
-from report_helpers import only_dir, run_knee
+from report_helpers import only_dir, run_knee, run_knee_each
 
 from knee.contract import GRPC_ARGS, GRPC_CODES
 
@@ -78,7 +78,7 @@ def test_knee_grpc_refuses_each_mistake_in_one_line(tmp_path: Path) -> None:
     bad_proto = tmp_path / "bad.proto"
     bad_proto.write_text('syntax = "proto3";\nmessage A { int32 x = 1 }\n')
     base = ["grpc", "127.0.0.1:9", "--rate", "10", "--duration", "1s"]
-    for args, words in [
+    mistakes = [
         (["--proto", str(bad_proto), "--call", "A/B"], "proto bad.proto:2:25: expected ';'"),
         (["--proto", str(PROTO), "--call", "knee.test.Echo/Nope"], "has no method Nope"),
         (["--proto", str(PROTO), "--call", CALL, "-d", '{"text": 5}'], "field text: invalid type"),
@@ -86,8 +86,9 @@ def test_knee_grpc_refuses_each_mistake_in_one_line(tmp_path: Path) -> None:
         (["--proto", str(PROTO), "--call", "knee.test.Echo/Watch"], "unary calls only"),
         (["--call", CALL], "give --proto FILE"),
         (["--proto", str(PROTO), "--call", CALL, "--insecure"], "for https:// targets"),
-    ]:
-        out = run_knee(*base, *args, "--out", str(tmp_path / "runs"), timeout_s=60)
+    ]
+    outs = run_knee_each([[*base, *args, "--out", str(tmp_path / "runs")] for args, _ in mistakes])
+    for out, (_, words) in zip(outs, mistakes, strict=True):
         assert out.returncode == 2, out
         line = one_line(out.stderr)
         assert line.startswith("knee grpc: ") and words in line, line

@@ -10,6 +10,20 @@ Prometheus text format (docs/live.md).
 - options.py: `--live [ADDR]`, `--no-live`, and when the page is on by default.
 """
 
-from knee.live.observer import Live
+from typing import TYPE_CHECKING
+
+from knee import lazy
+
+if TYPE_CHECKING:
+    from knee.live.observer import Live
+
+#: Where each name lives (imported on first use: knee.lazy), so that `--live`'s options
+#: (every command's parser) do not load the page's server and state (and through them the
+#: report's stack).
+_LAZY = {
+    "Live": "knee.live.observer",
+}
+
+__getattr__ = lazy.attributes(__name__, _LAZY)
 
 __all__ = ["Live"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -17,8 +17,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from knee.params import Point
 from knee.stats.summary import Distribution, PointStats
+
+if TYPE_CHECKING:  # params reads the SLO rules, and with them scipy: not for a display
+    from knee.params import Point
 
 
 def fmt_ms(ns: float | None) -> str:

@@ -11,7 +11,21 @@
   statistics), progress.py (the recorders' live progress merged).
 """
 
+from typing import TYPE_CHECKING
+
+from knee import lazy
+
+# Light (scipy and pandas are imported where an interval or a frame is computed), and
+# `distribution` is also a module's name, which a lazy name could not be (knee.lazy).
 from knee.stats.distribution import QUANTILES, distribution
-from knee.stats.point import point_stats
+
+if TYPE_CHECKING:
+    from knee.stats.point import point_stats
+
+#: Where each name lives (imported on first use: knee.lazy), so that a light module of this
+#: package (slo.py, which every spec's parsing reads) does not load the point statistics.
+_LAZY = {"point_stats": "knee.stats.point"}
+
+__getattr__ = lazy.attributes(__name__, _LAZY)
 
 __all__ = ["QUANTILES", "distribution", "point_stats"]

@@ -22,7 +22,6 @@ is given for it.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats as sps
 
 from knee.contract import MATRIX_FLAG_CACHE_HIT
 from knee.stats.summary import CacheSplit
@@ -62,6 +61,8 @@ def cache_split(
     not depend on how full the cache is); `steady_rule`; `segments`: [{"n", "hits"}] of
     SEGMENTS consecutive near-equal parts in send order.
     """
+    from scipy import stats as sps  # about a second to import: not for every spec read
+
     flags = np.asarray(flags)
     service = np.asarray(service_ns, dtype=np.float64)
     hit = (flags.astype(np.int64) & hit_flag) != 0

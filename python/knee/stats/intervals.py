@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats as sps
 
 from knee.stats import quantiles
+
+# scipy.stats takes about a second to import: each function that needs a distribution
+# imports it when first called, so that reading a spec (its SLO's rules, below) does not.
 
 CONFIDENCE = 0.95
 #: Batches of consecutive samples the mean's interval is computed from.
@@ -33,6 +35,8 @@ def order_statistic_ranks(
     largest rank with F(l-1) <= alpha/2, u the smallest with F(u-1) >= 1 - alpha/2 (scipy's
     exact binomial CDF and its inverse; alpha = 1 - confidence).
     """
+    from scipy import stats as sps
+
     if n < 1 or not 0 < q < 1:
         return None
     alpha = 1 - confidence
@@ -58,6 +62,8 @@ def upper_bound_rank(n: int, q: float, confidence: float) -> int | None:
     with F(u - 1) >= confidence. The top rank, u = n, covers with 1 - q^n, so the bound
     exists once q^n <= 1 - confidence. MLPerf LoadGen's early-stopping rule is this test:
     the percentile passes when its upper bound at confidence 0.99 is under the target."""
+    from scipy import stats as sps
+
     if n < 1 or not 0 < q < 1:
         return None
     u = int(sps.binom.ppf(confidence, n, q)) + 1
@@ -73,6 +79,8 @@ def lower_bound_rank(n: int, q: float, confidence: float) -> int | None:
     """The largest 1-based rank l with P(x_(l) <= true q-quantile) >= `confidence` (one
     side), or None when n is too small: l is the largest rank with F(l - 1) <= 1 -
     `confidence` (B ~ Binomial(n, q)); it exists once (1 - q)^n <= 1 - confidence."""
+    from scipy import stats as sps
+
     if n < 1 or not 0 < q < 1:
         return None
     alpha = 1 - confidence
@@ -94,6 +102,8 @@ def quantile_ci(sorted_values: np.ndarray, q: float) -> list[float] | None:
 
 def t_975(df: int) -> float:
     """Student-t 0.975 quantile (the batch-means interval)."""
+    from scipy import stats as sps
+
     return float(sps.t.ppf(0.975, df))
 
 
@@ -122,6 +132,8 @@ def t_half_width(x: np.ndarray, confidence: float = CONFIDENCE) -> float:
     """Half the width of Student's t interval (two-sided `confidence`) for the mean of the
     independent values x: t(n-1) * sd(x) / sqrt(n). Batch means (`mean_ci`) and per-second
     resource rows (knee.resources.usage) both use it."""
+    from scipy import stats as sps
+
     k = len(x)
     t = t_975(k - 1) if confidence == CONFIDENCE else float(sps.t.ppf(0.5 + confidence / 2, k - 1))
     return t * float(x.std(ddof=1)) / math.sqrt(k)
@@ -138,6 +150,8 @@ def batch_means_of(x: np.ndarray, batches: int = MEAN_BATCHES) -> np.ndarray:
 def poisson_count_ci(count: int) -> tuple[float, float]:
     """95% interval for the mean of a Poisson count that came out as `count`: Garwood's
     exact interval, chi2(2.5%, 2 count) / 2 to chi2(97.5%, 2 count + 2) / 2."""
+    from scipy import stats as sps
+
     alpha = 1 - CONFIDENCE
     lower = 0.0 if count == 0 else float(sps.chi2.ppf(alpha / 2, 2 * count)) / 2
     upper = float(sps.chi2.ppf(1 - alpha / 2, 2 * count + 2)) / 2
@@ -146,4 +160,6 @@ def poisson_count_ci(count: int) -> tuple[float, float]:
 
 def chi2_ppf(p: float, dof: int) -> float:
     """The chi-square quantile at probability p with `dof` degrees of freedom."""
+    from scipy import stats as sps
+
     return float(sps.chi2.ppf(p, dof))

@@ -22,10 +22,12 @@ Missing values (NaN) are left out, as pandas' own quantiles do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a frame is built: reading a spec's SLO needs only ranks
+    import pandas as pd
 
 #: q is taken in units of 1e-9: exact integer ranks for any q written with 9 decimals.
 _SCALE = 1_000_000_000
@@ -133,6 +135,8 @@ def order_statistics(grouped: Any, qs: float | Sequence[float]) -> pd.DataFrame 
     ``order_statistics(df.groupby("point")["latency_ns"], [0.5, 0.99])``: a DataFrame with
     one row per group and one column per q (a Series for a single q), float, NaN for a
     group with no values. Like ``grouped.quantile(qs).unstack()``, but the order statistic."""
+    import pandas as pd
+
     keys, _, sorted_values, counts, starts = _sorted_groups(grouped)
     has = counts > 0
     cols = {}
@@ -152,6 +156,8 @@ def order_statistics_by_bin(
     grouped by a stable argsort of the bins, cheap when they come nearly in order (time
     stamps do), then the ranks are selected within each bin: a loop over bins, not rows,
     with no sort of the values."""
+    import pandas as pd
+
     v = np.asarray(values)
     b = np.asarray(bins)
     if v.dtype.kind == "f":
