@@ -107,7 +107,7 @@ QUICK = Config("quick", 3.0, 300.0, 5.0, 700, 2, 20.0, 10.0, 10_000)
 FULL = Config("full", 10.0, 900.0, 15.0, 700, 2, 20.0, 10.0, 100_000)
 #: --smoke: every step on one target (matrix, 1 worker), its figures not judged.
 SMOKE = Config("smoke", 2.0, 12.0, 2.0, 700, 2, 20.0, 10.0, 10_000)
-SMOKE_GRID = [0.5, 1.0, 1.5]
+SMOKE_GRID = [0.5, 1.5]
 SMOKE_FINE_GRID = [0.95, 1.0]
 SMOKE_JOBS = ("matrix_t1",)
 
@@ -525,11 +525,12 @@ def grid(t: Target, cfg: Config, work: Path, o: Outcome) -> None:
     o.fine = run_grid(t, cfg, work, SMOKE_FINE_GRID if cfg is SMOKE else FINE_GRID, "fine")
 
 
-def ramp(t: Target, work: Path, o: Outcome) -> None:
-    """The k6-style ramp over the search's wall time, and its breakpoint."""
+def ramp(t: Target, work: Path, o: Outcome, least_s: float = 10.0) -> None:
+    """The k6-style ramp over the search's wall time (at least `least_s`), and its
+    breakpoint."""
     if shutil.which("k6"):
         print("  (k6 is installed, but the ramp is knee's own, for the same generator)")
-    wall = max(o.search_s, 10.0)
+    wall = max(o.search_s, least_s)
     n = max(4, round(wall / RAMP_STEP_S))
     peak = 2.0 * t.truth_per_s
     steps = [[float(f"{peak * (i + 0.5) / n:.5g}"), RAMP_STEP_S] for i in range(n)]
@@ -675,7 +676,7 @@ def measure(t: Target, cfg: Config, work: Path) -> Outcome:
     o = Outcome(t)
     search(t, cfg, work, o)
     grid(t, cfg, work, o)
-    ramp(t, work, o)
+    ramp(t, work, o, 2.0 if cfg is SMOKE else 10.0)
     show(o)
     return o
 
