@@ -104,8 +104,9 @@ def _last_line(text: bytes) -> str:
 
 def measure_clock(command: list[str], rounds: int = CLOCK_ROUNDS) -> tuple[int, int]:
     """(offset_ns, uncertainty_ns) of the clock of `knee-node clock` run by ``command`` (over
-    ssh, or `docker exec` into a swarm task), from ``rounds`` round trips on its stdin and
-    stdout (`clock_offset`). A failure is a HostError naming why."""
+    ssh, or `knee-node clock --dial` to a swarm task over its overlay), from ``rounds``
+    round trips on its stdin and stdout (`clock_offset`). A failure is a HostError naming
+    why."""
     proc = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
