@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from knee.config_values import ConfigTable
 from knee.params import AppliedEvent, Point, TimelineEvent
 from knee.results import Run, write_json
 
@@ -49,11 +50,11 @@ class PointParams:
     point: int
     series: str
     label: str
-    swept: dict[str, Any]
-    experiment: dict[str, Any]
-    server: dict[str, Any]
-    load: dict[str, Any]
-    driver: dict[str, Any]
+    swept: ConfigTable
+    experiment: ConfigTable
+    server: ConfigTable
+    load: ConfigTable
+    driver: ConfigTable
     status: str = "planned"
     #: Seconds since the run's start (the clock of events.parquet); None until it happens.
     started_s: float | None = None

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from knee import contract
+from knee.config_values import integer, number
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -35,7 +36,7 @@ def _chat_rule(s: Sections) -> None:
         if not server["postgres_url"]:
             raise RuleError("server.postgres_url", "missing (database 'postgres' needs a URL)")
         postgres_url(server)  # a "$VARIABLE" must be set
-    if server["failure_timeout_ms"] <= server["heartbeat_ms"]:
+    if number(server, "failure_timeout_ms") <= number(server, "heartbeat_ms"):
         raise RuleError("server.failure_timeout_ms", "must be above heartbeat_ms")
 
 
@@ -80,7 +81,7 @@ def chat_topology(point: Point) -> list[NodePlan]:
                 }
             },
         )
-        for i in range(server["replicas"])
+        for i in range(integer(server, "replicas"))
     ]
     client: dict[str, Any] = {
         "replicas": [f"{{addr:{p.name}}}" for p in replicas],

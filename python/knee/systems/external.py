@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from knee.config_values import integer, opt_text, text
 from knee.params import Point, RuleError
 from knee.systems.base import NodePlan, load_config
 
@@ -35,11 +36,13 @@ def topology(point: Point, own_server: dict[str, Any] | None) -> list[NodePlan]:
     """One load node against `server.target`, or, given the config of a server node of the
     point's own (`own_server`), that node and the load against it."""
     plans = [] if own_server is None else [NodePlan("server", "serve", own_server)]
-    target = point.server["target"] if own_server is None else OWN_SERVER
-    load = load_config(point.load, point.driver, target=target, seed=point.experiment["seed"])
+    target = text(point.server, "target") if own_server is None else OWN_SERVER
+    load = load_config(
+        point.load, point.driver, target=target, seed=integer(point.experiment, "seed")
+    )
     return [*plans, NodePlan("load", "load", load, records=True)]
 
 
 def external_target(point: Point) -> str | None:
     """The service measured: `server.target` (None with a server of the point's own)."""
-    return point.server["target"]
+    return opt_text(point.server, "target")

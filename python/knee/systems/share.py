@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from knee import contract
+from knee.config_values import integer, items
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -28,7 +29,7 @@ def _share_rule(s: Sections) -> None:
         )
     if load["duration_s"] is None:
         raise RuleError("load.duration_s", "missing: share clients need a time bound")
-    phases = s["driver"]["phases"]
+    phases = items(s["driver"], "phases")
     if not phases or any(p not in PHASES for p in phases):
         raise RuleError("driver.phases", f"a list of {', '.join(PHASES)}; got {phases!r}")
     if load["schedule"] != "closed" or load["clients"] != 1:
@@ -40,7 +41,7 @@ def _share_rule(s: Sections) -> None:
 
 def _topology(point: Point) -> list[NodePlan]:
     server, driver, load = point.server, point.driver, point.load
-    n, seed = server["peers"], point.experiment["seed"]
+    n, seed = integer(server, "peers"), point.experiment["seed"]
     central = server["design"] == "central"
     plans: list[NodePlan] = []
     if central:
@@ -72,7 +73,7 @@ def _topology(point: Point) -> list[NodePlan]:
             "timeout_ms": load["timeout_ms"],
             "duration_s": load["duration_s"],
             "warmup_s": load["warmup_s"],
-            "phases": list(driver["phases"]),
+            "phases": list(items(driver, "phases")),
         }
         if central:
             client["index"] = "{addr:index}"
