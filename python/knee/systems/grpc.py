@@ -16,7 +16,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from knee.config_values import ConfigValue, text
+from knee.config_values import ConfigTable, ConfigValue, text
 from knee.params import Param, Point, RuleError, Sections, from_node, spec_relative
 from knee.systems.base import NodePlan, System
 from knee.systems.external import check_tls, external_target, topology
@@ -44,7 +44,7 @@ def target_url(target: str) -> str:
     return f"{parts.scheme}://{host}:{port}"
 
 
-def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
+def _paths(driver: ConfigTable, key: str, kind: str) -> None:
     """A list of paths made absolute (relative to where knee runs), each one existing."""
     value = driver[key]
     if isinstance(value, str):
@@ -52,8 +52,9 @@ def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise RuleError(f"driver.{key}", f"expected a list of paths, got {value!r}")
     check = os.path.isfile if kind == "file" else os.path.isdir
-    out = []
-    for p in value:
+    paths = [p for p in value if isinstance(p, str)]  # every one is (checked above)
+    out: list[ConfigValue] = []
+    for p in paths:
         full = spec_relative(p)
         if not check(full):
             raise RuleError(f"driver.{key}", f"no such {kind}: {p}")

@@ -11,7 +11,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from knee.config_values import items, text
+from knee.config_values import ConfigTable, items, text
 from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
@@ -125,7 +125,7 @@ def _topology(point: Point) -> list[NodePlan]:
     server = point.server
     if not server["nginx"]:
         return topology(point, None)
-    nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
+    nginx: ConfigTable = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
     if server["nginx_cpu"] is not None:
         nginx["cpu"] = server["nginx_cpu"]
     if server["nginx_http2"]:

@@ -9,10 +9,8 @@ docs/share.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from knee import contract
-from knee.config_values import integer, items
+from knee.config_values import ConfigTable, ConfigValue, integer, items
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -45,7 +43,7 @@ def _topology(point: Point) -> list[NodePlan]:
     central = server["design"] == "central"
     plans: list[NodePlan] = []
     if central:
-        index: dict[str, Any] = {"role": "index", "index": server["index"]}
+        index: ConfigTable = {"role": "index", "index": server["index"]}
         if server["index"] == "sqlite-global-lock":
             index["db_path"] = "{scratch}/index.sqlite3"
         index["max_entries"] = server["max_index_entries"]
@@ -63,9 +61,9 @@ def _topology(point: Point) -> list[NodePlan]:
             "corrupt_every": server["corrupt_every"],
         }
         plans.append(NodePlan(f"peer-{k}", "serve", {"server": peer}))
-    peers = [f"{{addr:peer-{k}}}" for k in range(n)]
+    peers: list[ConfigValue] = [f"{{addr:peer-{k}}}" for k in range(n)]
     for k in range(n):
-        client: dict[str, Any] = {
+        client: ConfigTable = {
             "peer_index": k,
             "peers": peers,
             "ops": driver["ops"],
