@@ -243,7 +243,7 @@ class Point:
     driver: ConfigTable
     #: The series' own [placement] rules (node glob -> host or hosts), instead of the
     #: spec's; empty: the spec's (knee.hosts.spec).
-    placement: dict[str, Any] = field(default_factory=dict)
+    placement: dict[str, str | list[str]] = field(default_factory=dict)
 
     @cached_property
     def slo(self) -> Slo | None:
