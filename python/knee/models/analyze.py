@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from knee.config_values import ConfigTable
+from knee.config_values import ConfigTable, TomlTable
 from knee.models.closed_loop import ClosedModel
 from knee.models.fit import (
     SERVERS_KEY,
@@ -48,7 +48,7 @@ QueueModel = OpenModel | ClosedModel
 
 def analyze(
     points: Sequence[Mapping[str, Any]],
-    settings: dict[str, Any] | Settings,
+    settings: TomlTable | Settings,
     cores: int | None,
 ) -> list[SeriesModels]:
     """`settings`: how to read a point's settings (`knee.models.fit.settings_of`): the run
