@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from knee import __version__
+from knee.config_values import ConfigTable, as_table
 from knee.live.options import add_live_options
 from knee.runner.display import Display
 
@@ -442,14 +443,14 @@ def _grpc(args: argparse.Namespace, console: Console) -> int:
 
     try:
         doc = grpc_spec(args)
-        check_call(str(node_binary()), doc["driver"])
+        check_call(str(node_binary()), as_table(doc["driver"], "driver"))
     except GrpcArgsError as e:
         print(f"knee grpc: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
     return _run_doc(doc, args, console, "knee grpc")
 
 
-def _run_doc(doc: dict[str, Any], args: argparse.Namespace, console: Console, prog: str) -> int:
+def _run_doc(doc: ConfigTable, args: argparse.Namespace, console: Console, prog: str) -> int:
     """A one-line command's spec run as `knee run` runs one, or, with no rate, searched as
     `knee find` searches one."""
     import tempfile

@@ -91,6 +91,14 @@ def key(system: str | None, name: str) -> KeySpec:
     return part["keys"][name].copy()
 
 
+def maximum(system: str | None, name: str) -> float:
+    """The max of a key described with one (as key(): `system` None, the load generator)."""
+    top = key(system, name)["max"]
+    if top is None:
+        raise KeyError(f"{name}: described without a max")
+    return top
+
+
 def columns(system: str) -> dict[str, str]:
     """{record field: the column's name in the system's frames} for the renamed ones."""
     return {

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
 
+from knee.config_values import ConfigTable, ConfigValue
 from knee.loadcli import LoadArgsError, header, load_spec, tls_driver
 from knee.systems.grpc import target_url
 
@@ -33,8 +33,8 @@ def _data(text: str) -> str:
     return text
 
 
-def _metadata(args: argparse.Namespace) -> list[list[str]]:
-    out: list[list[str]] = []
+def _metadata(args: argparse.Namespace) -> list[ConfigValue]:
+    out: list[ConfigValue] = []
     if args.metadata:
         try:
             m = json.loads(args.metadata)
@@ -47,9 +47,9 @@ def _metadata(args: argparse.Namespace) -> list[list[str]]:
     return out
 
 
-def grpc_driver(args: argparse.Namespace, https: bool) -> dict[str, Any]:
+def grpc_driver(args: argparse.Namespace, https: bool) -> ConfigTable:
     """The driver section of the spec: the service description, the call, its message."""
-    driver: dict[str, Any] = {"call": args.call, "data": _data(args.data)}
+    driver: ConfigTable = {"call": args.call, "data": _data(args.data)}
     if args.protoset and args.proto:
         raise GrpcArgsError("give --proto or --protoset, not both")
     if not args.protoset and not args.proto:
@@ -78,17 +78,17 @@ def grpc_driver(args: argparse.Namespace, https: bool) -> dict[str, Any]:
     return driver
 
 
-def grpc_spec(args: argparse.Namespace) -> dict[str, Any]:
+def grpc_spec(args: argparse.Namespace) -> ConfigTable:
     try:
         target = target_url(args.target)
     except ValueError as e:
         raise GrpcArgsError(str(e)) from None
     driver = grpc_driver(args, target.startswith("https://"))
-    doc = {"server": {"target": target}, "driver": driver}
+    doc: ConfigTable = {"server": {"target": target}, "driver": driver}
     return load_spec(args, doc, "grpc", f"knee grpc {args.call} {args.target}")
 
 
-def check_call(node: str, driver: dict[str, Any]) -> dict[str, Any]:
+def check_call(node: str, driver: ConfigTable) -> ConfigTable:
     """`knee-node grpc-check`: the .proto compiled, the method found and the message built
     as the node would before its start; its one-line error as a GrpcArgsError."""
     import subprocess

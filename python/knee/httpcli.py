@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
+from knee.config_values import ConfigTable, ConfigValue
 from knee.loadcli import (
     FIXED_CONNECTIONS,
     SEARCH_CONNECTIONS,
@@ -33,12 +33,12 @@ __all__ = [
 ]
 
 
-def http_spec(args: argparse.Namespace) -> dict[str, Any]:
+def http_spec(args: argparse.Namespace) -> ConfigTable:
     try:
         target, path = origin(args.url)
     except ValueError as e:
         raise HttpArgsError(str(e)) from None
-    request: dict[str, Any] = {"method": args.method.upper(), "path": path}
+    request: ConfigTable = {"method": args.method.upper(), "path": path}
     if args.header:
         request["headers"] = [header(h) for h in args.header]
     if args.body is not None:
@@ -50,7 +50,7 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
         else:
             request["body"] = args.body
     timing = [t.strip() for t in args.server_timing.split(",") if t.strip()]
-    driver: dict[str, Any] = {"requests": [request], "server_timing": timing}
+    driver: ConfigTable = {"requests": [request], "server_timing": list[ConfigValue](timing)}
     if args.detail:
         driver["server_timing_detail"] = args.detail
     https = target.startswith("https://")
@@ -65,5 +65,5 @@ def http_spec(args: argparse.Namespace) -> dict[str, Any]:
         driver["protocol"] = "h2c"
     if getattr(args, "http1", False):
         driver["protocol"] = "http1"
-    doc = {"server": {"target": target}, "driver": driver}
+    doc: ConfigTable = {"server": {"target": target}, "driver": driver}
     return load_spec(args, doc, "http", f"knee http {args.method.upper()} {args.url}")

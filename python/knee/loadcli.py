@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
+
+from knee.config_values import ConfigTable, ConfigValue
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -41,8 +42,8 @@ def rates(text: str) -> list[float]:
     return out
 
 
-def header(text: str, flag: str = "-H") -> list[str]:
-    """'Name: value' -> [name, value]."""
+def header(text: str, flag: str = "-H") -> list[ConfigValue]:
+    """'Name: value' -> [name, value] (a spec's pair)."""
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
         raise LoadArgsError(f"{flag}: expected 'Name: value', got {text!r}")
@@ -101,7 +102,7 @@ def add_run_options(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write report.html")
 
 
-def tls_driver(args: argparse.Namespace, https: bool, driver: dict[str, Any]) -> None:
+def tls_driver(args: argparse.Namespace, https: bool, driver: ConfigTable) -> None:
     """--insecure and --cacert into the driver (https only)."""
     import os
 
@@ -116,25 +117,22 @@ def tls_driver(args: argparse.Namespace, https: bool, driver: dict[str, Any]) ->
 
 
 def load_spec(
-    args: argparse.Namespace, doc: dict[str, Any], system: str, description: str
-) -> dict[str, Any]:
+    args: argparse.Namespace, doc: ConfigTable, system: str, description: str
+) -> ConfigTable:
     """`doc` (its server and driver sections) completed with the experiment, the load and,
     for --rates, the sweep: the spec of one command line."""
     search = searching(args)
     default_connections = SEARCH_CONNECTIONS if search else FIXED_CONNECTIONS
-    load: dict[str, Any] = {
+    load: ConfigTable = {
         "duration_s": seconds(args.duration, "--duration"),
         "warmup_s": seconds(args.warmup, "--warmup"),
         "timeout_ms": seconds(args.timeout, "--timeout") * 1000,
         "connections": args.connections or default_connections,
     }
-    out: dict[str, Any] = {
-        "experiment": {"name": args.name, "system": system, "description": description},
-        **doc,
-        "load": load,
-    }
+    experiment: ConfigTable = {"name": args.name, "system": system, "description": description}
+    out: ConfigTable = {"experiment": experiment, **doc, "load": load}
     if args.slo:
-        out["experiment"]["slo"] = args.slo
+        experiment["slo"] = args.slo
     if search:  # the search sets each probe's rate and length; these start it
         load |= {"schedule": "poisson", "rate_per_s": args.min_rate or 10.0}
     elif args.clients is not None:
@@ -144,5 +142,5 @@ def load_spec(
     else:
         swept = rates(args.rates)
         load |= {"schedule": "poisson", "rate_per_s": swept[0]}
-        out["sweep"] = {"load.rate_per_s": swept}
+        out["sweep"] = {"load.rate_per_s": list[ConfigValue](swept)}
     return out

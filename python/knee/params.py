@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any, NotRequired, TypedDict
 
 from knee import contract
+from knee.config_values import ConfigTable, opt_text
 from knee.stats.slo import Slo
 from knee.stats.slo import parse as parse_slo
 
@@ -102,7 +103,7 @@ def from_node(
     return Param(help=help, node=node, own=tuple(sorted(own)), **fields)
 
 
-Sections = dict[str, dict[str, Any]]  # {"experiment": ..., "server": ..., "load": ..., ...}
+Sections = dict[str, ConfigTable]  # {"experiment": ..., "server": ..., "load": ..., ...}
 Rule = Callable[[Sections], None]
 """Checks (and may complete) the fully defaulted sections of one point; raises RuleError."""
 
@@ -235,20 +236,20 @@ class Point:
 
     index: int
     series: str
-    swept: dict[str, Any]
-    experiment: dict[str, Any]
-    server: dict[str, Any]
-    load: dict[str, Any]
-    driver: dict[str, Any]
+    swept: ConfigTable
+    experiment: ConfigTable
+    server: ConfigTable
+    load: ConfigTable
+    driver: ConfigTable
     #: The series' own [placement] rules (node glob -> host or hosts), instead of the
     #: spec's; empty: the spec's (knee.hosts.spec).
-    placement: dict[str, Any] = field(default_factory=dict)
+    placement: dict[str, str | list[str]] = field(default_factory=dict)
 
     @cached_property
     def slo(self) -> Slo | None:
         """The point's latency objective (`experiment.slo`, checked by the spec's rules),
         read once: every decision on this point uses this object."""
-        text = self.experiment.get("slo")
+        text = opt_text(self.experiment, "slo")
         return parse_slo(text) if text else None
 
     @property

@@ -30,6 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from knee import contract
+from knee.stats.summary import PointStats, RunAnswers, Summary, SweepAnswers
 
 #: The sample record as knee-node describes it (`sample_layout`; recorder.rs).
 SAMPLE_DTYPE = np.dtype(contract.SAMPLE_LAYOUT)
@@ -413,26 +414,26 @@ class Run:
     path: Path
     spec: dict[str, Any]
     env: dict[str, Any]
-    summary: dict[str, Any]
+    summary: Summary
     timeseries: pd.DataFrame = field(repr=False)
     events: pd.DataFrame = field(repr=False)
     _samples: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[PointStats]:
         return list(self.summary.get("points", []))
 
     @property
-    def answers(self) -> dict[str, Any] | None:
+    def answers(self) -> RunAnswers | SweepAnswers | None:
         """The run's answers per group of rates (capacity, SLO capacity, knee, what sets
         them: docs/find.md, "The answers"): a search's summary.json `find`, a sweep's
         `answers` (written at the end of `knee run`), or None (a run before either, or one
         with no rate to answer for)."""
-        for key in ("find", "answers"):
-            found = self.summary.get(key)
-            if isinstance(found, dict):
-                return found
-        return None
+        found = self.summary.get("find")
+        if isinstance(found, dict):
+            return found
+        swept = self.summary.get("answers")
+        return swept if isinstance(swept, dict) else None
 
     @property
     def samples(self) -> pd.DataFrame:
@@ -604,13 +605,18 @@ def open_run(path: str | os.PathLike[str]) -> Run:
         path=run_dir,
         spec=spec,
         env=_read_json(run_dir / "env.json"),
-        summary=_read_json(run_dir / SUMMARY),
+        summary=_read_summary(run_dir / SUMMARY),
         timeseries=_read_parquet(run_dir / TIMESERIES),
         events=_read_parquet(run_dir / EVENTS),
     )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _read_summary(path: Path) -> Summary:
+    """summary.json as the runner wrote it (knee.stats.summary.Summary), or empty."""
     return json.loads(path.read_text()) if path.exists() else {}
 
 

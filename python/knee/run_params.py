@@ -28,8 +28,9 @@ import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from knee.config_values import ConfigTable
 from knee.params import AppliedEvent, Point, TimelineEvent
 from knee.results import Run, write_json
 
@@ -42,6 +43,30 @@ SECTIONS = ("experiment", "server", "load", "driver")
 STATUSES = ("planned", "running", "complete", "failed", "interrupted")
 
 
+class StartedNode(TypedDict):
+    """A node of a point as started (knee.runner.lifecycle)."""
+
+    name: str
+    role: str
+    records: bool
+    host: NotRequired[str]  # (a run directory before placement has neither)
+    limits: NotRequired[dict[str, str | float]]  # knee.hosts.RunHosts.limits_of
+    config: ConfigTable  # its JSON config, every placeholder replaced
+
+
+class PlannedPoint(TypedDict):
+    """A point of plan.json."""
+
+    point: int
+    series: str
+    label: str
+    swept: ConfigTable
+    experiment: ConfigTable
+    server: ConfigTable
+    load: ConfigTable
+    driver: ConfigTable
+
+
 @dataclass
 class PointParams:
     """One point: what it was planned to run with and, once started, what it ran."""
@@ -49,18 +74,18 @@ class PointParams:
     point: int
     series: str
     label: str
-    swept: dict[str, Any]
-    experiment: dict[str, Any]
-    server: dict[str, Any]
-    load: dict[str, Any]
-    driver: dict[str, Any]
+    swept: ConfigTable
+    experiment: ConfigTable
+    server: ConfigTable
+    load: ConfigTable
+    driver: ConfigTable
     status: str = "planned"
     #: Seconds since the run's start (the clock of events.parquet); None until it happens.
     started_s: float | None = None
     ended_s: float | None = None
     #: Each node as started, in start order: name, role, records (bool), config (JSON, every
     #: placeholder replaced).
-    topology: list[dict[str, Any]] = field(default_factory=list)
+    topology: list[StartedNode] = field(default_factory=list)
     #: The timeline events as applied: at_s, action, node, t_s, outcome.
     events: list[AppliedEvent] = field(default_factory=list)
     #: False when re-derived from spec.toml (a run directory older than these records).
@@ -100,7 +125,7 @@ def from_point(point: Point) -> PointParams:
 
 
 def write_plan(
-    run_dir: Path, experiment: dict[str, Any], events: list[TimelineEvent], points: list[Point]
+    run_dir: Path, experiment: ConfigTable, events: list[TimelineEvent], points: list[Point]
 ) -> None:
     """plan.json: the experiment, the event timeline and every planned point."""
     (run_dir / POINTS).mkdir(exist_ok=True)
@@ -118,9 +143,17 @@ def write_point(run_dir: Path, params: PointParams) -> None:
     write_json(run_dir / POINTS / f"p{params.point:03d}.json", record)
 
 
-def _planned_dict(params: PointParams) -> dict[str, Any]:
-    keep = ("point", "series", "label", "swept", *SECTIONS)
-    return {k: v for k, v in asdict(params).items() if k in keep}
+def _planned_dict(params: PointParams) -> PlannedPoint:
+    return PlannedPoint(
+        point=params.point,
+        series=params.series,
+        label=params.label,
+        swept=params.swept,
+        experiment=params.experiment,
+        server=params.server,
+        load=params.load,
+        driver=params.driver,
+    )
 
 
 # ------------------------------------------------------------------ reading

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from knee.config_values import ConfigValue, items, pairs, text
 from knee.hosts.spec import Placement, check_nodes, check_placement, check_rules
 from knee.params import (
     EXPERIMENT,
@@ -98,7 +99,7 @@ class Spec:
 def _load_rule(s: Sections) -> None:
     load = s["load"]
     if load["steps"] is not None:
-        load["steps"] = _check_steps(load["steps"])
+        load["steps"] = _check_steps(items(load, "steps"))
     schedule = load["schedule"]
     if schedule in ("poisson", "constant") and load["rate_per_s"] is None:
         rate = LOAD["rate_per_s"].expected()
@@ -107,7 +108,7 @@ def _load_rule(s: Sections) -> None:
         if load["steps"] is None:
             raise RuleError("load.steps", f"missing (schedule 'steps' needs {_PAIRS})")
         if load["duration_s"] is None:
-            load["duration_s"] = float(sum(d for _, d in load["steps"]))
+            load["duration_s"] = float(sum(d for _, d in pairs(load, "steps")))
             if not _in_range(LOAD["duration_s"], load["duration_s"]):
                 total, most = load["duration_s"], LOAD["duration_s"].expected()
                 raise RuleError("load.steps", f"steps last {total:g} s; expected {most}")
@@ -117,23 +118,25 @@ def _load_rule(s: Sections) -> None:
         )
 
 
-def _check_steps(steps: list[Any]) -> list[list[float]]:
+def _check_steps(steps: list[ConfigValue]) -> list[ConfigValue]:
     if not steps:
         raise RuleError("load.steps", f"expected {_PAIRS}, got [] (array)")
+    pairs: list[list[ConfigValue]] = []
     for i, step in enumerate(steps):
         if not isinstance(step, list) or len(step) != 2:
             raise RuleError(f"load.steps[{i}]", f"expected a {_PAIR} pair, got {_given(step)}")
+        pairs.append(step)
     params = (LOAD["rate_per_s"], LOAD["duration_s"])
     return [
         [_coerce(f"load.steps[{i}][{j}]", params[j], v) for j, v in enumerate(step)]
-        for i, step in enumerate(steps)
+        for i, step in enumerate(pairs)
     ]
 
 
 def _slo_rule(s: Sections) -> None:
     if s["experiment"].get("slo") is not None:
         try:
-            slo.parse(s["experiment"]["slo"])
+            slo.parse(text(s["experiment"], "slo"))
         except slo.SloError as err:
             raise RuleError("experiment.slo", str(err)) from None
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
-Doc = dict[str, Any]
+from knee.config_values import ConfigValue, TomlValue
+
+#: A table to write: a spec as read (TOML values) or built (config values; None: left out).
+Doc = Mapping[str, ConfigValue | TomlValue]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -24,7 +27,7 @@ def _toml_key(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else _toml_str(key)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: ConfigValue | TomlValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -50,7 +53,7 @@ def _dump_table(table: Doc, header: list[str], lines: list[str]) -> None:
         _dump_table(sub, [*header, name], lines)
 
 
-def dump_toml(data: dict[str, Any]) -> str:
+def dump_toml(data: Doc) -> str:
     """Minimal TOML writer: nested tables, strings, numbers, booleans and (nested) lists.
     None values are left out."""
     lines: list[str] = []

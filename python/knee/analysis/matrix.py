@@ -13,13 +13,15 @@ Missing values are NaN in the tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from knee import run_params
+from knee.config_values import ConfigTable, integer
 from knee.results import Run
+from knee.stats.summary import Distribution, PointStats
 
 #: A point whose mean latency exceeds this multiple of the lowest-load mean is past the
 #: measured knee.
@@ -44,24 +46,24 @@ class Roles:
     threads: str | None  # sweeps server.threads
 
 
-def setting(run: Run, point: dict[str, Any], key: str) -> Any:
+def setting(run: Run, point: PointStats, key: str) -> Any:
     """A point's value of "section.name" (e.g. "server.threads"), as the run directory
     records it (`knee.run_params`)."""
     return run_params.setting(run_params.point_params(run).get(int(point["point"])), key)
 
 
-def points_of(run: Run, series: str) -> list[dict[str, Any]]:
+def points_of(run: Run, series: str) -> list[PointStats]:
     return [p for p in run.points if str(p.get("series", "")) == series]
 
 
 def roles(run: Run) -> Roles:
-    def swept(p: dict[str, Any]) -> dict[str, Any]:
+    def swept(p: PointStats) -> ConfigTable:
         return p.get("swept") or {}
 
-    def rate_swept(p: dict[str, Any]) -> bool:
+    def rate_swept(p: PointStats) -> bool:
         return "load.rate_per_s" in swept(p)
 
-    def baseline(p: dict[str, Any]) -> bool:
+    def baseline(p: PointStats) -> bool:
         return (
             rate_swept(p)
             and "server.threads" not in swept(p)
@@ -86,23 +88,25 @@ def _find(run: Run, pred: Any) -> str | None:
     return None
 
 
-def ok_latency(point: dict[str, Any]) -> dict[str, Any]:
-    """The latency distribution of a point's successful requests (ns)."""
-    return point.get("latency_ok_ns") or point.get("latency_ns") or {}
+def ok_latency(point: PointStats) -> Distribution | None:
+    """The latency distribution of a point's successful requests (ns); None: none."""
+    return point.get("latency_ok_ns") or point.get("latency_ns")
 
 
 def _ms(ns: Any) -> float:
     return float(ns) / 1e6 if isinstance(ns, int | float) else np.nan
 
 
-def _mean_ns(point: dict[str, Any], dist: str) -> float:
-    value = (point.get(dist) or {}).get("mean")
+def _mean_ns(point: PointStats, dist: Literal["server_ns", "network_ns", "service_ns"]) -> float:
+    found = point.get(dist)
+    value = found.get("mean") if found else None
     return float(value) if isinstance(value, int | float) else np.nan
 
 
-def ok_mean_ms(point: dict[str, Any]) -> float:
+def ok_mean_ms(point: PointStats) -> float:
     """Mean latency of a point's successful requests, in ms (NaN when there is none)."""
-    return _ms(ok_latency(point).get("mean"))
+    latency = ok_latency(point)
+    return _ms(latency.get("mean") if latency else None)
 
 
 # ------------------------------------------------------------------ difficulty (#1)
@@ -173,7 +177,7 @@ class Contention:
     high_rate_per_s: float
 
 
-def arrival_rate(point: dict[str, Any]) -> Any:
+def arrival_rate(point: PointStats) -> Any:
     """The rate requests were really sent at: achieved, else the offered (target) rate."""
     return point.get("achieved_rate_per_s") or point.get("target_rate_per_s")
 
@@ -248,11 +252,11 @@ class CacheGain:
 
 def cache_hits(run: Run, series: str) -> CacheHits:
     pts = points_of(run, series)
-    caches = [p.get("cache") or {} for p in pts]
+    caches = [p.get("cache") for p in pts]
     return CacheHits(
         setting(run, pts[0], "server.cache") if pts else None,
-        _mean([c.get("hit_ratio") for c in caches]),
-        _mean([c.get("hit_ratio_steady") for c in caches]),
+        _mean([c.get("hit_ratio") if c else None for c in caches]),
+        _mean([c.get("hit_ratio_steady") if c else None for c in caches]),
     )
 
 
@@ -285,22 +289,20 @@ def cache_gain(run: Run, base: str, cached: str) -> CacheGain | None:
     return CacheGain(float(np.mean(sb)), float(np.mean(sc)))
 
 
-def _by_target_rate(run: Run, series: str) -> dict[float, dict[str, Any]]:
+def _by_target_rate(run: Run, series: str) -> dict[float, PointStats]:
     return {
-        p["target_rate_per_s"]: p
-        for p in points_of(run, series)
-        if p.get("target_rate_per_s") is not None
+        rate: p for p in points_of(run, series) if (rate := p.get("target_rate_per_s")) is not None
     }
 
 
 # ------------------------------------------------------------------ threads (task 2.2)
 
 
-def by_threads(run: Run, series: str) -> dict[int, list[dict[str, Any]]]:
+def by_threads(run: Run, series: str) -> dict[int, list[PointStats]]:
     """A thread sweep's points by thread count, in increasing count."""
-    out: dict[int, list[dict[str, Any]]] = {}
+    out: dict[int, list[PointStats]] = {}
     for p in points_of(run, series):
-        out.setdefault(int(p["swept"]["server.threads"]), []).append(p)
+        out.setdefault(integer(p["swept"], "server.threads"), []).append(p)
     return dict(sorted(out.items()))
 
 

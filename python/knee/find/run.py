@@ -21,6 +21,7 @@ from typing import Any
 
 from knee import results
 from knee.analysis.answers import RATE_KEY, group_answers, key_of
+from knee.config_values import integer, number, opt_integer
 from knee.find.early import EARLY_MIN_SAMPLES, EARLY_MIN_SAMPLES_LOW, early_watch
 from knee.find.overload import overload_watch
 from knee.find.search import OutOfBudget, Probe, Search, Settings
@@ -107,12 +108,12 @@ def _probe_point(
 ) -> Point:
     load = dict(template.load)
     load.update(rate_per_s=rate, duration_s=length_s, requests=None)
-    warmup = min(load["warmup_s"], length_s / 4)  # a short probe keeps most of its samples
+    warmup = min(number(load, "warmup_s"), length_s / 4)  # a short probe keeps most of its samples
     load["warmup_s"] = warmup
     experiment = dict(template.experiment)
     # A fresh schedule per probe: a repeat with the same seed would replay the same
     # arrivals, and its agreement would prove nothing.
-    experiment["seed"] = int(template.experiment["seed"]) + index
+    experiment["seed"] = integer(template.experiment, "seed") + index
     if slo is not None:
         experiment["slo"] = slo.text
     swept = {**{k: v for k, v in template.swept.items() if k != RATE_KEY}, RATE_KEY: rate}
@@ -134,7 +135,7 @@ def slo_samples(slo: Slo | None) -> int:
 def rate_bounds(group: list[Point], o: Options) -> tuple[float, float]:
     """The lowest and highest rate a group's search may probe: --min-rate, else the spec's
     lowest rate of the group; --max-rate, else DEFAULT_MAX_RATE_PER_S."""
-    min_rate = o.min_rate_per_s or min(float(p.load["rate_per_s"]) for p in group)
+    min_rate = o.min_rate_per_s or min(number(p.load, "rate_per_s") for p in group)
     max_rate = o.max_rate_per_s or DEFAULT_MAX_RATE_PER_S
     if min_rate >= max_rate:
         raise FindError(f"the lowest rate, {min_rate:g}/s, is not below --max-rate {max_rate:g}")
@@ -211,7 +212,7 @@ class _Finder:
         )
         slo = self.slo if phase == "slo" else None
         least = EARLY_MIN_SAMPLES_LOW if phase == "low" else EARLY_MIN_SAMPLES
-        early = early_watch(files, length_s, point.load["warmup_s"], slo, least)
+        early = early_watch(files, length_s, number(point.load, "warmup_s"), slo, least)
         return _Watch(overload, early)
 
     def _drain(self, point: Point, stats: PointStats, capacity: str) -> None:
@@ -243,7 +244,7 @@ class _Finder:
                 probe_s=self.o.probe_s,
                 tolerance=self.o.tolerance,
                 slo=self.slo is not None,
-                servers=int(template.server.get("threads") or 1),
+                servers=opt_integer(template.server, "threads") or 1,
                 # A rate the user gave is a floor; the spec's lowest rate is a first guess.
                 floor_per_s=min_rate if self.o.min_rate_per_s else min_rate / FLOOR_DIVISOR,
                 slo_samples=slo_samples(self.slo),

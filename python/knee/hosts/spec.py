@@ -113,7 +113,7 @@ class Placement:
                 return limits_of(table)
         return Limits()
 
-    def for_point(self, rules: dict[str, Any]) -> Placement:
+    def for_point(self, rules: dict[str, str | list[str]]) -> Placement:
         """The placement of a point whose series gives its own rules (none: this one)."""
         return Placement(self.hosts, dict(rules), self.node_limits, self.current) if rules else self
 
@@ -191,7 +191,7 @@ def check_placement(doc: dict[str, Any], check: Check) -> Placement:
     return Placement(hosts, rules, node_limits)
 
 
-def check_rules(key: str, rules: Any, hosts: dict[str, HostSpec]) -> dict[str, Any]:
+def check_rules(key: str, rules: Any, hosts: dict[str, HostSpec]) -> dict[str, str | list[str]]:
     """A [placement] table: node name or glob = a host name or a list of them."""
     if not isinstance(rules, dict):
         raise RuleError(key, 'expected a table: node name or glob = "HOST"')

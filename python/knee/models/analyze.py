@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from knee.config_values import ConfigTable, TomlTable
 from knee.models.closed_loop import ClosedModel
 from knee.models.fit import (
     SERVERS_KEY,
@@ -47,7 +48,7 @@ QueueModel = OpenModel | ClosedModel
 
 def analyze(
     points: Sequence[Mapping[str, Any]],
-    settings: dict[str, Any] | Settings,
+    settings: TomlTable | Settings,
     cores: int | None,
 ) -> list[SeriesModels]:
     """`settings`: how to read a point's settings (`knee.models.fit.settings_of`): the run
@@ -106,7 +107,7 @@ def _series(
     ]
     # Fit groups: the same work per request (threads excluded); model groups add threads.
     fit_groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    settings: dict[str, dict[str, Any]] = {}
+    settings: dict[str, ConfigTable] = {}
     for p in usable:
         others = {k: v for k, v in p["swept"].items() if k not in (x_key, SERVERS_KEY)}
         key = json.dumps(others, sort_keys=True)  # swept values may be lists
@@ -238,7 +239,7 @@ def _model_entry(
     group: list[Mapping[str, Any]],
     spec: Settings,
     closed: bool,
-    where: dict[str, Any],
+    where: ConfigTable,
     primary: bool,
     threads: int,
     source: str,
@@ -313,14 +314,14 @@ def _compare(
     }
 
 
-def _head(where: dict[str, Any]) -> str:
+def _head(where: ConfigTable) -> str:
     return ", ".join(f"{k.partition('.')[2]}={v}" for k, v in where.items()) or "all points"
 
 
 def _no_fit_note(
     group: list[Mapping[str, Any]],
     closed: bool,
-    where: dict[str, Any],
+    where: ConfigTable,
     source: str,
     estimate: ServersEstimate,
 ) -> str:
@@ -418,7 +419,7 @@ def _group_note(
     group: list[Mapping[str, Any]],
     entries: list[Model],
     closed: bool,
-    where: dict[str, Any],
+    where: ConfigTable,
     knee: MeasuredKnee | None,
     source: str,
     estimate: ServersEstimate,

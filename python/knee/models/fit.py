@@ -11,6 +11,7 @@ from typing import Any
 
 from scipy import stats as sps
 
+from knee.config_values import TomlTable, TomlValue
 from knee.models.types import CacheFitJson, CachePointJson, FitJson
 
 #: The setting that is the number of servers (matrix: the worker pool).
@@ -24,7 +25,7 @@ CACHE_KEY = "server.cache"
 Settings = Callable[[Mapping[str, Any], str], Any]
 
 
-def settings_of(source: dict[str, Any] | Settings) -> Settings:
+def settings_of(source: TomlTable | Settings) -> Settings:
     """How the models look up a point's settings: a function as given (the report passes
     what the run directory recorded for each point, `knee.run_params`), or, for a caller
     that holds only a resolved spec (a notebook, a test), the point's swept value, else its
@@ -38,12 +39,18 @@ def settings_of(source: dict[str, Any] | Settings) -> Settings:
         if dotted in swept:
             return swept[dotted]
         section, _, key = dotted.partition(".")
-        series = (spec.get("series") or {}).get(point.get("series", ""), {})
-        if key in (series.get(section) or {}):
-            return series[section][key]
-        return (spec.get(section) or {}).get(key)
+        series = _table(_table(spec.get("series")).get(point.get("series", "")))
+        overrides = _table(series.get(section))
+        if key in overrides:
+            return overrides[key]
+        return _table(spec.get(section)).get(key)
 
     return from_spec
+
+
+def _table(value: TomlValue | None) -> TomlTable:
+    """A spec's table; an empty one for a table it does not have."""
+    return value if isinstance(value, dict) else {}
 
 
 def setting(point: Mapping[str, Any], spec: Settings, dotted: str) -> Any:

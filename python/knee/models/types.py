@@ -6,8 +6,9 @@ since summary.json's answers carry it.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from knee.config_values import ConfigTable
 from knee.stats.summary import MeasuredKnee
 
 
@@ -45,7 +46,7 @@ class Model(TypedDict):
     primary: bool
     reference: bool
     limited_by: str | None  # "cores"
-    group: dict[str, Any]  # the swept settings of its group (values as swept: any TOML)
+    group: ConfigTable  # the swept settings of its group (values as swept: any TOML)
     service_mean_ns: float
     service_cs2: float
     delay_ns: float
@@ -112,7 +113,7 @@ class FitJson(TypedDict):
 class ModelGroup(TypedDict):
     """One group of a series' points (same settings, same thread count)."""
 
-    group: dict[str, Any]  # its swept settings (values as swept: any TOML)
+    group: ConfigTable  # its swept settings (values as swept: any TOML)
     servers: int
     servers_source: str
     servers_estimate: ServersEstimateJson

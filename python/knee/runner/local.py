@@ -30,6 +30,7 @@ from knee import env, results, run_params, systems
 from knee.analysis import chaos
 from knee.analysis.answers import from_points
 from knee.analysis.point import TARGET_NODE, MeasuredPoint, analyse_point
+from knee.config_values import integer, number, opt_integer, opt_number, text
 from knee.hosts import RunHosts, cleanup
 from knee.hosts.spec import check_nodes
 from knee.params import Point, TimelineEvent
@@ -205,7 +206,7 @@ def _measure_point(
     placement = spec.placement.for_point(point.placement)
     where = check_nodes(placement, [p.name for p in plans], point.label)
     tag = f"p{point.index:03d}"
-    warmup_ns = int(point.load["warmup_s"] * 1e9)
+    warmup_ns = int(number(point.load, "warmup_s") * 1e9)
     state.event("point_start", point.index, detail=point.label)
     state.monitor.reset()  # the time between points is not this point's interference
     recorders = [p.name for p in plans if p.records]
@@ -215,7 +216,7 @@ def _measure_point(
     _start_nodes(state, point, system, nodes, raws, scratch)
     target = watch_target(state, point, system, where)
     expected = systems.expected_requests(point.load)
-    per_recorder = len(raws) / point.load["generators"]  # generators share the requests
+    per_recorder = len(raws) / integer(point.load, "generators")  # generators share the requests
     display.point_started(point, round(expected * per_recorder) if expected else None)
     cut = _drive(point, spec.events, state, display, nodes, system.name, watch)
     for name, raw in raws.items():
@@ -256,7 +257,7 @@ def _start_nodes(
     starts those the timeline does not start later; a recorder's raw files go into the
     manifest as it starts."""
     tag = f"p{point.index:03d}"
-    warmup_ns = int(point.load["warmup_s"] * 1e9)
+    warmup_ns = int(number(point.load, "warmup_s") * 1e9)
     where = nodes.where
     plans = list(nodes.plans.values())
     for plan in plans:
@@ -275,7 +276,7 @@ def _start_nodes(
                 run_start_ns=state.t0_ns + (host.clock_offset_ns or 0),
                 # Approximate until the node reports its start; rewritten below.
                 warmup_end_ns=time.monotonic_ns() + warmup_ns,
-                warmup_requests=point.load["warmup_requests"],
+                warmup_requests=integer(point.load, "warmup_requests"),
                 system=system.name,
             )
             config["samples_path"] = host.node_path(state.run_dir / raw.samples)
@@ -332,13 +333,15 @@ def _measured(
         label=point.label,
         swept=point.swept,
         settings=PointSettings(
-            schedule=point.load["schedule"],
+            schedule=text(point.load, "schedule"),
             target_rate_per_s=systems.target_rate_per_s(point.load),
-            late_ms=point.load["late_ms"],
-            timeout_ms=point.load["timeout_ms"],
+            late_ms=opt_number(point.load, "late_ms"),
+            timeout_ms=opt_number(point.load, "timeout_ms"),
             cache_hit_flag=system.cache_hit_flag if point.server.get("cache") else None,
             queue_name=system.queue_name,
-            connections=point.load["connections"] if system.one_request_per_connection else None,
+            connections=opt_integer(point.load, "connections")
+            if system.one_request_per_connection
+            else None,
             system=system.name,
         ),
         frame=frame,
@@ -353,7 +356,7 @@ def _measured(
         },
         part=system.detail_part(point.server) if system.detail_part else None,
         host_cores={h: c for h in set(where.values()) if (c := state.hosts.cores_of(h))},
-        timeout_ms=point.load["timeout_ms"],
+        timeout_ms=number(point.load, "timeout_ms"),
         http=system.name in ("http", "grpc"),
         slo=point.slo,
         target=target,
@@ -378,8 +381,10 @@ def _drive(
     cut: str | None = None
     t0 = time.monotonic()
     pending = list(timeline)
-    bound_s = point.load.get("duration_s")
-    deadline = t0 + bound_s + point.load["timeout_ms"] / 1e3 + STUCK_MARGIN_S if bound_s else None
+    bound_s = opt_number(point.load, "duration_s")
+    deadline = (
+        t0 + bound_s + number(point.load, "timeout_ms") / 1e3 + STUCK_MARGIN_S if bound_s else None
+    )
     progress: dict[str, dict[str, Any]] = {}
     next_sample = t0 + SAMPLE_INTERVAL_S
     while True:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from knee.config_values import ConfigTable
 from knee.hosts.base import Host
 from knee.hosts.local import LocalHost, node_binary
 
@@ -45,7 +46,7 @@ class Node:
         name: str,
         role: str,
         system: str,
-        config: dict[str, Any],
+        config: ConfigTable,
         config_path: Path,
         log_path: Path,
         host: Host | None = None,

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from knee import systems
 from knee.analysis.point import TARGET_NODE
+from knee.config_values import opt_integer, subtable
 from knee.hosts.cgroups import process_cpu_limit
 from knee.hosts.listener import find_listener
 from knee.params import Point
@@ -27,12 +28,12 @@ def nodes_seen(
     for plan in plans:
         pool = None
         if system.pool_key and plan.role == "serve":
-            pool = (plan.config.get("server") or {}).get(system.pool_key)
+            pool = opt_integer(subtable(plan.config, "server"), system.pool_key)
         nodes[plan.name] = resource_usage.NodeInfo(
             role=plan.role,
             label=systems.part_label(system, plan.name),
             cpu_cores=state.hosts.limits_of(plan.name, where[plan.name]).get("cpu_cores"),
-            pool=int(pool) if pool else None,
+            pool=pool or None,
             generator=plan.role == "load",
             host=where[plan.name],
         )

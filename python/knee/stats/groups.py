@@ -8,7 +8,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from knee.results import STATUS_NAMES
+from knee.contract import STATUSES as STATUS_NAMES
 from knee.stats.distribution import distribution, headline
 from knee.stats.summary import Distribution, GroupStats, Rates
 

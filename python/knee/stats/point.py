@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from knee import contract
-from knee.results import STATUS_NAMES
+from knee.contract import STATUSES as STATUS_NAMES
 from knee.stats import checks
 from knee.stats import connections as conns
 from knee.stats.cache import cache_split

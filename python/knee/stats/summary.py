@@ -9,7 +9,9 @@ no key and drop none: each is the dict that was written before, named.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
+
+from knee.config_values import ConfigTable
 
 #: The key and role of the machine's shared cores among a point's `resources`
 #: (knee.resources.usage).
@@ -376,7 +378,7 @@ class PointStats(TypedDict, total=False):
     point: int
     series: str
     label: str
-    swept: dict[str, Any]
+    swept: ConfigTable
     target_rate_per_s: float | None
     target: Target
     http_statuses: dict[str, int]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from knee.config_values import ConfigTable, integer, number, opt_number, pairs, subtable
 from knee.params import Point, Rule, RuleError, Schema
 
 
@@ -28,7 +28,7 @@ class NodePlan:
 
     name: str  # unique within the point: "server", "replica-1", "load", ...
     role: str  # knee-node role: "serve", "load", or a system's own role
-    config: dict[str, Any]
+    config: ConfigTable
     records: bool = False
     #: False: planned but not started with the point; an event of the spec's timeline
     #: starts it (a node that joins later, e.g. a processing node).
@@ -51,7 +51,10 @@ def default_topology(point: Point) -> list[NodePlan]:
             "load",
             "load",
             load_config(
-                point.load, point.driver, target="{addr:server}", seed=point.experiment["seed"]
+                point.load,
+                point.driver,
+                target="{addr:server}",
+                seed=integer(point.experiment, "seed"),
             ),
             records=True,
         ),
@@ -88,7 +91,7 @@ class System:
     pool_key: str | None = None
     #: The part whose time each reply reports as `detail_ns` (chat: the database): from the
     #: point's server config, (name, label, capacity in requests at once; None: unknown).
-    detail_part: Callable[[dict[str, Any]], tuple[str, str, float | None]] | None = None
+    detail_part: Callable[[ConfigTable], tuple[str, str, float | None]] | None = None
     #: The URL of a service the point measures but does not start (http's server.target):
     #: the runner finds the process listening there and samples its CPU (knee.resources
     #: .listener).
@@ -117,7 +120,7 @@ def part_label(system: System, node: str) -> str:
 def plan_nodes(system: System, point: Point) -> list[NodePlan]:
     """The nodes of one point: the system's topology, its load split over
     `load.generators` generator nodes."""
-    return split_generators(system.topology(point), point.load["generators"])
+    return split_generators(system.topology(point), integer(point.load, "generators"))
 
 
 #: Seeds of the generators of one point lie this far apart, so their random streams differ.
@@ -148,20 +151,20 @@ def split_generators(plans: list[NodePlan], n: int) -> list[NodePlan]:
     return out
 
 
-def _generator_share(config: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+def _generator_share(config: ConfigTable, i: int, n: int) -> ConfigTable:
     """Generator i's part of a recording node's config."""
     cfg = copy.deepcopy(config)
-    schedule = cfg.get("schedule", {})
+    schedule = subtable(cfg, "schedule")
     if "rate_per_s" in schedule:
-        schedule["rate_per_s"] = schedule["rate_per_s"] / n
+        schedule["rate_per_s"] = number(schedule, "rate_per_s") / n
     if "steps" in schedule:
-        schedule["steps"] = [[rate / n, d] for rate, d in schedule["steps"]]
+        schedule["steps"] = [[rate / n, d] for rate, d in pairs(schedule, "steps")]
     for table, key in ((schedule, "clients"), (cfg, "clients"), (cfg, "requests")):
         if key in table:
-            table[key] = _dealt(table[key], i, n, key)
+            table[key] = _dealt(integer(table, key), i, n, key)
     if "seed" in cfg:
-        cfg["seed"] = cfg["seed"] + i * GENERATOR_SEED_STRIDE
-    driver = cfg.get("driver", {})
+        cfg["seed"] = integer(cfg, "seed") + i * GENERATOR_SEED_STRIDE
+    driver = subtable(cfg, "driver")
     if "client_prefix" in driver:  # chat: client names stay unique over generators
         driver["client_prefix"] = f"{driver['client_prefix']}-{i}"
     return cfg
@@ -176,18 +179,18 @@ def _dealt(total: int, i: int, n: int, key: str) -> int:
     return share
 
 
-def server_config(server: dict[str, Any]) -> dict[str, Any]:
+def server_config(server: ConfigTable) -> ConfigTable:
     """The JSON config of a system's server node (knee-node serve)."""
     return {"server": _present(server)}
 
 
 def load_config(
-    load: dict[str, Any],
-    driver: dict[str, Any],
+    load: ConfigTable,
+    driver: ConfigTable,
     *,
     target: str,
     seed: int,
-) -> dict[str, Any]:
+) -> ConfigTable:
     """The JSON config of a load generator node (knee-node load) for one point, without its
     output paths (the runner adds samples_path and histogram_path)."""
     kind = load["schedule"]
@@ -199,10 +202,10 @@ def load_config(
             "think": load["think"],
         }
     elif kind == "steps":
-        schedule = {"kind": kind, "steps": [list(map(float, s)) for s in load["steps"]]}
+        schedule = {"kind": kind, "steps": [[float(r), float(d)] for r, d in pairs(load, "steps")]}
     else:
         schedule = {"kind": kind, "rate_per_s": load["rate_per_s"]}
-    cfg: dict[str, Any] = {
+    cfg: ConfigTable = {
         "target": target,
         "schedule": schedule,
         "connections": load["connections"],
@@ -219,24 +222,24 @@ def load_config(
     return cfg
 
 
-def expected_requests(load: dict[str, Any]) -> int | None:
+def expected_requests(load: ConfigTable) -> int | None:
     """How many requests a point will send, when the schedule says (for progress bars)."""
     if load.get("requests"):
-        return int(load["requests"])
-    duration_s = load.get("duration_s")
+        return integer(load, "requests")
+    duration_s = opt_number(load, "duration_s")
     if load["schedule"] in ("poisson", "constant") and duration_s:
-        return int(load["rate_per_s"] * duration_s)
+        return int(number(load, "rate_per_s") * duration_s)
     if load["schedule"] == "steps":
-        return int(sum(rate * d for rate, d in load["steps"]))
+        return int(sum(rate * d for rate, d in pairs(load, "steps")))
     return None
 
 
-def target_rate_per_s(load: dict[str, Any]) -> float | None:
+def target_rate_per_s(load: ConfigTable) -> float | None:
     """The offered rate of an open-loop point with one rate; None otherwise."""
     if load["schedule"] in ("poisson", "constant"):
-        return float(load["rate_per_s"])
+        return number(load, "rate_per_s")
     return None
 
 
-def _present(values: dict[str, Any]) -> dict[str, Any]:
+def _present(values: ConfigTable) -> ConfigTable:
     return {k: v for k, v in values.items() if v is not None}

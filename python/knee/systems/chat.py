@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
 
 from knee import contract
+from knee.config_values import ConfigTable, integer, number
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -35,11 +35,11 @@ def _chat_rule(s: Sections) -> None:
         if not server["postgres_url"]:
             raise RuleError("server.postgres_url", "missing (database 'postgres' needs a URL)")
         postgres_url(server)  # a "$VARIABLE" must be set
-    if server["failure_timeout_ms"] <= server["heartbeat_ms"]:
+    if number(server, "failure_timeout_ms") <= number(server, "heartbeat_ms"):
         raise RuleError("server.failure_timeout_ms", "must be above heartbeat_ms")
 
 
-def postgres_url(server: dict[str, Any]) -> str:
+def postgres_url(server: ConfigTable) -> str:
     """The server's PostgreSQL URL; a value "$NAME" is read from the environment variable
     NAME, so a shipped spec can use a cluster started for the run (scripts/postgres)."""
     url = str(server["postgres_url"])
@@ -56,7 +56,7 @@ def postgres_url(server: dict[str, Any]) -> str:
 
 def chat_topology(point: Point) -> list[NodePlan]:
     server, load, driver = point.server, point.load, point.driver
-    db: dict[str, Any]
+    db: ConfigTable
     if server["database"] == "postgres":
         # A fresh schema per point, so points (and runs) never see each other's rows.
         db = {
@@ -80,9 +80,9 @@ def chat_topology(point: Point) -> list[NodePlan]:
                 }
             },
         )
-        for i in range(server["replicas"])
+        for i in range(integer(server, "replicas"))
     ]
-    client: dict[str, Any] = {
+    client: ConfigTable = {
         "replicas": [f"{{addr:{p.name}}}" for p in replicas],
         "clients": load["clients"],
         "think_ms": load["think_ms"],
@@ -106,7 +106,7 @@ def chat_topology(point: Point) -> list[NodePlan]:
     return [*replicas, NodePlan(LOAD_NODE, "load", client, records=True)]
 
 
-def _database_part(server: dict[str, Any]) -> tuple[str, str, float | None]:
+def _database_part(server: ConfigTable) -> tuple[str, str, float | None]:
     """The database as one part: on SQLite every transaction takes its one write lock (one
     at a time); PostgreSQL runs many at once, how many the run cannot see."""
     if server.get("database", "sqlite") == "sqlite":

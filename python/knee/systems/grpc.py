@@ -16,6 +16,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from knee.config_values import ConfigTable, ConfigValue, text
 from knee.params import Param, Point, RuleError, Sections, from_node, spec_relative
 from knee.systems.base import NodePlan, System
 from knee.systems.external import check_tls, external_target, topology
@@ -43,7 +44,7 @@ def target_url(target: str) -> str:
     return f"{parts.scheme}://{host}:{port}"
 
 
-def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
+def _paths(driver: ConfigTable, key: str, kind: str) -> None:
     """A list of paths made absolute (relative to where knee runs), each one existing."""
     value = driver[key]
     if isinstance(value, str):
@@ -51,8 +52,9 @@ def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise RuleError(f"driver.{key}", f"expected a list of paths, got {value!r}")
     check = os.path.isfile if kind == "file" else os.path.isdir
-    out = []
-    for p in value:
+    paths = [p for p in value if isinstance(p, str)]  # every one is (checked above)
+    out: list[ConfigValue] = []
+    for p in paths:
         full = spec_relative(p)
         if not check(full):
             raise RuleError(f"driver.{key}", f"no such {kind}: {p}")
@@ -60,14 +62,14 @@ def _paths(driver: dict[str, Any], key: str, kind: str) -> None:
     driver[key] = out
 
 
-def metadata_pairs(value: Any) -> list[list[str]]:
+def metadata_pairs(value: Any) -> list[ConfigValue]:
     """``{"k": "v"}`` or ``[["k", "v"], ...]`` -> [[k, v], ...]."""
     items = list(value.items()) if isinstance(value, dict) else value
     if not isinstance(items, list):
         raise RuleError(
             "driver.metadata", f"expected a table or [name, value] pairs, got {value!r}"
         )
-    out = []
+    out: list[ConfigValue] = []
     for m in items:
         if not (isinstance(m, list | tuple) and len(m) == 2 and all(isinstance(x, str) for x in m)):
             raise RuleError("driver.metadata", f"expected [name, value] strings, got {m!r}")
@@ -84,7 +86,7 @@ def _grpc_rule(s: Sections) -> None:
         )
     if server["target"] is not None:
         try:
-            server["target"] = target_url(server["target"])
+            server["target"] = target_url(text(server, "target"))
         except ValueError as e:
             raise RuleError("server.target", str(e)) from None
     if s["load"]["generators"] != 1 and server["go_server"]:
@@ -94,11 +96,11 @@ def _grpc_rule(s: Sections) -> None:
     _paths(driver, "proto_files", "file")
     _paths(driver, "import_paths", "folder")
     if driver["protoset"] is not None:
-        full = spec_relative(driver["protoset"])
+        full = spec_relative(text(driver, "protoset"))
         if not os.path.isfile(full):
             raise RuleError("driver.protoset", f"no such file: {driver['protoset']}")
         driver["protoset"] = full
-    data = driver["data"]
+    data = text(driver, "data")
     try:
         parsed = json.loads(data)
     except ValueError as e:

@@ -11,6 +11,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from knee.config_values import ConfigTable, items, text
 from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
@@ -99,7 +100,7 @@ def _http_rule(s: Sections) -> None:
         )
     if server["target"] is not None:
         try:
-            base, path = origin(server["target"])
+            base, path = origin(text(server, "target"))
         except ValueError as e:
             raise RuleError("server.target", str(e)) from None
         if path != "/":
@@ -113,7 +114,7 @@ def _http_rule(s: Sections) -> None:
             "driver.requests", f"expected 1 to {MAX_ENTRIES} [[driver.requests]] tables"
         )
     driver["requests"] = [_entry(i, e) for i, e in enumerate(requests)]
-    timing = driver["server_timing"]
+    timing = items(driver, "server_timing")
     if not all(isinstance(t, str) and t for t in timing):
         raise RuleError("driver.server_timing", f"expected a list of entry names, got {timing!r}")
     # Relative to where knee runs; the node gets the absolute path.
@@ -124,7 +125,7 @@ def _topology(point: Point) -> list[NodePlan]:
     server = point.server
     if not server["nginx"]:
         return topology(point, None)
-    nginx: dict[str, Any] = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
+    nginx: ConfigTable = {"dir": "{scratch}/nginx", "workers": server["nginx_workers"]}
     if server["nginx_cpu"] is not None:
         nginx["cpu"] = server["nginx_cpu"]
     if server["nginx_http2"]:

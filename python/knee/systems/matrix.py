@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from knee.config_values import opt_integer
 from knee.params import RuleError, Sections, from_node
 from knee.stats.cache import CACHE_HIT_FLAG
 from knee.systems.base import System
 
 
 def _matrix_rule(s: Sections) -> None:
-    p, lo, hi = s["driver"]["p"], s["driver"]["p_min"], s["driver"]["p_max"]
+    d = s["driver"]
+    p, lo, hi = opt_integer(d, "p"), opt_integer(d, "p_min"), opt_integer(d, "p_max")
     if p is not None:
         if lo is not None or hi is not None:
             raise RuleError("driver.p", "give either p or both p_min and p_max, not both forms")

@@ -9,9 +9,8 @@ docs/share.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from knee import contract
+from knee.config_values import ConfigTable, ConfigValue, integer, items
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
 
@@ -28,7 +27,7 @@ def _share_rule(s: Sections) -> None:
         )
     if load["duration_s"] is None:
         raise RuleError("load.duration_s", "missing: share clients need a time bound")
-    phases = s["driver"]["phases"]
+    phases = items(s["driver"], "phases")
     if not phases or any(p not in PHASES for p in phases):
         raise RuleError("driver.phases", f"a list of {', '.join(PHASES)}; got {phases!r}")
     if load["schedule"] != "closed" or load["clients"] != 1:
@@ -40,11 +39,11 @@ def _share_rule(s: Sections) -> None:
 
 def _topology(point: Point) -> list[NodePlan]:
     server, driver, load = point.server, point.driver, point.load
-    n, seed = server["peers"], point.experiment["seed"]
+    n, seed = integer(server, "peers"), point.experiment["seed"]
     central = server["design"] == "central"
     plans: list[NodePlan] = []
     if central:
-        index: dict[str, Any] = {"role": "index", "index": server["index"]}
+        index: ConfigTable = {"role": "index", "index": server["index"]}
         if server["index"] == "sqlite-global-lock":
             index["db_path"] = "{scratch}/index.sqlite3"
         index["max_entries"] = server["max_index_entries"]
@@ -62,9 +61,9 @@ def _topology(point: Point) -> list[NodePlan]:
             "corrupt_every": server["corrupt_every"],
         }
         plans.append(NodePlan(f"peer-{k}", "serve", {"server": peer}))
-    peers = [f"{{addr:peer-{k}}}" for k in range(n)]
+    peers: list[ConfigValue] = [f"{{addr:peer-{k}}}" for k in range(n)]
     for k in range(n):
-        client: dict[str, Any] = {
+        client: ConfigTable = {
             "peer_index": k,
             "peers": peers,
             "ops": driver["ops"],
@@ -72,7 +71,7 @@ def _topology(point: Point) -> list[NodePlan]:
             "timeout_ms": load["timeout_ms"],
             "duration_s": load["duration_s"],
             "warmup_s": load["warmup_s"],
-            "phases": list(driver["phases"]),
+            "phases": list(items(driver, "phases")),
         }
         if central:
             client["index"] = "{addr:index}"

@@ -11,9 +11,9 @@ spec's ``[[events]]`` start them at their join times. See docs/slices.md.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from knee import contract
+from knee.config_values import ConfigTable, ConfigValue, integer
 from knee.contract import SLICES_MAX_PNS as MAX_PNS
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System, load_config
@@ -21,7 +21,7 @@ from knee.systems.base import NodePlan, System, load_config
 #: The client's default image: 52 x 52 RGB pixels (the report's were about 7-9 KB).
 DEFAULT_IMAGE_BYTES = contract.key("slices", "driver.image_bytes")["default"]
 #: Items in flight the slices client takes at most (its own bound on load.max_outstanding).
-MAX_OUTSTANDING = contract.key("slices", "load.max_outstanding")["max"]
+MAX_OUTSTANDING = contract.maximum("slices", "load.max_outstanding")
 #: The longest ack interval the client takes.
 MAX_ACK_MS = contract.key("slices", "driver.ack_ms")["max"]
 #: The rules of the derived defaults (knee-node describe says them: `derived`): a spec's
@@ -47,15 +47,15 @@ def _slices_rule(s: Sections) -> None:
         )
     if load["generators"] != 1:
         raise RuleError("load.generators", "slices has one client (one sender id): use 1")
-    if load["max_outstanding"] > MAX_OUTSTANDING:  # the client node refuses more
+    if integer(load, "max_outstanding") > MAX_OUTSTANDING:  # the client node refuses more
         raise RuleError(
             "load.max_outstanding", f"at most {MAX_OUTSTANDING:,} items in flight in slices"
         )
-    if driver["image_bytes"] % 3:
+    if integer(driver, "image_bytes") % 3:
         raise RuleError(
             "driver.image_bytes", f"RGB: a multiple of 3 bytes, got {driver['image_bytes']}"
         )
-    if server["pns_at_start"] > server["pns"]:
+    if integer(server, "pns_at_start") > integer(server, "pns"):
         raise RuleError(
             "server.pns_at_start",
             f"{server['pns_at_start']} PNs cannot start out of {server['pns']} (server.pns)",
@@ -67,14 +67,17 @@ def _slices_rule(s: Sections) -> None:
             "(pns_at_start = pns)",
         )
     beat_ms = heartbeat_ms(server)
-    if beat_ms >= server["failure_timeout_ms"]:
+    if beat_ms >= integer(server, "failure_timeout_ms"):
         raise RuleError(
             "server.failure_timeout_ms",
             f"must exceed heartbeat_ms ({beat_ms:g}): a PN is declared dead "
             "after missed heartbeats",
         )
-    room_ms = server["failure_timeout_ms"] - beat_ms
-    if 2 * ack_ms(beat_ms, server["failure_timeout_ms"], driver["ack_ms"]) > room_ms:
+    room_ms = integer(server, "failure_timeout_ms") - beat_ms
+    if (
+        2 * ack_ms(beat_ms, integer(server, "failure_timeout_ms"), integer(driver, "ack_ms"))
+        > room_ms
+    ):
         raise RuleError(
             "driver.ack_ms",
             f"at most half of failure_timeout_ms - heartbeat_ms ({room_ms:g} ms): a PN that "
@@ -82,7 +85,7 @@ def _slices_rule(s: Sections) -> None:
         )
 
 
-def heartbeat_ms(server: dict[str, Any]) -> int:
+def heartbeat_ms(server: ConfigTable) -> int:
     """The PNs' heartbeat period: `server.heartbeat_ms`, or (0, the default) a fifth of
     `server.failure_timeout_ms`, so that four beats in a row may be lost or late before the
     LB calls a PN crashed: 100 ms at the default 500 ms, 400 ms at the 2 s the experiments
@@ -90,8 +93,8 @@ def heartbeat_ms(server: dict[str, Any]) -> int:
     of zenoh's transmit thread, a loopback send; measured in bench/README.md, "Slices goals"), so
     beating faster than the timeout needs buys nothing and costs the PN's throughput."""
     if server["heartbeat_ms"]:
-        return int(server["heartbeat_ms"])
-    return max(1, int(server["failure_timeout_ms"]) // BEATS_PER_TIMEOUT)
+        return integer(server, "heartbeat_ms")
+    return max(1, integer(server, "failure_timeout_ms") // BEATS_PER_TIMEOUT)
 
 
 def ack_ms(heartbeat_ms: int, failure_timeout_ms: int, asked_ms: int = 0) -> int:
@@ -123,9 +126,9 @@ def _topology(point: Point) -> list[NodePlan]:
         anchor = "router"
     else:
         anchor = "lb" if server["balance"] else "pn-0"
-    common = {"prefix": prefix, "heartbeat_ms": heartbeat_ms(server)}
+    common: ConfigTable = {"prefix": prefix, "heartbeat_ms": heartbeat_ms(server)}
     if server["balance"]:
-        lb = {
+        lb: ConfigTable = {
             "role": "lb",
             "slices": server["slices"],
             "failure_timeout_ms": server["failure_timeout_ms"],
@@ -134,9 +137,9 @@ def _topology(point: Point) -> list[NodePlan]:
             **common,
         }
         plans.append(NodePlan("lb", "serve", {"server": lb}))
-    pns = server["pns"]
+    pns = integer(server, "pns")
     for i in range(pns):
-        pn: dict[str, Any] = {
+        pn: ConfigTable = {
             "role": "pn",
             "pn": i,
             "slices": server["slices"],
@@ -149,8 +152,10 @@ def _topology(point: Point) -> list[NodePlan]:
             **common,
         }
         if not server["balance"]:
-            pn["static_slices"] = static_slices(i, pns, server["slices"])
-        started = i < server["pns_at_start"]
+            pn["static_slices"] = list[ConfigValue](
+                static_slices(i, pns, integer(server, "slices"))
+            )
+        started = i < integer(server, "pns_at_start")
         plans.append(
             NodePlan(
                 f"pn-{i}",
@@ -161,12 +166,14 @@ def _topology(point: Point) -> list[NodePlan]:
                 outputs={"server.log_path": f"pn-{i}.log"},
             )
         )
-    connect = [f"{{addr:{anchor}}}"]
+    connect: list[ConfigValue] = [f"{{addr:{anchor}}}"]
     if anchor != "router":  # the client also reaches the PNs it starts with directly
         connect += [
-            f"{{addr:pn-{i}}}" for i in range(server["pns_at_start"]) if f"pn-{i}" != anchor
+            f"{{addr:pn-{i}}}"
+            for i in range(integer(server, "pns_at_start"))
+            if f"pn-{i}" != anchor
         ]
-    client: dict[str, Any] = {
+    client: ConfigTable = {
         "prefix": prefix,
         "connect": connect,
         "slices": server["slices"],
@@ -174,20 +181,24 @@ def _topology(point: Point) -> list[NodePlan]:
         "retries": driver["retries"],
         "sender": driver["sender"],
         "junk_every": driver["junk_every"],
-        "ack_ms": ack_ms(heartbeat_ms(server), server["failure_timeout_ms"], driver["ack_ms"]),
+        "ack_ms": ack_ms(
+            heartbeat_ms(server),
+            integer(server, "failure_timeout_ms"),
+            integer(driver, "ack_ms"),
+        ),
     }
     plans.append(
         NodePlan(
             "client",
             "load",
-            _load_config(load, client, seed=int(point.experiment["seed"])),
+            _load_config(load, client, seed=integer(point.experiment, "seed")),
             records=True,
         )
     )
     return plans
 
 
-def _load_config(load: dict[str, Any], driver: dict[str, Any], seed: int) -> dict[str, Any]:
+def _load_config(load: ConfigTable, driver: ConfigTable, seed: int) -> ConfigTable:
     """The client's load config: base.load_config's (its target and connections unused: the
     client reaches the PNs through Zenoh)."""
     return load_config(load, driver, target="", seed=seed)

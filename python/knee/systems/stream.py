@@ -11,6 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from knee import contract
+from knee.config_values import (
+    ConfigTable,
+    ConfigValue,
+    as_pair,
+    as_table,
+    integer,
+    items,
+    number,
+    text,
+)
 from knee.contract import STREAM_BLOCK_SIDE_PX as BLOCK_SIDE_PX
 from knee.contract import STREAM_MAX_SERVICES as MAX_SERVICES
 from knee.params import Param, Point, RuleError, Sections, from_node
@@ -27,7 +37,7 @@ MAX_DELAY_MS = _LIMITS["max_delay_ms"]
 MAX_SPREAD = _LIMITS["max_spread"]
 #: The longest block timeout knee-node's stream client takes: the run's end waits up to
 #: twice it for the last replies.
-MAX_TIMEOUT_MS = contract.key("stream", "client.timeout_ms")["max"]
+MAX_TIMEOUT_MS = contract.maximum("stream", "client.timeout_ms")
 
 #: The report's streams differ in frame size; stream 7 is the smallest (192 blocks, which
 #: matches the report's ~1,900 samples for 10 frames).
@@ -93,36 +103,43 @@ def _check_value(key: str, param: Param, value: Any) -> Any:
     return value
 
 
-def service_table(index: int, table: Any) -> dict[str, Any]:
+def service_table(index: int, table: ConfigValue) -> ConfigTable:
     """One entry of server.services checked and defaulted (raises RuleError)."""
     key = f"server.services[{index}]"
     if not isinstance(table, dict):
         raise RuleError(key, f"expected a table of {', '.join(SERVICE_KEYS)}, got {table!r}")
-    out = {name: p.default for name, p in SERVICE_KEYS.items()}
+    out: ConfigTable = {name: p.default for name, p in SERVICE_KEYS.items()}
     for name, value in table.items():
         if name not in SERVICE_KEYS:
             raise RuleError(f"{key}.{name}", f"unknown key; expected one of: {', '.join(out)}")
         out[name] = _check_value(f"{key}.{name}", SERVICE_KEYS[name], value)
     if not out["name"]:
         out["name"] = f"service-{index}"
-    if out["delay"] == "uniform" and out["min_ms"] > out["max_ms"]:
+    if out["delay"] == "uniform" and number(out, "min_ms") > number(out, "max_ms"):
         raise RuleError(f"{key}.min_ms", f"min_ms ({out['min_ms']:g}) must be <= max_ms")
-    if out["loss"] == "gilbert-elliott" and out["p_good_bad"] > 0 and out["p_bad_good"] == 0:
+    if (
+        out["loss"] == "gilbert-elliott"
+        and number(out, "p_good_bad") > 0
+        and out["p_bad_good"] == 0
+    ):
         raise RuleError(f"{key}.p_bad_good", "must be > 0, else the bad state never ends")
     return out
 
 
-def _check_streams(streams: list[Any]) -> None:
+def _check_streams(streams: list[ConfigValue]) -> None:
     if not streams:
         raise RuleError("server.streams", "expected a non-empty list of [width_px, height_px]")
     for i, stream in enumerate(streams):
-        ok = isinstance(stream, list) and len(stream) == 2
-        ok = ok and all(
-            isinstance(side, int)
-            and not isinstance(side, bool)
-            and BLOCK_SIDE_PX <= side <= MAX_SIDE_PX
-            and side % BLOCK_SIDE_PX == 0
-            for side in stream
+        ok = (
+            isinstance(stream, list)
+            and len(stream) == 2
+            and all(
+                isinstance(side, int)
+                and not isinstance(side, bool)
+                and BLOCK_SIDE_PX <= side <= MAX_SIDE_PX
+                and side % BLOCK_SIDE_PX == 0
+                for side in stream
+            )
         )
         if not ok:
             raise RuleError(
@@ -134,22 +151,24 @@ def _check_streams(streams: list[Any]) -> None:
 
 def _stream_rule(s: Sections) -> None:
     server, driver, load = s["server"], s["driver"], s["load"]
-    _check_streams(server["streams"])
-    services = server["services"]
+    streams = items(server, "streams")
+    _check_streams(streams)
+    services = items(server, "services")
     if not 1 <= len(services) <= MAX_SERVICES:
         raise RuleError("server.services", f"expected 1..{MAX_SERVICES} service tables")
-    server["services"] = [service_table(i, t) for i, t in enumerate(services)]
-    names = [t["name"] for t in server["services"]]
+    tables = [service_table(i, t) for i, t in enumerate(services)]
+    server["services"] = list[ConfigValue](tables)
+    names = [t["name"] for t in tables]
     for i, name in enumerate(names):
         if name in names[:i]:
             raise RuleError(f"server.services[{i}].name", f"{name!r} is used twice")
-    if driver["stream"] >= len(server["streams"]):
+    if integer(driver, "stream") >= len(streams):
         raise RuleError(
             "driver.stream",
-            f"no stream {driver['stream']}: server.streams has {len(server['streams'])}",
+            f"no stream {driver['stream']}: server.streams has {len(streams)}",
         )
     if driver["mode"] == "serial":
-        if driver["service"] >= len(services):
+        if integer(driver, "service") >= len(services):
             raise RuleError(
                 "driver.service", f"no service {driver['service']}: there are {len(services)}"
             )
@@ -173,19 +192,19 @@ def _stream_rule(s: Sections) -> None:
             "stream is bounded by driver.frames and load.duration_s (give duration_s, "
             "not requests)",
         )
-    if load["timeout_ms"] > MAX_TIMEOUT_MS:
+    if number(load, "timeout_ms") > MAX_TIMEOUT_MS:
         raise RuleError(
             "load.timeout_ms",
             f"at most {MAX_TIMEOUT_MS:g} ms in stream (a block's timeout), "
             f"got {load['timeout_ms']:g}",
         )
-    if driver["min_rto_ms"] > load["timeout_ms"]:
+    if number(driver, "min_rto_ms") > number(load, "timeout_ms"):
         raise RuleError("driver.min_rto_ms", "must be <= load.timeout_ms (the largest RTO)")
 
 
-def service_config(table: dict[str, Any], streams: list[list[int]], seed: int) -> dict[str, Any]:
+def service_config(table: ConfigTable, streams: list[ConfigValue], seed: int) -> ConfigTable:
     """The JSON server parameters of one block service (knee-node serve stream)."""
-    delay: dict[str, Any] = {
+    delay: ConfigTable = {
         "fixed": lambda: {"kind": "fixed", "ms": table["delay_ms"]},
         "uniform": lambda: {
             "kind": "uniform",
@@ -197,8 +216,8 @@ def service_config(table: dict[str, Any], streams: list[list[int]], seed: int) -
             "median_ms": table["median_ms"],
             "spread": table["spread"],
         },
-    }[table["delay"]]()
-    loss: dict[str, Any] = {"kind": table["loss"]}
+    }[text(table, "delay")]()
+    loss: ConfigTable = {"kind": table["loss"]}
     if table["loss"] == "bernoulli":
         loss["p"] = table["loss_p"]
     elif table["loss"] == "gilbert-elliott":
@@ -210,8 +229,8 @@ def service_config(table: dict[str, Any], streams: list[list[int]], seed: int) -
 def used_services(point: Point) -> list[int]:
     """Indices of the services a point's client fetches from."""
     if point.driver["mode"] == "serial":
-        return [point.driver["service"]]
-    return list(range(len(point.server["services"])))
+        return [integer(point.driver, "service")]
+    return list(range(len(items(point.server, "services"))))
 
 
 def blocks_per_frame(width_px: int, height_px: int) -> int:
@@ -220,21 +239,23 @@ def blocks_per_frame(width_px: int, height_px: int) -> int:
 
 def _topology(point: Point) -> list[NodePlan]:
     server, driver, load = point.server, point.driver, point.load
-    seed = int(point.experiment["seed"])
+    seed = integer(point.experiment, "seed")
     used = used_services(point)
+    streams = items(server, "streams")
     plans = []
     for i in used:
-        table = dict(server["services"][i])
+        table = dict(as_table(items(server, "services")[i], f"services[{i}]"))
         if server["loss_p"] is not None:  # the loss experiment's sweep
             table.update(loss="bernoulli", loss_p=server["loss_p"])
-        cfg = service_config(table, server["streams"], seed * 1000 + i)
+        cfg = service_config(table, streams, seed * 1000 + i)
         cfg["max_pending"] = server["max_pending"]
         plans.append(NodePlan(f"service-{i}", "serve", {"server": cfg}))
-    client = {
+    width_px, height_px = as_pair(streams[integer(driver, "stream")], "stream")
+    client: ConfigTable = {
         "services": [f"{{addr:service-{i}}}" for i in used],
-        "service_ids": used,
+        "service_ids": list[ConfigValue](used),
         "stream": driver["stream"],
-        "blocks_per_frame": blocks_per_frame(*server["streams"][driver["stream"]]),
+        "blocks_per_frame": blocks_per_frame(int(width_px), int(height_px)),
         "frames": driver["frames"],
         "outstanding": driver["outstanding"],
         "timeout_ms": load["timeout_ms"],

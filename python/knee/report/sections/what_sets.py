@@ -440,10 +440,11 @@ def series_columns(points: list[PointStats]) -> tuple[list[Column], Axis]:
     the points by label, in the order they ran."""
     keys = list(dict.fromkeys(k for p in points for k in (p.get("swept") or {}) if k != RATE_KEY))
     values = [(p.get("swept") or {}).get(keys[0]) for p in points] if len(keys) == 1 else []
-    if values and all(isinstance(v, int | float) for v in values):
+    numbers = [v for v in values if isinstance(v, int | float)]
+    if values and len(numbers) == len(values):
         short = keys[0].partition(".")[2] or keys[0]
-        pairs = sorted(zip(values, points, strict=True), key=lambda vp: float(vp[0] or 0))
-        kind: AxisKind = "count" if all(isinstance(v, int) for v in values) else "value"
+        pairs = sorted(zip(numbers, points, strict=True), key=lambda vp: float(vp[0] or 0))
+        kind: AxisKind = "count" if all(isinstance(v, int) for v in numbers) else "value"
         cols = [Column(p, v, _where(short, v)) for v, p in pairs]
         return cols, Axis(short, kind=kind)
     if all(p.get("target_rate_per_s") for p in points):
