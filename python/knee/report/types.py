@@ -109,24 +109,6 @@ def bottleneck_read(raw: Any) -> Bottleneck | None:
 # ------------------------------------------------------------------ the slowest 1%
 
 
-# ------------------------------------------------------------------ http
-
-
-class HttpDone(TypedDict, total=False):
-    """A point's `http` in summary.json (knee.analysis.http.done_fields): the generators'
-    `done` fields, the counters summed."""
-
-    protocol: str  # "h2", "http/1.1", "mixed"
-    server_max_streams: int | None
-    max_streams_in_use: int
-    connections_opened: int | None
-    connect_failures: int | None
-    streams_limit_total: int | None
-    goaways: int | None
-    resets_received: int | None
-    refused_resent: int | None
-
-
 # ------------------------------------------------------------------ chat's checker
 
 
