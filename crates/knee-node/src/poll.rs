@@ -1,6 +1,24 @@
 //! Waiting for sockets with nanosecond timeouts (`ppoll(2)`): the load generator and the
 //! stream client and services wait this way instead of with a thread per socket.
 
+use std::os::fd::RawFd;
+
+/// A slot that `ppoll` skips (a negative descriptor): a connection not made yet.
+pub const UNWATCHED: libc::pollfd = libc::pollfd {
+    fd: -1,
+    events: 0,
+    revents: 0,
+};
+
+/// `fd` watched for input (or its peer's close).
+pub fn readable(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
 /// Waits up to `wait_ns` for an event on any of `fds`. Returns how many have one; 0 on a
 /// timeout, and also on an error such as EINTR (a stop signal): callers loop and look again.
 pub fn ppoll_ns(fds: &mut [libc::pollfd], wait_ns: u64) -> usize {

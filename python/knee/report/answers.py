@@ -12,14 +12,15 @@ None at an end means the runs did not reach it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from knee.analysis.answers import from_points
 from knee.report import fmt
 from knee.report.data import ReportRun
 from knee.report.kit import Html, esc
-from knee.report.types import RunAnswersDoc, bottleneck_read
+from knee.report.types import bottleneck_read
 from knee.resources.bottleneck import explain
+from knee.stats import summary
 from knee.stats.summary import Answer, Bottleneck, GroupAnswers, Knee, PointStats
 
 #: Why a search stopped, in words (knee.find.search.Outcome.stopped).
@@ -45,16 +46,15 @@ class RunAnswers:
     kind: str  # "search" or "sweep"
     slo: str | None
     groups: list[GroupAnswers]
-    find: RunAnswersDoc | None  # summary.json's `find` for a search
+    find: summary.RunAnswers | None  # summary.json's `find` for a search
 
 
 def of(rr: ReportRun) -> RunAnswers | None:
     """The run's answers, or None when it is neither a search nor a sweep of rates."""
     if rr.find is not None:
         return RunAnswers("search", rr.find.get("slo"), list(rr.find.get("groups") or []), rr.find)
-    written = rr.run.summary.get("answers")
-    if isinstance(written, dict):  # a sweep's, written by `knee run`
-        doc = cast(RunAnswersDoc, written)
+    doc = rr.run.summary.get("answers")
+    if doc is not None:  # a sweep's, written by `knee run`
         groups = list(doc.get("groups") or [])
         return RunAnswers("sweep", doc.get("slo"), groups, None) if groups else None
     # A run written before `answers` was: its points as summary.json holds them.

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 import pyarrow.compute as pc
@@ -20,10 +20,10 @@ from knee import contract
 from knee.models import analyze
 from knee.models.fit import Settings
 from knee.models.types import SeriesModels
-from knee.report.types import FindDoc, Probe, RunAnswersDoc, models_read, points_read
+from knee.report.types import FindDoc, Probe, models_read, points_read
 from knee.results import Run, open_run
 from knee.run_params import PointParams, point_params, setting
-from knee.stats.summary import PointStats
+from knee.stats.summary import PointStats, RunAnswers
 
 #: Columns the report's figures read from samples.parquet.
 SAMPLE_COLUMNS = (
@@ -148,10 +148,9 @@ class ReportRun:
         return next((m for m in self.models if m.get("series") == series), None)
 
     @cached_property
-    def find(self) -> RunAnswersDoc | None:
+    def find(self) -> RunAnswers | None:
         """summary.json's `find` (a search's answers), None for a run that is not a search."""
-        found = self.run.summary.get("find")
-        return cast(RunAnswersDoc, found) if isinstance(found, dict) else None
+        return self.run.summary.get("find")
 
     @cached_property
     def find_probes(self) -> list[Probe]:
@@ -166,7 +165,7 @@ class ReportRun:
     @property
     def slo(self) -> str | None:
         """The run's latency objective (`experiment.slo`, or a search's --slo)."""
-        found = (self.find or {}).get("slo")
+        found = self.find.get("slo") if self.find is not None else None
         spec_slo = self.run.spec.get("experiment", {}).get("slo")
         return str(found or spec_slo) if (found or spec_slo) else None
 

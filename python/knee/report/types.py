@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from knee.models.types import SeriesModels
-from knee.stats.summary import Bottleneck, GroupAnswers, PointStats
+from knee.stats.summary import Bottleneck, PointStats, RunAnswers
 
 #: A point's distributions of durations (knee.stats.summary.PointStats' Distribution keys).
 DistName = Literal[
@@ -73,20 +73,6 @@ class Probe(TypedDict, total=False):
     brackets: dict[str, list[float | None]]
 
 
-class RunAnswersDoc(TypedDict, total=False):
-    """summary.json's `find` (a search's, knee.find.run.Finder.answers) or `answers` (a
-    sweep's: its slo and groups only)."""
-
-    slo: str | None
-    tolerance: float
-    budget_s: float | None
-    elapsed_s: float
-    probe_s: float
-    skipped_series: list[str]
-    error: str | None
-    groups: list[GroupAnswers]
-
-
 class FindDoc(TypedDict, total=False):
     """find.json as knee.find.run writes it after each probe."""
 
@@ -94,7 +80,7 @@ class FindDoc(TypedDict, total=False):
     status: str  # "running", "complete", "failed"
     probes: list[Probe]
     error: str
-    answers: RunAnswersDoc
+    answers: RunAnswers
 
 
 # ------------------------------------------------------------------ a bottleneck
@@ -107,24 +93,6 @@ def bottleneck_read(raw: Any) -> Bottleneck | None:
 
 
 # ------------------------------------------------------------------ the slowest 1%
-
-
-# ------------------------------------------------------------------ http
-
-
-class HttpDone(TypedDict, total=False):
-    """A point's `http` in summary.json (knee.analysis.http.done_fields): the generators'
-    `done` fields, the counters summed."""
-
-    protocol: str  # "h2", "http/1.1", "mixed"
-    server_max_streams: int | None
-    max_streams_in_use: int
-    connections_opened: int | None
-    connect_failures: int | None
-    streams_limit_total: int | None
-    goaways: int | None
-    resets_received: int | None
-    refused_resent: int | None
 
 
 # ------------------------------------------------------------------ chat's checker

@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats as sps
 
 from knee.stats.distribution import QUANTILES, SUPPORT_SAMPLES, supported
-from knee.stats.summary import Check
+from knee.stats.summary import Check, Sends
 
 #: Most late sends (after warm-up) a generator may have before its check fails.
 LATE_SHARE_MAX = 0.01
@@ -51,6 +51,21 @@ GENERATOR_ALSO = (
     "the generator also fell behind with a connection free (more load.generators, or more "
     "connections)"
 )
+
+
+def sends_check(target_per_s: float | None, sends: Sends, late_ms: float | None) -> Check:
+    """`sender_check` of sends as `knee.stats.rates.rates` counts them (a point's, or one
+    generator's against its share of the target)."""
+    return sender_check(
+        target_per_s,
+        sends["achieved_rate_per_s"],
+        sends["achieved_rate_ci_per_s"],
+        sends["late_sends"],
+        sends["sent"],
+        late_ms,
+        held=sends["late_sends_held"],
+        scheduled_per_s=sends["scheduled_rate_per_s"],
+    )
 
 
 def sender_check(

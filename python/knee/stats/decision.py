@@ -99,25 +99,16 @@ def decide(stats: PointStats) -> Decision:
             "unstable", "errors", slo, f"{share:.1%} of requests failed (over {ERROR_SHARE:.0%})"
         )
     if _behind(stats) and sender and sender.get("limit") == "target":
-        sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
-        return Decision(
-            "unstable",
-            "target",
-            slo,
-            f"the rate was not offered: {sent:.4g}/s sent of {target:.4g}/s, the sends waiting "
-            "for connections the target held",
-        )
+        return _not_offered(stats, slo, ", the sends waiting for connections the target held")
     if generator_limited(stats, sender):
         return _generator(stats, sender, slo)
     if _behind(stats) and generator_cpu(stats)["cause"] == "shared_cores":
-        sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
-        return Decision(
-            "unstable",
-            "target",
+        return _not_offered(
+            stats,
             slo,
-            f"the rate was not offered: {sent:.4g}/s sent of {target:.4g}/s; the target took "
-            f"the machine's cores from the generator ({generator_cpu(stats)['detail']}): "
-            "the target is at its capacity, set by the shared cores",
+            "; the target took the machine's cores from the generator "
+            f"({generator_cpu(stats)['detail']}): the target is at its capacity, set by the "
+            "shared cores",
         )
     if not stability or verdict != "stable":
         detail = stability.get("detail", "too few samples") if stability else "too few samples"
@@ -128,6 +119,17 @@ def decide(stats: PointStats) -> Decision:
             "undecided", None, slo, "signs of overload under their thresholds: " + marginal
         )
     return Decision("stable", None, slo, stability.get("detail", "stable"))
+
+
+def _not_offered(stats: PointStats, slo: str | None, why: str) -> Decision:
+    """The target's capacity: the rate was not offered, the sends held back by it (`why`)."""
+    sent, target = stats.get("achieved_rate_per_s") or 0.0, stats["target_rate_per_s"]
+    return Decision(
+        "unstable",
+        "target",
+        slo,
+        f"the rate was not offered: {sent:.4g}/s sent of {target:.4g}/s{why}",
+    )
 
 
 #: What to do about a generator held back, by who held it (`generator_cpu`'s cause).

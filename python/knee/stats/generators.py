@@ -30,16 +30,7 @@ def generators(
     out: list[GeneratorStats] = []
     for name in names:
         r = group_rates(labels == name)
-        verdict = checks.sender_check(
-            share,
-            r["achieved_rate_per_s"],
-            r["achieved_rate_ci_per_s"],
-            r["late_sends"],
-            r["sent"],
-            late_ms,
-            held=r["late_sends_held"],
-            scheduled_per_s=r["scheduled_rate_per_s"],
-        )
+        verdict = checks.sends_check(share, r, late_ms)
         out.append(
             {
                 "node": name,

@@ -179,16 +179,7 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
             connections=connections,
         ),
         "checks": [
-            checks.sender_check(
-                target_rate_per_s,
-                point_rates["achieved_rate_per_s"],
-                point_rates["achieved_rate_ci_per_s"],
-                point_rates["late_sends"],
-                point_rates["sent"],
-                late_ms,
-                held=point_rates["late_sends_held"],
-                scheduled_per_s=point_rates["scheduled_rate_per_s"],
-            ),
+            checks.sends_check(target_rate_per_s, point_rates, late_ms),
             checks.poisson_check(schedule, column("sent_ns")[column("sent_ns") >= 0]),
             checks.autocorrelation_check(latency),
             checks.support_check(len(latency)),

@@ -14,34 +14,27 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 from knee.config_values import ConfigTable, ConfigValue, text
 from knee.params import Param, Point, RuleError, Sections, from_node, spec_relative
 from knee.systems.base import NodePlan, System
-from knee.systems.external import check_tls, external_target, topology
-
-#: Each scheme's port when the target gives none; a bare HOST:PORT is h2c (plaintext).
-DEFAULT_PORTS = {"http": 80, "https": 443}
+from knee.systems.external import (
+    check_target,
+    check_tls,
+    external_target,
+    split_origin,
+    topology,
+)
 
 
 def target_url(target: str) -> str:
     """``HOST:PORT``, ``http://HOST:PORT`` (h2c) or ``https://HOST:PORT`` (TLS) ->
     ``http(s)://HOST:PORT``."""
-    url = target if "://" in target else f"http://{target}"
-    parts = urlsplit(url)
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(
-            f"expected HOST:PORT, http://HOST:PORT or https://HOST:PORT, got {target!r}"
-        )
+    url = target if "://" in target else f"http://{target}"  # a bare HOST:PORT is h2c
+    base, parts = split_origin(url, target, "HOST:PORT, http://HOST:PORT or https://HOST:PORT")
     if parts.path not in ("", "/") or parts.query:
         raise ValueError(f"no path in a gRPC target ({target!r}): the method is --call")
-    try:
-        port = parts.port or DEFAULT_PORTS[parts.scheme]
-    except ValueError:
-        raise ValueError(f"bad port in {target!r}") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}:{port}"
+    return base
 
 
 def _paths(driver: ConfigTable, key: str, kind: str) -> None:
@@ -79,18 +72,13 @@ def metadata_pairs(value: Any) -> list[ConfigValue]:
 
 def _grpc_rule(s: Sections) -> None:
     server, driver = s["server"], s["driver"]
-    if server["go_server"] == (server["target"] is not None):
-        raise RuleError(
-            "server.target",
-            "give target (HOST:PORT, http:// or https:// of your service) or go_server = true",
-        )
-    if server["target"] is not None:
-        try:
-            server["target"] = target_url(text(server, "target"))
-        except ValueError as e:
-            raise RuleError("server.target", str(e)) from None
-    if s["load"]["generators"] != 1 and server["go_server"]:
-        raise RuleError("load.generators", "one test server per point is driven by one generator")
+    check_target(
+        s,
+        "go_server",
+        "test server",
+        "give target (HOST:PORT, http:// or https:// of your service) or go_server = true",
+        target_url,
+    )
     if (driver["protoset"] is None) == (not driver["proto_files"]):
         raise RuleError("driver.proto_files", "give proto_files (.proto) or protoset, one of them")
     _paths(driver, "proto_files", "file")

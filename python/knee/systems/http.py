@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
-from knee.config_values import ConfigTable, items, text
+from knee.config_values import ConfigTable, items
 from knee.contract import HTTP_MAX_ENTRIES as MAX_ENTRIES
 from knee.params import Param, Point, RuleError, Sections, from_node
 from knee.systems.base import NodePlan, System
-from knee.systems.external import check_tls, external_target, topology
+from knee.systems.external import (
+    check_target,
+    check_tls,
+    external_target,
+    split_origin,
+    topology,
+)
 
 #: Keys of one [[driver.requests]] entry, and the TOML type each takes.
 _ENTRY_KEYS: dict[str, tuple[type, ...]] = {
@@ -29,22 +34,18 @@ _ENTRY_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
-#: Each scheme's port when the URL gives none.
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
 def origin(url: str) -> tuple[str, str]:
     """``http(s)://HOST[:PORT][/path?query]`` -> (``http(s)://HOST:PORT``, ``/path?query``)."""
-    parts = urlsplit(url)
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(f"expected http://HOST:PORT or https://HOST:PORT, got {url!r}")
-    try:
-        port = parts.port or DEFAULT_PORTS[parts.scheme]
-    except ValueError:
-        raise ValueError(f"bad port in {url!r}") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return f"{parts.scheme}://{host}:{port}", path
+    base, parts = split_origin(url, url, "http://HOST:PORT or https://HOST:PORT")
+    return base, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _target(url: str) -> str:
+    """The service's ``http(s)://HOST:PORT``: no path (those go in driver.requests)."""
+    base, path = origin(url)
+    if path != "/":
+        raise ValueError(f"no path here ({path}): paths go in driver.requests")
+    return base
 
 
 def _entry(i: int, entry: Any) -> dict[str, Any]:
@@ -93,21 +94,13 @@ def _entry(i: int, entry: Any) -> dict[str, Any]:
 
 def _http_rule(s: Sections) -> None:
     server, driver = s["server"], s["driver"]
-    if server["nginx"] == (server["target"] is not None):
-        raise RuleError(
-            "server.target",
-            "give target (http://HOST:PORT of your service) or nginx = true, one of them",
-        )
-    if server["target"] is not None:
-        try:
-            base, path = origin(text(server, "target"))
-        except ValueError as e:
-            raise RuleError("server.target", str(e)) from None
-        if path != "/":
-            raise RuleError("server.target", f"no path here ({path}): paths go in driver.requests")
-        server["target"] = base
-    if s["load"]["generators"] != 1 and server["nginx"]:
-        raise RuleError("load.generators", "one nginx per point is driven by one generator: use 1")
+    check_target(
+        s,
+        "nginx",
+        "nginx",
+        "give target (http://HOST:PORT of your service) or nginx = true",
+        _target,
+    )
     requests = driver["requests"]
     if not isinstance(requests, list) or not 1 <= len(requests) <= MAX_ENTRIES:
         raise RuleError(

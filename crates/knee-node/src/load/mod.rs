@@ -1,7 +1,9 @@
 //! The load generator. Every client role runs inside the harness (`harness.rs`: recorder,
 //! bounds, stop, stdout lines); the open and closed loops of the framed-TCP systems (echo,
-//! matrix) are two such roles, driving a system's `DriverFactory`.
+//! matrix) are two such roles, driving a system's `DriverFactory`. `clients.rs`: a closed
+//! loop's clients as the engines on the drive loop keep them.
 
+pub mod clients;
 mod closed_loop;
 pub mod config;
 pub mod drive;

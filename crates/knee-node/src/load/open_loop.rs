@@ -183,11 +183,7 @@ impl<'a> Engine<'a> {
             .collect();
         let pollfds = conns
             .iter()
-            .map(|c| libc::pollfd {
-                fd: c.stream.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|c| crate::poll::readable(c.stream.as_raw_fd()))
             .collect();
         Engine {
             conns,

@@ -72,6 +72,16 @@ impl ServeOptions {
         }
         Ok(())
     }
+
+    /// A server that is not knee's framed TCP (slices' Zenoh, nginx, grpc-go) refuses the
+    /// framed-TCP limits like unknown keys, as a datagram server does.
+    pub fn not_framed(&self) -> Result<(), String> {
+        self.datagram().map_err(|_| {
+            "serve config: max_frame_bytes, max_connections, read_timeout_ms and write_timeout_ms \
+             are for knee's framed TCP servers"
+                .to_string()
+        })
+    }
 }
 
 /// Limits and execution mode of a framed-TCP server.
@@ -100,7 +110,7 @@ mod tests {
     }
 
     #[test]
-    fn tcp_limits_default_and_a_datagram_server_refuses_them() {
+    fn tcp_limits_default_and_a_datagram_or_unframed_server_refuses_them() {
         let opts = options(r#"{"server": {"threads": 2}}"#).unwrap();
         let cfg = opts.framed(2, 10);
         assert_eq!(cfg.max_frame_bytes, config_defaults::max_frame_bytes());
@@ -119,6 +129,11 @@ mod tests {
             "0 would mean no timeout"
         );
         assert!(opts.datagram().unwrap_err().contains("UDP"));
+        assert!(opts
+            .not_framed()
+            .unwrap_err()
+            .contains("knee's framed TCP servers"));
+        assert!(options("{}").unwrap().not_framed().is_ok());
         assert!(options(r#"{"colour": 3}"#).unwrap_err().contains("unknown field"));
     }
 }

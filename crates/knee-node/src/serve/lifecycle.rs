@@ -103,11 +103,7 @@ impl Lifecycle {
     /// Waits until `fd` is readable, for at most `at_most_ns` and never past the next tick;
     /// whether it is readable.
     pub fn wait_readable(&self, fd: RawFd, now_ns: u64, at_most_ns: u64) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut p = poll::readable(fd);
         let wait_ns = self.wait_ns(now_ns).min(at_most_ns);
         poll::ppoll_ns(std::slice::from_mut(&mut p), wait_ns) > 0
     }

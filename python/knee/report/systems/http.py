@@ -10,7 +10,7 @@ Every number comes from `knee.analysis.http`.
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 from knee.analysis import http as analysis
 from knee.models.types import SeriesModels
@@ -18,7 +18,7 @@ from knee.report import calls, fmt
 from knee.report.data import ReportRun
 from knee.report.html import Section
 from knee.report.kit import Col, Finding, Html, note
-from knee.report.types import HttpDone
+from knee.stats.summary import HttpDone
 
 TITLE = "HTTP: statuses, failures, connects and the Server-Timing split"
 #: What the section's table counts, said before it.
@@ -41,10 +41,14 @@ H2_EVENTS: tuple[tuple[Literal["goaways", "resets_received", "refused_resent"], 
 )
 
 
-def _streams(http: HttpDone) -> str:
+def _protocol(http: HttpDone | None) -> str:
+    return http.get("protocol", "-") if http is not None else "-"
+
+
+def _streams(http: HttpDone | None) -> str:
     """The most streams in use at once of the limit (connections x the server's
     SETTINGS_MAX_CONCURRENT_STREAMS, or the client's cap): HTTP/2 only."""
-    if http.get("protocol") != "h2":
+    if http is None or http.get("protocol") != "h2":
         return "-"
     limit = http.get("streams_limit_total")
     return f"{http.get('max_streams_in_use', 0)} of {limit if limit is not None else 'no limit'}"
@@ -58,8 +62,8 @@ def _held(p: analysis.PointHttp) -> str:
     return f"{p.held} (p99 {fmt.ms(p.held_p99_ns)} ms)"
 
 
-def _h2_events(http: HttpDone) -> str:
-    if http.get("protocol") != "h2":
+def _h2_events(http: HttpDone | None) -> str:
+    if http is None or http.get("protocol") != "h2":
         return "-"
     return ", ".join(f"{name} {http.get(k) or 0}" for k, name in H2_EVENTS)
 
@@ -75,11 +79,12 @@ def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
     if not pts:
         return [Section("http", TITLE, [INTRO, note("No samples.")])]
     labels = calls.labels(rr)
-    done: dict[int, HttpDone] = {p["point"]: cast(HttpDone, p.get("http") or {}) for p in rr.points}
+    #: A point's `http` (None: no generator's done line was kept).
+    done: dict[int, HttpDone | None] = {p["point"]: p.get("http") for p in rr.points}
     rows = [
         [
             labels.get(p.point, str(p.point)),
-            done.get(p.point, {}).get("protocol", "-"),
+            _protocol(done.get(p.point)),
             p.requests,
             calls.counts(p.codes, "-"),
             calls.reasons(p),
@@ -88,8 +93,8 @@ def sections(rr: ReportRun, models: list[SeriesModels]) -> list[Section]:
             fmt.ms(p.detail_mean_ns),
             *calls.connect_cells(p),
             _held(p),
-            _streams(done.get(p.point, {})),
-            _h2_events(done.get(p.point, {})),
+            _streams(done.get(p.point)),
+            _h2_events(done.get(p.point)),
         ]
         for p in pts
     ]

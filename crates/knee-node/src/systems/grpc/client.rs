@@ -15,7 +15,7 @@ use super::message::PREFIX_BYTES;
 use super::status;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::Sample;
-use crate::systems::http::client::HttpDone;
+use crate::systems::http::done::HttpDone;
 use crate::systems::http::h2::{run_h2, H2Options, H2Pool, H2Request, H2Setup, H2Table, Judge, Verdict};
 use crate::systems::http::response::Reason as HttpReason;
 use crate::systems::http::tls::Tls;
@@ -138,16 +138,6 @@ impl Role for GrpcClient {
         };
         let d = run_h2(pool, &self.cfg.load, table, &judge, ctx);
         let connections = self.cfg.tcp.connections as u64;
-        Ok(HttpDone {
-            protocol: "h2",
-            connections_opened: d.connections_opened,
-            connect_failures: d.connect_failures,
-            server_max_streams: d.server_max_streams,
-            max_streams_in_use: d.max_streams_in_use,
-            streams_limit_total: d.server_max_streams.map(|s| s * connections),
-            goaways: d.goaways,
-            resets_received: d.resets_received,
-            refused_resent: d.refused_resent,
-        })
+        Ok(d.with_streams_per_conn(d.server_max_streams, connections))
     }
 }

@@ -67,11 +67,7 @@ pub struct ServerConfig {
 }
 
 pub fn serve(opts: &ServeOptions) -> Result<(), String> {
-    opts.datagram().map_err(|_| {
-        "serve config: max_frame_bytes, max_connections, read_timeout_ms and write_timeout_ms \
-         are for knee's framed TCP servers"
-            .to_string()
-    })?;
+    opts.not_framed()?;
     if opts.server.is_null() {
         return Err(
             "grpc has no server of its own: give server.go_grpc, or point load.target at yours".into(),

@@ -3,9 +3,8 @@
 //! HTTP/2 (`h2/`) by prior knowledge (h2c), required by ALPN (h2), or as the server chooses
 //! by ALPN over TLS (auto: the first connection made tells).
 
-use serde::Serialize;
-
 use super::config::{HttpConfig, Protocol};
+use super::done::HttpDone;
 use super::engine::Engine;
 use super::h2::{run_h2, H2Pool, H2Setup, H2Table};
 use super::judge::HttpJudge;
@@ -13,31 +12,6 @@ use super::pool::Pool;
 use super::requests::{self, Table};
 use super::tls::Tls;
 use crate::load::harness::{ClientRole, Plan, Role, RunContext};
-
-/// The role's own fields of its `done` line.
-#[derive(Serialize, Default, Debug, Clone, Copy)]
-pub struct HttpDone {
-    /// "http/1.1" or "h2".
-    pub protocol: &'static str,
-    /// Connections made, the first ones included (more than `connections`: some were
-    /// closed by the server, a timeout or an error, and made again).
-    pub connections_opened: u64,
-    /// Connects that failed: refused, timed out, or a TLS handshake that failed.
-    pub connect_failures: u64,
-    /// HTTP/2: the smallest SETTINGS_MAX_CONCURRENT_STREAMS the server sent (null: none,
-    /// or HTTP/1.1).
-    pub server_max_streams: Option<u64>,
-    /// The most requests on the wire at once (HTTP/2: streams in use over all connections).
-    pub max_streams_in_use: u64,
-    /// HTTP/2: connections × the streams each may carry (null: no limit, or HTTP/1.1).
-    pub streams_limit_total: Option<u64>,
-    /// HTTP/2: connections ended by the server's GOAWAY.
-    pub goaways: u64,
-    /// HTTP/2: RST_STREAM frames received from the server.
-    pub resets_received: u64,
-    /// HTTP/2: requests refused unprocessed and sent once more (RFC 9113 section 8.7).
-    pub refused_resent: u64,
-}
 
 enum Setup {
     Http1(Table, Pool),
@@ -124,17 +98,7 @@ impl Role for HttpClient {
                     (Some(s), Some(c)) => Some(s.min(c as u64)),
                     (s, c) => s.or(c.map(u64::from)),
                 };
-                Ok(HttpDone {
-                    protocol: "h2",
-                    connections_opened: d.connections_opened,
-                    connect_failures: d.connect_failures,
-                    server_max_streams: d.server_max_streams,
-                    max_streams_in_use: d.max_streams_in_use,
-                    streams_limit_total: per_conn.map(|p| p * connections),
-                    goaways: d.goaways,
-                    resets_received: d.resets_received,
-                    refused_resent: d.refused_resent,
-                })
+                Ok(d.with_streams_per_conn(per_conn, connections))
             }
         }
     }

@@ -30,7 +30,8 @@ use super::requests::Table;
 use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
-use crate::load::config::{ScheduleConfig, Think};
+use crate::load::clients::Clients;
+use crate::load::config::ScheduleConfig;
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
@@ -64,12 +65,8 @@ enum Mode {
         /// on connections (beyond: recorded as dropped, not queued without end).
         queue: VecDeque<Queued>,
     },
-    Closed {
-        think_ns: f64,
-        think: Think,
-        /// When each client sends next (None: it is done).
-        next_ns: Vec<Option<u64>>,
-    },
+    /// One client per connection.
+    Closed(Clients),
 }
 
 /// What the run counted besides the samples (the `done` line's own fields).
@@ -132,8 +129,8 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed { next_ns, .. } = &mut self.mode {
-            next_ns.iter_mut().for_each(|n| *n = None);
+        if let Mode::Closed(clients) = &mut self.mode {
+            clients.stop();
         }
     }
 
@@ -187,7 +184,7 @@ impl Sender for Engine<'_> {
         self.busy == 0
             && match &self.mode {
                 Mode::Open { queue } => queue.is_empty(),
-                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
+                Mode::Closed(clients) => clients.done(),
             }
     }
 
@@ -229,9 +226,9 @@ impl Sender for Engine<'_> {
                 }
             }
             // Closed loop: no spinning; a response wakes the thread.
-            Mode::Closed { next_ns, .. } => {
-                for (slot, t) in next_ns.iter().enumerate() {
-                    if let Some(t) = t.filter(|_| self.conns[slot].job.is_none()) {
+            Mode::Closed(clients) => {
+                for (slot, t) in clients.pending() {
+                    if self.conns[slot].job.is_none() {
                         wait = wait.min(t.saturating_sub(now));
                     }
                 }
@@ -252,11 +249,9 @@ impl<'a> Engine<'a> {
         let load = &cfg.load;
         let count = pool.conns.len();
         let mode = match &load.schedule {
-            ScheduleConfig::Closed { think_ms, think, .. } => Mode::Closed {
-                think_ns: think_ms * 1e6,
-                think: *think,
-                next_ns: vec![Some(ctx.start_ns); count],
-            },
+            ScheduleConfig::Closed { think_ms, think, .. } => {
+                Mode::Closed(Clients::new(count, ctx.start_ns, *think_ms, *think))
+            }
             _ => Mode::Open {
                 queue: VecDeque::new(),
             },
@@ -323,19 +318,17 @@ impl<'a> Engine<'a> {
                     queue.iter_mut().for_each(|q| q.waited = true);
                 }
             }
-            Mode::Closed { .. } => {
+            Mode::Closed(_) => {
                 for slot in 0..self.conns.len() {
-                    let Mode::Closed { next_ns, .. } = &mut self.mode else {
-                        return;
-                    };
-                    let Some(intended_ns) = next_ns[slot].filter(|&t| t <= now) else {
-                        continue;
-                    };
                     if self.conns[slot].job.is_some() {
                         continue;
                     }
-                    // Set again when its response is in; left unset, the client is done.
-                    next_ns[slot] = None;
+                    let Mode::Closed(clients) = &mut self.mode else {
+                        return;
+                    };
+                    let Some(intended_ns) = clients.take_due(slot, now) else {
+                        continue;
+                    };
                     let ticket = self.next_id;
                     if self.ctx.past_end(intended_ns) || !self.ctx.allows_request(ticket) {
                         continue;
@@ -449,19 +442,8 @@ impl<'a> Engine<'a> {
 
     /// A closed-loop client's request is over at `now`: it sends again after its think time.
     fn client_done(&mut self, slot: usize, now: u64) {
-        if let Mode::Closed {
-            think_ns,
-            think,
-            next_ns,
-        } = &mut self.mode
-        {
-            let pause = match think {
-                Think::Fixed => *think_ns,
-                Think::Exponential => self.rng.exponential(*think_ns),
-            };
-            if !self.ctx.stopping() {
-                next_ns[slot] = Some(now + pause as u64);
-            }
+        if let Mode::Closed(clients) = &mut self.mode {
+            clients.think(slot, now, self.ctx.stopping(), &mut self.rng);
         }
     }
 

@@ -13,11 +13,13 @@
 //!   them, made before the start; `engine.rs`: the open and closed loops over them;
 //! - `h2/`: HTTP/2 (the h2 crate on knee's own poll loop), reusable by other systems;
 //!   `judge.rs`: the http target's verdict on an HTTP/2 response;
-//! - `client.rs`: the role on the load harness (it picks HTTP/1.1 or HTTP/2 at setup).
+//! - `client.rs`: the role on the load harness (it picks HTTP/1.1 or HTTP/2 at setup);
+//!   `done.rs`: its `done` line's fields (gRPC's too).
 
 pub(crate) mod client;
 pub(crate) mod config;
 mod conn;
+pub(crate) mod done;
 mod engine;
 pub(crate) mod h2;
 mod judge;

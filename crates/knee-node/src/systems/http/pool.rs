@@ -49,14 +49,7 @@ impl Pool {
         let limits = cfg.driver.limits();
         let mut pool = Pool {
             conns: (0..count).map(|i| Conn::new(i as u32, limits)).collect(),
-            pollfds: vec![
-                libc::pollfd {
-                    fd: -1,
-                    events: 0,
-                    revents: 0,
-                };
-                count
-            ],
+            pollfds: vec![crate::poll::UNWATCHED; count],
             addr,
             tls,
             connect_timeout_ns: ((load.timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS),

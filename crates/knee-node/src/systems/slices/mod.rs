@@ -195,11 +195,7 @@ struct RouterConfig {
 }
 
 fn serve(opts: &ServeOptions) -> Result<(), String> {
-    opts.datagram().map_err(|_| {
-        "serve config: max_frame_bytes, max_connections, read_timeout_ms and write_timeout_ms \
-         are for knee's framed TCP servers"
-            .to_string()
-    })?;
+    opts.not_framed()?;
     let cfg: ServerConfig = super::parse(&opts.server, "server")?;
     match cfg {
         ServerConfig::Router(r) => router(opts, r),

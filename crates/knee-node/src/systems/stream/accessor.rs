@@ -92,11 +92,7 @@ impl<'a> Accessor<'a> {
             .collect();
         let pollfds = services
             .iter()
-            .map(|s| libc::pollfd {
-                fd: s.socket.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|s| crate::poll::readable(s.socket.as_raw_fd()))
             .collect();
         Accessor {
             cfg,

@@ -28,14 +28,16 @@ use super::conn::{self, Ended, H2Conn};
 use super::pool::H2Pool;
 use super::stream::{Polled, Reply, Stream};
 use super::Reason;
-use super::{H2Done, H2Table, Judge};
-use crate::load::config::{LoadConfig, ScheduleConfig, Think};
+use super::{H2Table, Judge};
+use crate::load::clients::Clients;
+use crate::load::config::{LoadConfig, ScheduleConfig};
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status, NO_SERVER_TIME};
 use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
+use crate::systems::http::done::HttpDone;
 use crate::{clock, stdio};
 
 /// Polls of one flagged connection per pass of the loop, at most: a connection whose
@@ -85,12 +87,7 @@ struct InFlight {
 enum Mode {
     /// Requests fall due on the drive loop's schedule.
     Open,
-    Closed {
-        think_ns: f64,
-        think: Think,
-        /// When each client sends next (None: it is done, or its request is out).
-        next_ns: Vec<Option<u64>>,
-    },
+    Closed(Clients),
 }
 
 /// A request of the table as h2 sends it (its URI, method and headers built once).
@@ -118,7 +115,7 @@ struct Engine<'a> {
     rng: Rng,
     last_sent_ns: u64,
     cursor: usize,
-    done: H2Done,
+    done: HttpDone,
     connect_failures: u64,
     logged: u64,
 }
@@ -132,17 +129,13 @@ pub(crate) fn run_h2(
     table: H2Table,
     judge: &dyn Judge,
     ctx: &RunContext,
-) -> H2Done {
+) -> HttpDone {
     let mode = match &load.schedule {
         ScheduleConfig::Closed {
             clients,
             think_ms,
             think,
-        } => Mode::Closed {
-            think_ns: think_ms * 1e6,
-            think: *think,
-            next_ns: vec![Some(ctx.start_ns); *clients],
-        },
+        } => Mode::Closed(Clients::new(*clients, ctx.start_ns, *think_ms, *think)),
         _ => Mode::Open,
     };
     let scheme = if pool.setup.tls.is_some() { "https" } else { "http" };
@@ -164,7 +157,10 @@ pub(crate) fn run_h2(
         rng: Rng::new(load.seed ^ 0x4854_5450),
         last_sent_ns: 0,
         cursor: 0,
-        done: H2Done::default(),
+        done: HttpDone {
+            protocol: "h2",
+            ..HttpDone::default()
+        },
         connect_failures: 0,
         logged: 0,
     };
@@ -238,8 +234,8 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed { next_ns, .. } = &mut self.mode {
-            next_ns.iter_mut().for_each(|n| *n = None);
+        if let Mode::Closed(clients) = &mut self.mode {
+            clients.stop();
         }
     }
 
@@ -263,7 +259,7 @@ impl Sender for Engine<'_> {
             && self.queue.is_empty()
             && match &self.mode {
                 Mode::Open => true,
-                Mode::Closed { next_ns, .. } => next_ns.iter().all(Option::is_none),
+                Mode::Closed(clients) => clients.done(),
             }
     }
 
@@ -309,10 +305,9 @@ impl Sender for Engine<'_> {
         }
         match &self.mode {
             Mode::Open => wait,
-            Mode::Closed { next_ns, .. } => next_ns
-                .iter()
-                .flatten()
-                .fold(wait, |w, t| w.min(t.saturating_sub(now))),
+            Mode::Closed(clients) => clients
+                .pending()
+                .fold(wait, |w, (_, t)| w.min(t.saturating_sub(now))),
         }
     }
 
@@ -337,14 +332,13 @@ impl Sender for Engine<'_> {
 impl Engine<'_> {
     /// The closed-loop clients whose think time is over join the FIFO.
     fn enqueue_clients(&mut self, now: u64) {
-        let Mode::Closed { next_ns, .. } = &mut self.mode else {
+        let Mode::Closed(clients) = &mut self.mode else {
             return;
         };
-        for (client, next) in next_ns.iter_mut().enumerate() {
-            let Some(intended_ns) = next.filter(|&t| t <= now) else {
+        for client in 0..clients.count() {
+            let Some(intended_ns) = clients.take_due(client, now) else {
                 continue;
             };
-            *next = None; // set again when its response is in
             let id = self.next_id;
             if self.ctx.past_end(intended_ns) || !self.ctx.allows_request(id) {
                 continue;
@@ -753,19 +747,8 @@ impl Engine<'_> {
 
     fn client_done(&mut self, client: Option<usize>, now: u64) {
         let Some(client) = client else { return };
-        if let Mode::Closed {
-            think_ns,
-            think,
-            next_ns,
-        } = &mut self.mode
-        {
-            let pause = match think {
-                Think::Fixed => *think_ns,
-                Think::Exponential => self.rng.exponential(*think_ns),
-            };
-            if !self.ctx.stopping() {
-                next_ns[client] = Some(now + pause as u64);
-            }
+        if let Mode::Closed(clients) = &mut self.mode {
+            clients.think(client, now, self.ctx.stopping(), &mut self.rng);
         }
     }
 

@@ -15,7 +15,7 @@
 //! ```ignore
 //! let table = H2Table::new(vec![(1.0, vec![H2Request { method, path, headers, body }])])?;
 //! let pool = H2Pool::open(&setup)?.ok_or("the server chose HTTP/1.1")?;   // before the start
-//! let done: H2Done = run_h2(pool, &load, table, &judge, ctx);            // in Role::run
+//! let done: HttpDone = run_h2(pool, &load, table, &judge, ctx);            // in Role::run
 //! ```
 //!
 //! - [`H2Request`]: method, path (and query), extra headers, body ([`Bytes`]); a table of
@@ -28,7 +28,8 @@
 //!   streams, header and body bounds).
 //! - [`run_h2`] records one sample per scheduled request in `ctx.recorder` (`queue_ns` the
 //!   wait for its connection to be made, `service_ns` the held wait for a free stream or
-//!   window, `client` the connection) and returns the `done` fields ([`H2Done`]).
+//!   window, `client` the connection) and returns the `done` fields (`HttpDone`, protocol "h2";
+//!   the caller sets `streams_limit_total`).
 //! - The FIFO of held requests (with the streams in flight) is bounded by
 //!   `ctx.bounds.max_in_flight`: the role's `plan` sets it to `load.max_outstanding` for an
 //!   open loop, as http's does (`client.rs`).
@@ -50,7 +51,6 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use serde::Serialize;
 
 pub(crate) use super::response::Reason;
 pub(crate) use super::tls::Tls;
@@ -206,25 +206,4 @@ pub(crate) struct H2Setup {
     /// The request timeout (ms): connects wait at most this, and 5 s.
     pub timeout_ms: f64,
     pub options: H2Options,
-}
-
-/// The `done` line's HTTP/2 fields.
-#[derive(Serialize, Default, Debug, Clone, Copy)]
-pub(crate) struct H2Done {
-    pub connections_opened: u64,
-    pub connect_failures: u64,
-    /// The smallest SETTINGS_MAX_CONCURRENT_STREAMS the server sent (None: it set none).
-    pub server_max_streams: Option<u64>,
-    /// The most streams in use at once, over all connections.
-    pub max_streams_in_use: u64,
-    /// Connections × the streams each may carry (the server's limit or the client's cap,
-    /// the smaller; None: neither set one).
-    pub streams_limit_total: Option<u64>,
-    /// Connections the server ended with GOAWAY.
-    pub goaways: u64,
-    /// RST_STREAM frames received (REFUSED_STREAM included).
-    pub resets_received: u64,
-    /// Requests the server refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last
-    /// stream id) and that were sent once more.
-    pub refused_resent: u64,
 }

@@ -40,14 +40,7 @@ impl H2Pool {
         let count = setup.connections;
         let mut pool = H2Pool {
             conns: (0..count).map(|i| H2Conn::new(i as u32)).collect(),
-            pollfds: vec![
-                libc::pollfd {
-                    fd: -1,
-                    events: 0,
-                    revents: 0,
-                };
-                count
-            ],
+            pollfds: vec![crate::poll::UNWATCHED; count],
             builder: conn::builder(&setup.options),
             connect_timeout_ns: ((setup.timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS),
             setup,
