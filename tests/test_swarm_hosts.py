@@ -1,9 +1,12 @@
-"""Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker swarm: a point's two
-generators as two replicas of one service, each with its slot and its share, started at one
-wall-clock time; each task's clock checked; every address inside 198.18.0.0/15; limits read
-back from the tasks' cgroups; a killed runner's services stop and `knee cleanup` removes the
-rest; no swarm refused in one line. One smoke run (scripts/e2e's, where kept) serves
-several tests. Skipped without such a swarm (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
+"""Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker worker (a manager, this
+machine's node, and a worker node knee-sw1 in a network namespace): a point's two generators
+as two replicas of one service on the worker, each with its slot and its share, started at one
+wall-clock time, their requests crossing the overlay to the server on the manager; each
+task's clock checked; every address inside 198.18.0.0/15; limits read back from the tasks'
+cgroups on both nodes; a killed runner's services stop on both nodes and `knee cleanup` removes
+the rest; no swarm, or an unknown node, refused in one line. One smoke run (scripts/e2e's,
+where kept) serves several tests. Skipped without such a swarm (a failure under
+KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
 from knee.hosts import cleanup, engine, swarm
-from knee.hosts.base import Limits, Unsupported
+from knee.hosts.base import HostError, Limits, Unsupported
 from knee.spec import SpecError, load_spec
 
 KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -32,6 +35,8 @@ WAIT_S = 60.0
 #: Without the gate they differ by their tasks' start times, which are 0.1-1 s apart.
 START_SPREAD_NS = 100_000_000
 MIB = 1 << 20
+#: The worker node of scripts/docker worker.
+WORKER = "knee-sw1"
 
 
 def _need_swarm() -> None:
@@ -41,6 +46,12 @@ def _need_swarm() -> None:
         swarm.check_swarm()
     except Unsupported as e:
         unavailable(str(e))
+    try:
+        worker = swarm.node_daemon(WORKER)
+    except HostError:
+        worker = None
+    if worker is None:
+        unavailable(f"no swarm node {WORKER} with a knee.socket label: run scripts/docker worker")
 
 
 def _in_range(address: str) -> bool:
@@ -84,6 +95,13 @@ def test_two_generators_are_two_replicas_of_one_service_each_with_its_slot_and_s
     server = point["resources"]["server"]
     assert (server["kind"], server["capacity"]) == ("cpu", 1.0)
     assert {"link:srv", "link:gen"} <= set(point["resources"])
+    # The generators on the worker, through its daemon; the server on this machine's node.
+    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
+    placed = {h["name"]: (h["swarm_node"], h["daemon"]) for h in hosts if h["kind"] == "swarm"}
+    assert placed == {
+        "srv": (swarm.this_node(), engine.socket()),
+        "gen": (WORKER, swarm.node_daemon(WORKER)),
+    }
 
 
 def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
@@ -121,6 +139,7 @@ memory_mb = 64
 
 [hosts.gen]
 kind = "swarm"
+node = "knee-sw1"
 cpu_cores = 0.25
 
 [placement]
@@ -139,12 +158,18 @@ warmup_s = 0
 """
 
 
-def _running(run_id: str, host: str | None = None) -> list[str]:
+def _running(run_id: str, host: str | None = None, daemon: str | None = None) -> list[str]:
+    """Running containers of the run (of host ``host``), on ``daemon`` or on every node's."""
     label = ["--filter", f"label=knee.host={host}"] if host else []
-    return engine.run(
-        ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
-        "listing",
-    ).split()
+    return [
+        name
+        for d in ([daemon] if daemon else swarm.daemons())
+        for name in engine.run(
+            ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
+            "listing",
+            host=d,
+        ).split()
+    ]
 
 
 def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_removes_them(
@@ -161,10 +186,11 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    worker = swarm.node_daemon(WORKER)
     deadline, run_id, gens = time.monotonic() + WAIT_S, "", []
     while time.monotonic() < deadline and runner.poll() is None:
         run_ids = [p.stem for p in records.glob("*.json")]
-        if run_ids and len(gens := _running(run_ids[0], "gen")) == 2:
+        if run_ids and len(gens := _running(run_ids[0], "gen", worker)) == 2:
             run_id = run_ids[0]
             break
         time.sleep(0.2)
@@ -172,10 +198,13 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         runner.kill()
         pytest.fail(f"the run's tasks did not start: {runner.communicate()[1].decode()[-2000:]}")
     try:
-        (srv,) = _running(run_id, "srv")
+        (srv,) = _running(run_id, "srv", engine.socket())
         fmt = "{{.State.Pid}} {{json .Config.Env}}"
+        on = {srv: engine.socket(), **dict.fromkeys(gens, worker)}  # the daemon of each
         for name, cores in ((srv, 1.0), *((g, 0.25) for g in gens)):
-            pid, envs = engine.run(["inspect", "--format", fmt, name], "").split(" ", 1)
+            pid, envs = engine.run(["inspect", "--format", fmt, name], "", host=on[name]).split(
+                " ", 1
+            )
             dirs = engine.cgroup_dirs(int(pid))
             quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
             period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
@@ -194,7 +223,8 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
     finally:
         runner.kill()
         runner.communicate(timeout=WAIT_S)
-    # The runner held every task's lifeline: it ended, so did the nodes (no restart).
+    # The runner held every task's lifeline: it ended, so did the nodes on both swarm nodes
+    # (no restart).
     deadline = time.monotonic() + WAIT_S
     while _running(run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -231,4 +261,4 @@ def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
     finally:
         host.teardown()
         network.teardown()
-    assert "\n" not in str(elsewhere.value) and "is not this machine's" in str(elsewhere.value)
+    assert "\n" not in str(elsewhere.value) and "another-machine" in str(elsewhere.value)

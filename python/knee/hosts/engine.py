@@ -53,16 +53,17 @@ def client() -> str:
     return found
 
 
-def docker(*args: str) -> list[str]:
-    """The docker command for knee's daemon."""
-    return [client(), "-H", socket(), *args]
+def docker(*args: str, host: str | None = None) -> list[str]:
+    """The docker command for knee's daemon (or the daemon at ``host``: a swarm node's)."""
+    return [client(), "-H", host or socket(), *args]
 
 
-def run(args: list[str], what: str, stdin: bytes | None = None) -> str:
-    """Runs a docker command; its stdout. A failure is a one-line HostError."""
+def run(args: list[str], what: str, stdin: bytes | None = None, host: str | None = None) -> str:
+    """Runs a docker command (on the daemon at ``host``, default knee's); its stdout. A
+    failure is a one-line HostError."""
     try:
         res = subprocess.run(
-            docker(*args),
+            docker(*args, host=host),
             input=stdin if stdin is not None else b"",
             capture_output=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -246,13 +247,13 @@ def cgroup_cpu_s(path: Path) -> float | None:
     return None
 
 
-def container_pid(container: str, pids: dict[str, int]) -> int | None:
+def container_pid(container: str, pids: dict[str, int], host: str | None = None) -> int | None:
     """The host pid of a container's main process (kept in `pids` once known); None while
-    it has none (not started, or ended)."""
+    it has none (not started, or ended). ``host``: its daemon, if not knee's."""
     pid = pids.get(container)
     if pid is None:
         try:
-            out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
+            out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting", host=host)
         except HostError:
             return None
         if not out.strip().isdigit() or out.strip() == "0":

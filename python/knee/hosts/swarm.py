@@ -1,15 +1,19 @@
 """Docker Swarm services as hosts (docs/hosts.md, "Swarm hosts").
 
 A host of kind ``swarm`` names a node of the swarm of knee's daemon (scripts/docker swarm),
-by constraint (``node.hostname==...``; default: this machine's node). Each node placed on it
+by constraint (``node.hostname==...``; default: this machine's node). Another node is one
+whose daemon knee reaches on this machine: its label ``knee.socket`` names its socket
+(scripts/docker worker makes such a node, knee-sw1, in a network namespace of its own); knee
+loads its image there, and reads its tasks' containers through it. Each node placed on it
 is a Swarm service of its own, on an overlay network knee makes for the run (``knee-R-swarm``,
 internal, in 198.19.128.0/18), except the generators of one point (NAME-0 .. NAME-{n-1},
 `load.generators` = n): they are ONE service with n replicas, and each replica reads its
 share from its task slot.
 
 A service has no stdin nor attached stdout, so the node protocol runs through a folder of
-this machine bind-mounted into each task, one per task slot (``--mount
-src=.../slot-{{.Task.Slot}}``, with ``KNEE_SLOT={{.Task.Slot}}`` in its environment):
+this machine bind-mounted into each task (so only on nodes of this machine), one per task
+slot (``--mount src=.../slot-{{.Task.Slot}}``, with ``KNEE_SLOT={{.Task.Slot}}`` in its
+environment):
 - ``config.fifo``: the node's ``--config @...``; the task's agent (``swarm_task.py``, the local
   process the runner reads) writes the slot's config into it once the task runs, with the
   task's own overlay address as ``listen``;
@@ -59,6 +63,11 @@ MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 MAX_SERVICES_PER_HOST = 10_000
 #: Seconds the engine may take to remove a removed service's task containers (~1 s).
 TASKS_GONE_S = 30.0
+#: A node's label naming its daemon's socket on this machine (scripts/docker worker).
+SOCKET_LABEL = "knee.socket"
+#: A node's label naming its daemon's socket, as `docker node inspect` formats it.
+SOCKET_FORMAT = f'{{{{index .Spec.Labels "{SOCKET_LABEL}"}}}}'
+_image_lock = threading.Lock()
 
 
 def swarm_state() -> tuple[str, bool]:
@@ -92,6 +101,61 @@ def this_node() -> str:
     ).strip()
 
 
+def node_daemon(node: str) -> str | None:
+    """The socket of swarm node ``node``'s daemon from its label ``knee.socket`` (None
+    without one); a HostError if the swarm has no such node."""
+    out = engine.run(["node", "inspect", node, "--format", SOCKET_FORMAT], "inspecting " + node)
+    return out.strip() or None
+
+
+def daemons() -> list[str]:
+    """The sockets of the daemons of the swarm's nodes that knee reaches: its own, and those
+    its nodes' labels name."""
+    ids = engine.run(["node", "ls", "--format", "{{.ID}}"], "listing nodes").split()
+    labels = engine.run(["node", "inspect", *ids, "--format", SOCKET_FORMAT], "inspecting nodes")
+    return [engine.socket(), *sorted({x for x in labels.split() if x != engine.socket()})]
+
+
+def copy_image(image: str, host: str) -> None:
+    """Loads knee's ``image`` into the daemon at ``host`` (a worker's) unless it has it;
+    older knee-node images there not used by a container are removed, as on knee's."""
+    with _image_lock:
+        try:
+            engine.run(["image", "inspect", "--format", "{{.Id}}", image], "", host=host)
+            return
+        except HostError:
+            pass
+        save = subprocess.Popen(
+            engine.docker("save", image), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert save.stdout is not None
+        try:
+            load = subprocess.run(
+                engine.docker("load", "--quiet", host=host),
+                stdin=save.stdout,
+                capture_output=True,
+                timeout=engine.COMMAND_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            save.kill()
+            raise HostError(f"docker: loading {image} into {host}: timed out") from None
+        finally:
+            save.stdout.close()
+            save.wait(timeout=engine.COMMAND_TIMEOUT_S)
+        if save.returncode != 0 or load.returncode != 0:
+            lines = load.stderr.decode(errors="replace").strip().splitlines()
+            raise HostError(f"docker: loading {image} into {host}: {(lines or ['failed'])[-1]}")
+        out = engine.run(
+            ["image", "ls", "--filter", f"label={engine.IMAGE_LABEL}",
+             "--format", "{{.Repository}}:{{.Tag}}"],
+            "listing images", host=host,
+        )  # fmt: skip
+        for other in out.split():
+            if other != image:
+                with contextlib.suppress(HostError):  # in use by a container
+                    engine.run(["image", "rm", other], f"removing {other}", host=host)
+
+
 def services(run_id: str, host: str | None = None) -> list[str]:
     """Names of the services labelled with run ``run_id`` (and host ``host``)."""
     args = ["service", "ls", "--filter", f"label={engine.RUN_LABEL}={run_id}"]
@@ -100,13 +164,19 @@ def services(run_id: str, host: str | None = None) -> list[str]:
     return engine.run([*args, "--format", "{{.Name}}"], "listing services").split()
 
 
-def tasks(run_id: str) -> list[str]:
-    """The task containers of run ``run_id``'s services, running or not."""
-    return engine.run(
-        ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={run_id}",
-         "--filter", "label=knee.service", "--format", "{{.Names}}"],
-        "listing tasks",
-    ).split()  # fmt: skip
+def tasks(run_id: str, running: bool = False) -> list[str]:
+    """The task containers of run ``run_id``'s services (only those ``running``, or all), on
+    every node whose daemon knee reaches; a node whose daemon does not answer is skipped."""
+    out = []
+    for host in daemons():
+        with contextlib.suppress(HostError):
+            out += engine.run(
+                ["ps", *([] if running else ["-a"]),
+                 "--filter", f"label={engine.RUN_LABEL}={run_id}",
+                 "--filter", "label=knee.service", "--format", "{{.Names}}"],
+                "listing tasks", host=host,
+            ).split()  # fmt: skip
+    return out
 
 
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
@@ -212,6 +282,7 @@ class SwarmHost(Host):
         self.node_limits = node_limits
         self.local_binary = local_binary
         self.image: str | None = None
+        self.daemon: str | None = None  # the socket of the node's daemon
         self.folder: Path | None = None
         self._services: dict[str, _Service] = {}  # by service name
         self._pending: dict[str, _Service] = {}  # group base -> its service being filled
@@ -231,15 +302,26 @@ class SwarmHost(Host):
             return
         self.network.setup()
         here = this_node()
-        if self.node is not None and self.node != here:
-            raise Unsupported(
-                f"swarm host {self.name}: node {self.node} is not this machine's ({here}): "
-                "the run's folders are bind-mounted, so knee places tasks here only"
-            )
-        self.node = here
+        if self.node is None or self.node == here:
+            self.node, daemon = here, engine.socket()
+        else:
+            try:
+                daemon = node_daemon(self.node)
+            except HostError as e:
+                raise Unsupported(f"swarm host {self.name}: {e}") from None
+            if daemon is None or not daemon.startswith("unix://"):
+                raise Unsupported(
+                    f"swarm host {self.name}: node {self.node} is not this machine's ({here}) "
+                    f"and has no label {SOCKET_LABEL}=unix://...: the run's folders are "
+                    "bind-mounted, so knee places tasks only on nodes whose daemon runs here "
+                    "(scripts/docker worker)"
+                )
         if self.local_binary is None:
             self.local_binary = node_binary()
         self.image = engine.ensure_image(self.local_binary, self.run_id)
+        if daemon != engine.socket():
+            copy_image(self.image, daemon)
+        self.daemon = daemon
         self.folder = Path(tempfile.mkdtemp(prefix=f"knee-swarm-{self.run_id}-{self.name}-"))
         (self.folder / "scratch").mkdir()
 
@@ -292,7 +374,7 @@ class SwarmHost(Host):
             self._create(service, role, system, node)
         return [
             sys.executable, str(AGENT),
-            "--docker", engine.client(), "--host", engine.socket(),
+            "--docker", engine.client(), "--host", self.daemon or engine.socket(),
             "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
             "--folder", str(slot_dir), "--network", self.network.name,
             *(["--gate"] if role == "load" else []),
@@ -348,6 +430,7 @@ class SwarmHost(Host):
         out = engine.run(
             ["ps", "-a", "--filter", f"name=^{service}\\.{slot}\\.", "--format", "{{.Names}}"],
             "listing tasks",
+            host=self.daemon,
         ).split()
         return out[0] if out else None
 
@@ -362,7 +445,7 @@ class SwarmHost(Host):
             if container is None:  # not started: its agent ends the wait
                 proc.kill()
                 return
-            engine.run(["kill", "--signal", word, container], f"sending {word}")
+            engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
 
     def node_path(self, local: Path) -> str:
         return f"{FILES_DIR}/{local.name}"
@@ -380,7 +463,7 @@ class SwarmHost(Host):
         shutil.move(found[-1], local)
 
     def _pid(self, container: str) -> int | None:
-        return engine.container_pid(container, self._pids)
+        return engine.container_pid(container, self._pids, host=self.daemon)
 
     def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
         """The task's CPU seconds from its container's cgroup, its node's resident memory."""
@@ -405,7 +488,7 @@ class SwarmHost(Host):
             names = engine.run(
                 ["ps", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
                  "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
-                "listing tasks",
+                "listing tasks", host=self.daemon,
             ).split()  # fmt: skip
         except HostError:
             names = []
@@ -451,5 +534,5 @@ class SwarmHost(Host):
             "subnet": self.network.subnet,
             "swarm_node": self.node,
             "image": self.image,
-            "daemon": engine.socket(),
+            "daemon": self.daemon or engine.socket(),
         }
