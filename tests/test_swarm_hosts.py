@@ -2,10 +2,10 @@
 machine's node, and a worker node knee-sw1 in a network namespace): a point's two generators
 as two replicas of one service on the worker, each with its slot and its share, started at one
 wall-clock time, their requests crossing the overlay to the server on the manager; each
-task's clock checked; every address inside 198.18.0.0/15; limits read back from the tasks'
-cgroups on both nodes; a killed runner's services stop on both nodes and `knee cleanup` removes
-the rest; no swarm, or an unknown node, refused in one line. One smoke run (scripts/e2e's,
-where kept) serves several tests. Skipped without such a swarm (a failure under
+task's clock checked over the overlay; every address inside 198.18.0.0/15; limits read back
+from the tasks' cgroups on both nodes; a killed runner's services stop on both nodes and
+`knee cleanup` removes the rest; no swarm, or an unknown node, refused in one line. One smoke
+run (scripts/e2e's, where kept) serves several tests. Skipped without such a swarm (a failure under
 KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
@@ -112,15 +112,23 @@ def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
     assert abs(starts[0] - starts[1]) < START_SPREAD_NS
 
 
-def test_each_tasks_clock_is_checked_and_every_address_is_in_knee_range(smoke: Path) -> None:
+def test_each_tasks_clock_is_checked_over_the_overlay_and_every_address_is_in_knee_range(
+    smoke: Path,
+) -> None:
+    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
+    subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
+    assert len(subnets) == 1
+    overlay = ipaddress.ip_network(subnets.pop())
+    assert overlay.subnet_of(KNEE_RANGE)
     for node in ("load-0", "load-1"):  # the recorders: their sample times need the clock
         (clock,) = _events(smoke, node)["clock"]
+        # Dialed at the task's address on the run's overlay (the worker's task, from a
+        # container on this machine's node).
+        address, port = clock["dialed"].rsplit(":", 1)
+        assert ipaddress.ip_address(address) in overlay and int(port) == swarm.CLOCK_PORT
         # One kernel: the offset is zero within the bound of its round trips.
         assert 0 < clock["uncertainty_ns"] < 50_000_000
         assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
-    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
-    subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
-    assert len(subnets) == 1 and ipaddress.ip_network(subnets.pop()).subnet_of(KNEE_RANGE)
     assert _in_range(_events(smoke, "server")["ready"][0]["addr"])
     names = engine.run(["network", "ls", "--format", "{{.Name}}"], "listing").split()
     assert {"ingress", "docker_gwbridge"} <= set(names)

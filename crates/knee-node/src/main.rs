@@ -11,6 +11,8 @@
 //!                                     columns, config keys; load keys; statuses; events)
 //! knee-node clock                     CLOCK_MONOTONIC ns for each line on stdin (clock offset
 //!                                     of an ssh host)
+//! knee-node clock --dial ADDR         the same, from the node answering on TCP ADDR (a swarm
+//!                                     host's, KNEE_NODE_CLOCK_LISTEN), each line relayed
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
@@ -26,7 +28,7 @@ const USAGE: &str = "usage: knee-node --version
        knee-node gemm-rate [N] [REPS]
        knee-node grpc-check --config JSON|@FILE
        knee-node describe
-       knee-node clock";
+       knee-node clock [--dial ADDR]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +54,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let (name, config) = options(&args[2..])?;
             stdio::set_node_name(name.as_deref().unwrap_or(role));
             signals::install();
+            knee_node::clock_probe::listen_from_env();
             if role == "serve" {
                 serve_role(system, &config)
             } else {
@@ -68,7 +71,13 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("{}", knee_node::describe::describe());
             Ok(())
         }
-        Some("clock") => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
+        Some("clock") => match (args.get(1).map(String::as_str), args.get(2)) {
+            (None, _) => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
+            (Some("--dial"), Some(addr)) => {
+                knee_node::clock_probe::dial(addr, std::io::stdin().lock(), std::io::stdout().lock())
+            }
+            _ => Err(USAGE.into()),
+        },
         _ => Err(USAGE.into()),
     }
 }

@@ -56,6 +56,8 @@ FILES_DIR = engine.FILES_DIR
 SCRATCH_DIR = "/knee/scratch"
 #: The agent that is a task's local process (its stdout, its exit code).
 AGENT = Path(__file__).with_name("swarm_task.py")
+#: The port a generator's task answers the clock check on (its own network namespace).
+CLOCK_PORT = 7990
 #: A generator group is NAME-<index>.
 MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 #: At most this many services per host in one run (a point makes one per node or generator
@@ -216,7 +218,7 @@ class Network:
             check_swarm()
             cleanup.note(self.run_id, docker=[self.name])
             engine.run(
-                ["network", "create", "--driver", "overlay", "--internal",
+                ["network", "create", "--driver", "overlay", "--internal", "--attachable",
                  "--label", f"{engine.RUN_LABEL}={self.run_id}", self.name],
                 f"making network {self.name}",
             )  # fmt: skip
@@ -377,7 +379,8 @@ class SwarmHost(Host):
             "--docker", engine.client(), "--host", self.daemon or engine.socket(),
             "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
             "--folder", str(slot_dir), "--network", self.network.name,
-            *(["--gate"] if role == "load" else []),
+            *(["--gate", "--manager", engine.socket(), "--image", self.image,
+               "--run", self.run_id, "--clock-port", str(CLOCK_PORT)] if role == "load" else []),
         ]  # fmt: skip
 
     def _create(self, service: _Service, role: str, system: str, node: str) -> None:
@@ -394,7 +397,7 @@ class SwarmHost(Host):
             opts += ["--limit-memory", f"{int(limits['memory_bytes'])}b"]
         env = ["KNEE_SLOT={{.Task.Slot}}", f"KNEE_NODE_LIFELINE_PATH={FILES_DIR}/lifeline"]
         if role == "load":
-            env.append("KNEE_NODE_START_GATE=1")
+            env += ["KNEE_NODE_START_GATE=1", f"KNEE_NODE_CLOCK_LISTEN=0.0.0.0:{CLOCK_PORT}"]
         assert self.folder is not None and self.image is not None
         label = f"{engine.RUN_LABEL}={self.run_id}"
         slots = "slot-{{.Task.Slot}}"  # each task its own slot's folder

@@ -2,17 +2,20 @@
 starts for a node placed on a swarm host, as `ssh` is for an ssh host.
 
     python3 swarm_task.py --docker D --host SOCK --service S --slot N --replicas R
-                          --folder SLOT_DIR --network NET [--gate]
+                          --folder SLOT_DIR --network NET
+                          [--gate --manager SOCK --image IMAGE --run RUN --clock-port P]
 
 1. waits for the task of slot N of service S to have its container;
 2. writes the slot's config (SLOT_DIR/config.json, `listen` on 0.0.0.0 given the task's own
    overlay address) into the FIFO the node reads its config from;
 3. with --gate (a generator, whose sample times need its clock; a server's are durations on
-   its own clock): checks the task's clock as the ssh hosts do (`knee-node clock` round trips,
-   here through `docker exec`) and prints `{"event": "clock", ...}` (the node's events log
-   keeps it), marks the slot ready, waits until the R replicas are, and
-   writes one start time for all (`start UNIX_NS`, agreed through a file made once) on the
-   node's lifeline; prints `{"event": "start_at", ...}`;
+   its own clock): checks the task's clock as the ssh hosts do (`knee-node clock` round
+   trips), over the run's overlay network: the node answers on its task's address, port P
+   (`KNEE_NODE_CLOCK_LISTEN`), and `knee-node clock --dial` in a container of this machine's
+   node (SOCK of --manager) on that network relays the round trips. Prints
+   `{"event": "clock", ...}` (the node's events log keeps it), marks the slot ready, waits
+   until the R replicas are, and writes one start time for all (`start UNIX_NS`, agreed
+   through a file made once) on the node's lifeline; prints `{"event": "start_at", ...}`;
 4. relays the node's stdout and stderr (`docker logs -f`) and exits with its exit code.
 Errors are one line on stderr, exit code 2.
 """
@@ -57,6 +60,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     for name in ("--docker", "--host", "--service", "--folder", "--network"):
         ap.add_argument(name, required=True)
+    for name in ("--manager", "--image", "--run"):
+        ap.add_argument(name)
+    ap.add_argument("--clock-port", type=int)
     ap.add_argument("--slot", type=int, required=True)
     ap.add_argument("--replicas", type=int, required=True)
     ap.add_argument("--gate", action="store_true")
@@ -108,14 +114,19 @@ def main() -> None:
         f.write(json.dumps(config).encode())
 
     if a.gate:
+        if not (a.manager and a.image and a.run and a.clock_port):
+            fail("--gate needs --manager, --image, --run and --clock-port")
+        dialed = f"{address}:{a.clock_port}"
+        relay = [
+            a.docker, "-H", a.manager, "run", "-i", "--rm", "--network", a.network,
+            "--label", f"knee.run={a.run}", "--log-driver", "none",
+            a.image, "clock", "--dial", dialed,
+        ]  # fmt: skip
         try:
-            offset_ns, uncertainty_ns = measure_clock(
-                [a.docker, "-H", a.host, "exec", "-i", container, "/knee-node", "clock"],
-                CLOCK_ROUNDS,
-            )
+            offset_ns, uncertainty_ns = measure_clock(relay, CLOCK_ROUNDS)
         except HostError as e:
-            fail(f"clock check of {container}: {e}")
-        emit({"event": "clock", "task": container, "offset_ns": offset_ns,
+            fail(f"clock check of {container} at {dialed}: {e}")
+        emit({"event": "clock", "task": container, "dialed": dialed, "offset_ns": offset_ns,
               "uncertainty_ns": uncertainty_ns})  # fmt: skip
         group = folder.parent
         (group / f"ready-{a.slot}").touch()
