@@ -91,6 +91,9 @@ def test_two_generators_are_two_replicas_of_one_service_each_with_its_slot_and_s
     sent = [_events(smoke, f"load-{i}")["done"][0]["sent"] for i in (0, 1)]
     assert all(s > 0 for s in sent)
     assert sum(sent) == point["sent"] + point["warmup_count"]
+    # Every request of the window answered: from the worker to the manager and back, over
+    # the overlay.
+    assert point["ok_in_window"] == point["sent_in_window"] > 0
     # Resources as on other hosts: the server's CPU against its limit, each host's link.
     server = point["resources"]["server"]
     assert (server["kind"], server["capacity"]) == ("cpu", 1.0)
