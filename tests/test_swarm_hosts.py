@@ -133,9 +133,11 @@ def test_each_tasks_clock_is_checked_over_the_overlay_and_every_address_is_in_kn
         assert 0 < clock["uncertainty_ns"] < 50_000_000
         assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
     assert _in_range(_events(smoke, "server")["ready"][0]["addr"])
-    names = engine.run(["network", "ls", "--format", "{{.Name}}"], "listing").split()
-    assert {"ingress", "docker_gwbridge"} <= set(names)
-    assert all(engine.outside_range(s) == [] for s in engine.network_subnets(names).values())
+    for daemon in (engine.socket(), swarm.node_daemon(WORKER)):  # this node's, the worker's
+        names = engine.run(["network", "ls", "--format", "{{.Name}}"], "", host=daemon).split()
+        assert {"ingress", "docker_gwbridge"} <= set(names)
+        subnets = engine.network_subnets(names, host=daemon).values()
+        assert all(engine.outside_range(s) == [] for s in subnets)
 
 
 SPEC = """

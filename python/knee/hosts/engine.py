@@ -88,11 +88,11 @@ def outside_range(subnets: list[str]) -> list[str]:
     return out
 
 
-def network_subnets(names: list[str]) -> dict[str, list[str]]:
-    """Each network's IPAM subnets."""
+def network_subnets(names: list[str], host: str | None = None) -> dict[str, list[str]]:
+    """Each network's IPAM subnets (on the daemon at ``host``, default knee's)."""
     if not names:
         return {}
-    text = run(["network", "inspect", *names], "inspecting networks")
+    text = run(["network", "inspect", *names], "inspecting networks", host=host)
     return {
         n["Name"]: [c["Subnet"] for c in (n.get("IPAM") or {}).get("Config") or [] if "Subnet" in c]
         for n in json.loads(text)
@@ -102,26 +102,30 @@ def network_subnets(names: list[str]) -> dict[str, list[str]]:
 _checked: set[str] = set()
 
 
-def check_daemon() -> None:
-    """Refuses (Unsupported, one line) a daemon that does not answer, or one with a network
-    outside 198.18.0.0/15 (Docker's defaults: 172.17.0.0/16, 10.0.0.0/8)."""
-    if socket() in _checked:
+def check_daemon(host: str | None = None) -> None:
+    """Refuses (Unsupported, one line) a daemon (knee's, or the one at ``host``: a swarm
+    node's) that does not answer, or one with a network outside 198.18.0.0/15 (Docker's
+    defaults: 172.17.0.0/16, 10.0.0.0/8)."""
+    daemon = host or socket()
+    if daemon in _checked:
         return
     try:
-        run(["info", "--format", "{{.ID}}"], "connecting")
-        names = run(["network", "ls", "--format", "{{.Name}}"], "listing networks").split()
-        subnets = network_subnets(names)
+        run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
+        names = run(
+            ["network", "ls", "--format", "{{.Name}}"], "listing networks", host=daemon
+        ).split()
+        subnets = network_subnets(names, host=daemon)
     except HostError as e:
         raise Unsupported(
-            f"docker hosts: no daemon at {socket()} ({e}); run scripts/docker"
+            f"docker hosts: no daemon at {daemon} ({e}); run scripts/docker"
         ) from None
     for name, nets in subnets.items():
         if bad := outside_range(nets):
             raise Unsupported(
-                f"docker hosts: the daemon at {socket()} has network {name} on {bad[0]}, "
+                f"docker hosts: the daemon at {daemon} has network {name} on {bad[0]}, "
                 f"outside {KNEE_RANGE}: use knee's own (scripts/docker)"
             )
-    _checked.add(socket())
+    _checked.add(daemon)
 
 
 # -- the image -----------------------------------------------------------------------------

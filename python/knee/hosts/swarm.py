@@ -318,6 +318,7 @@ class SwarmHost(Host):
                     "bind-mounted, so knee places tasks only on nodes whose daemon runs here "
                     "(scripts/docker worker)"
                 )
+            engine.check_daemon(daemon)  # its networks too, in 198.18.0.0/15
         if self.local_binary is None:
             self.local_binary = node_binary()
         self.image = engine.ensure_image(self.local_binary, self.run_id)
