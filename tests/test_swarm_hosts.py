@@ -213,6 +213,7 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
     try:
         (srv,) = _running(run_id, "srv", engine.socket())
         fmt = "{{.State.Pid}} {{json .Config.Env}}"
+        mounts = "{{range .Mounts}}{{.Type}} {{end}}"
         on = {srv: engine.socket(), **dict.fromkeys(gens, worker)}  # the daemon of each
         for name, cores in ((srv, 1.0), *((g, 0.25) for g in gens)):
             pid, envs = engine.run(["inspect", "--format", fmt, name], "", host=on[name]).split(
@@ -222,6 +223,9 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
             quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
             period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
             assert quota_us / period_us == pytest.approx(cores)
+            # No bind mount: the node protocol and its files go over the overlay network.
+            types = engine.run(["inspect", "--format", mounts, name], "", host=on[name]).split()
+            assert types == ["tmpfs", "tmpfs"]
             slot = name.split(".")[1]  # SERVICE.SLOT.TASK_ID
             assert f"KNEE_SLOT={slot}" in json.loads(envs)
             # One interface on the run's overlay network, no default route.

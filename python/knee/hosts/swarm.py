@@ -10,19 +10,17 @@ internal, in 198.19.128.0/18), except the generators of one point (NAME-0 .. NAM
 `load.generators` = n): they are ONE service with n replicas, and each replica reads its
 share from its task slot.
 
-A service has no stdin nor attached stdout, so the node protocol runs through a folder of
-this machine bind-mounted into each task (so only on nodes of this machine), one per task
-slot (``--mount src=.../slot-{{.Task.Slot}}``, with ``KNEE_SLOT={{.Task.Slot}}`` in its
-environment):
-- ``config.fifo``: the node's ``--config @...``; the task's agent (``swarm_task.py``, the local
-  process the runner reads) writes the slot's config into it once the task runs, with the
-  task's own overlay address as ``listen``;
-- ``lifeline``: a FIFO the runner holds open (``KNEE_NODE_LIFELINE_PATH``): when the runner
-  ends, or dies, the node reads its end and stops; it also carries the start line of a
-  generator (``KNEE_NODE_START_GATE=1``): the replicas start at one wall-clock time once
-  every one of them is ready;
-- the node's stdout and stderr come back through ``docker logs -f`` of the task's container,
-  its exit code through ``docker wait``; its files (samples, histogram) are written there.
+A service has no stdin nor attached stdout, so the node protocol runs over the run's overlay
+network (src/control.rs of knee-node): each task's node takes ONE connection on its control
+port (``KNEE_NODE_CONTROL_LISTEN``), whose first line is its config, the rest its lifeline
+(and a generator's start line, ``KNEE_NODE_START_GATE=1``), and on which it prints its
+stdout lines and, at its end, pushes its files (samples, histogram, outputs). The task's
+agent (``swarm_task.py``, the local process the runner reads) dials it through
+``knee-node relay`` in a container of this machine's node on that network, writes the files
+into the slot's folder here (``slot-N``), and passes the lines on; the node's stderr comes
+back through ``docker logs -f`` of its container, its exit code through ``docker wait``
+(both through the daemon of the task's node). A task has no bind mount: its files and the
+host's scratch folder are tmpfs of its own; each reads ``KNEE_SLOT={{.Task.Slot}}``.
 
 Services use ``--restart-condition none`` (a failed node fails the point, as Kubernetes'
 ``backoffLimit: 0``). Everything is labelled ``knee.run=R``: the run removes its services and
@@ -33,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -51,12 +48,14 @@ from knee.hosts.local import node_binary
 
 #: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
 SWARM_POOL = "198.19.128.0/18"
-#: Inside a task: the slot's folder, and the host's folder its nodes share ({scratch}).
+#: Inside a task (tmpfs): the node's files, pushed at its end, and its scratch ({scratch}).
 FILES_DIR = engine.FILES_DIR
 SCRATCH_DIR = "/knee/scratch"
 #: The agent that is a task's local process (its stdout, its exit code).
 AGENT = Path(__file__).with_name("swarm_task.py")
-#: The port a generator's task answers the clock check on (its own network namespace).
+#: The ports a task's node takes its control connection on, and a generator's answers the
+#: clock check on (in the task's own network namespace).
+CONTROL_PORT = 7991
 CLOCK_PORT = 7990
 #: A generator group is NAME-<index>.
 MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
@@ -251,7 +250,6 @@ class _Service:
         self.folder = folder
         self.members = members
         self.registered: dict[str, list[str]] = {}  # member -> the service's args
-        self.lifelines: list[int] = []  # the FIFOs' fds the runner holds (O_RDWR)
         self.created = False
 
     def slot_dir(self, slot: int) -> Path:
@@ -326,7 +324,6 @@ class SwarmHost(Host):
             copy_image(self.image, daemon)
         self.daemon = daemon
         self.folder = Path(tempfile.mkdtemp(prefix=f"knee-swarm-{self.run_id}-{self.name}-"))
-        (self.folder / "scratch").mkdir()
 
     def binary(self, local_binary: str) -> str:
         return engine.NODE_PATH
@@ -367,10 +364,6 @@ class SwarmHost(Host):
         slot_dir = service.slot_dir(slot)
         slot_dir.mkdir(parents=True)
         (slot_dir / "config.json").write_text(json.dumps(config))
-        os.mkfifo(slot_dir / "config.fifo", 0o600)
-        os.mkfifo(slot_dir / "lifeline", 0o600)
-        # Held here: the node reads the lifeline's end when this process ends or closes it.
-        service.lifelines.append(os.open(slot_dir / "lifeline", os.O_RDWR | os.O_NONBLOCK))
         service.registered[node] = [role, system, "--name", base]
         if len(service.registered) == len(members):
             self._pending.pop(base, None)
@@ -380,8 +373,9 @@ class SwarmHost(Host):
             "--docker", engine.client(), "--host", self.daemon or engine.socket(),
             "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
             "--folder", str(slot_dir), "--network", self.network.name,
-            *(["--gate", "--manager", engine.socket(), "--image", self.image,
-               "--run", self.run_id, "--clock-port", str(CLOCK_PORT)] if role == "load" else []),
+            "--manager", engine.socket(), "--image", self.image, "--run", self.run_id,
+            "--control-port", str(CONTROL_PORT),
+            *(["--gate", "--clock-port", str(CLOCK_PORT)] if role == "load" else []),
         ]  # fmt: skip
 
     def _create(self, service: _Service, role: str, system: str, node: str) -> None:
@@ -396,12 +390,16 @@ class SwarmHost(Host):
             ]
         if limits.get("memory_bytes"):
             opts += ["--limit-memory", f"{int(limits['memory_bytes'])}b"]
-        env = ["KNEE_SLOT={{.Task.Slot}}", f"KNEE_NODE_LIFELINE_PATH={FILES_DIR}/lifeline"]
+        env = [
+            "KNEE_SLOT={{.Task.Slot}}",
+            f"KNEE_NODE_CONTROL_LISTEN=0.0.0.0:{CONTROL_PORT}",
+            "KNEE_NODE_STDIN_LIFELINE=1",  # the control connection, once taken
+            f"KNEE_NODE_PUSH_DIR={FILES_DIR}",
+        ]
         if role == "load":
             env += ["KNEE_NODE_START_GATE=1", f"KNEE_NODE_CLOCK_LISTEN=0.0.0.0:{CLOCK_PORT}"]
         assert self.folder is not None and self.image is not None
         label = f"{engine.RUN_LABEL}={self.run_id}"
-        slots = "slot-{{.Task.Slot}}"  # each task its own slot's folder
         engine.run(
             [
                 "service", "create", "--detach", "--no-resolve-image", "--quiet",
@@ -413,11 +411,10 @@ class SwarmHost(Host):
                 "--container-label", label, "--container-label", f"knee.host={self.name}",
                 "--container-label", f"knee.service={service.name}",
                 *[x for e in env for x in ("--env", e)],
-                "--mount", f"type=bind,src={service.folder}/{slots},dst={FILES_DIR}",
-                "--mount", f"type=bind,src={self.folder}/scratch,dst={SCRATCH_DIR}",
+                "--mount", f"type=tmpfs,dst={FILES_DIR}",
+                "--mount", f"type=tmpfs,dst={SCRATCH_DIR}",
                 *opts, self.image,
                 role, system, "--name", service.registered[service.members[0]][3],
-                "--config", f"@{FILES_DIR}/config.fifo",
             ],
             f"making service {service.name}",
         )  # fmt: skip
@@ -521,10 +518,6 @@ class SwarmHost(Host):
         with contextlib.suppress(HostError):
             if names := services(self.run_id, self.name):
                 engine.run(["service", "rm", *names], "removing services")
-        for service in self._services.values():
-            for fd in service.lifelines:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
         self._services.clear()
         self._pending.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
