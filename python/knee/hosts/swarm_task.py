@@ -182,7 +182,8 @@ def main() -> None:
     control.stdin.write(json.dumps(config).encode() + b"\n")
     control.stdin.flush()
     problems: list[str] = []
-    reader = threading.Thread(target=pass_on, args=(control.stdout, folder, problems))
+    # A daemon thread: an agent that fails exits at once (its pipe's end stops the node).
+    reader = threading.Thread(target=pass_on, args=(control.stdout, folder, problems), daemon=True)
     reader.start()
 
     def end_lifeline() -> None:
