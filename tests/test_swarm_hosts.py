@@ -4,12 +4,15 @@ as two replicas of one service on the worker, each with its slot and its share, 
 wall-clock time, their requests crossing the overlay to the server on the manager; each
 task's clock checked over the overlay; every address inside 198.18.0.0/15; limits read back
 from the tasks' cgroups on both nodes; a killed runner's services stop on both nodes and
-`knee cleanup` removes the rest; no swarm, or an unknown node, refused in one line. One smoke
+`knee cleanup` removes the rest; a generator killed mid-point keeps its samples up to its
+last progress line (its files pushed as they grow); no swarm, or an unknown node, refused in
+one line. One smoke
 run (scripts/e2e's, where kept) serves several tests. Skipped without such a swarm (a failure under
 KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import os
@@ -23,7 +26,8 @@ import pytest
 from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
-from knee.hosts import cleanup, engine, swarm
+from knee import results
+from knee.hosts import cleanup, engine, swarm, swarm_task
 from knee.hosts.base import HostError, Limits, Unsupported
 from knee.spec import SpecError, load_spec
 
@@ -279,3 +283,105 @@ def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
         host.teardown()
         network.teardown()
     assert "\n" not in str(elsewhere.value) and "another-machine" in str(elsewhere.value)
+
+
+KILL_SPEC = """
+[experiment]
+name = "swarm-kill-load"
+system = "matrix"
+
+[hosts.gen]
+kind = "swarm"
+node = "knee-sw1"
+cpu_cores = 0.5
+
+[placement]
+server = "gen"
+load = "gen"
+
+[driver]
+n = 20
+p = 10
+
+[load]
+rate_per_s = 100
+duration_s = 30
+warmup_s = 0
+"""
+#: The recorder writes its samples at least every 100 ms: one flush at KILL_SPEC's rate.
+ONE_FLUSH = 100 * 0.1
+
+
+def test_a_generator_killed_mid_point_keeps_its_samples_up_to_its_last_progress_line(
+    tmp_path: Path,
+) -> None:
+    _need_swarm()
+    records = tmp_path / "records"
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
+    spec = tmp_path / "spec.toml"
+    spec.write_text(KILL_SPEC)
+    runner = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    worker = swarm.node_daemon(WORKER)
+    deadline, task = time.monotonic() + WAIT_S, ""
+    while time.monotonic() < deadline and runner.poll() is None:
+        logs = list((tmp_path / "runs").glob("*/nodes/load.p000.events.jsonl"))
+        # A progress line: the generator's files were pushed mid-point.
+        if logs and '"event":"progress"' in logs[0].read_text():
+            (run_id,) = [p.stem for p in records.glob("*.json")]
+            (task,) = [t for t in _running(run_id, "gen", worker) if "-load-" in t]
+            break
+        time.sleep(0.1)
+    if not task:
+        runner.kill()
+        pytest.fail(f"the generator did not progress: {runner.communicate()[1].decode()[-2000:]}")
+    engine.run(["kill", task], "killing the generator's task", host=worker)
+    _, err = runner.communicate(timeout=WAIT_S * 2)
+    assert runner.returncode != 0
+    assert "node load exited with code 137" in err.decode()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
+    # Its samples came up to its last progress line (pushed just before it), and they are
+    # knee-node's records.
+    last = _events(run_dir, "load")["progress"][-1]
+    samples = results.read_sample_records(run_dir / "raw" / "p000-load.samples.bin")
+    assert len(samples) >= last["completed"] > 0
+    assert len(samples) >= last["sent"] - ONE_FLUSH
+    assert swarm.services(run_id) == []  # the run cleaned up
+
+
+def _frame(name: str, offset: int, data: bytes) -> bytes:
+    head = {"event": "file", "name": name, "offset": offset, "bytes": len(data)}
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + data
+
+
+def test_the_agent_appends_each_frame_at_its_offset_and_refuses_one_that_does_not_fit(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    stream = io.BytesIO(
+        _frame("s.bin", 0, b"abc")
+        + b'{"event":"progress","sent":3}\n'
+        + _frame("s.bin", 3, b"de")
+        + _frame("s.bin", 9, b"zz")  # a gap: refused, and the file's later frames
+        + _frame("s.bin", 5, b"f")
+        + _frame("h.csv", 0, b"value_ns,count\n")
+    )
+    problems: list[str] = []
+    swarm_task.pass_on(stream, tmp_path, problems)
+    assert problems == []
+    assert (tmp_path / "s.bin").read_bytes() == b"abcde"
+    assert (tmp_path / "h.csv").read_bytes() == b"value_ns,count\n"
+    out, err = capsysbinary.readouterr()
+    assert out == b'{"event":"progress","sent":3}\n'  # the other lines go on
+    assert err.decode().splitlines() == [
+        "swarm task: s.bin: a frame at offset 9, the copy has 5 bytes: refused, with the "
+        "file's later frames"
+    ]
+    # A connection that ends inside a frame: what came is kept, and the end is named.
+    swarm_task.pass_on(io.BytesIO(_frame("s.bin", 5, b"ghij")[:-2]), tmp_path, problems)
+    assert (tmp_path / "s.bin").read_bytes() == b"abcdegh"
+    assert problems == ["s.bin: 2 of a frame's 4 bytes missing"]

@@ -67,7 +67,7 @@ fn run(args: &[String]) -> Result<(), String> {
             } else {
                 load_role(system, &config)
             };
-            knee_node::control::push_from_env();
+            knee_node::control::push_new(); // what the files gained since the last push
             done
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),

@@ -14,10 +14,11 @@ A service has no stdin nor attached stdout, so the node protocol runs over the r
 network (src/control.rs of knee-node): each task's node takes ONE connection on its control
 port (``KNEE_NODE_CONTROL_LISTEN``), whose first line is its config, the rest its lifeline
 (and a generator's start line, ``KNEE_NODE_START_GATE=1``), and on which it prints its
-stdout lines and, at its end, pushes its files (samples, histogram, outputs). The task's
-agent (``swarm_task.py``, the local process the runner reads) dials it through
-``knee-node relay`` in a container of this machine's node on that network, writes the files
-into the slot's folder here (``slot-N``), and passes the lines on; the node's stderr comes
+stdout lines and pushes what its files (samples, histogram, outputs) gained, before each
+progress line and at its end. The task's agent (``swarm_task.py``, the local process the
+runner reads) dials it through ``knee-node relay`` in a container of this machine's node on
+that network, appends the files' bytes to their copies in the slot's folder here
+(``slot-N``), and passes the lines on; the node's stderr comes
 back through ``docker logs -f`` of its container, its exit code through ``docker wait``
 (both through the daemon of the task's node). A task has no bind mount: its files and the
 host's scratch folder are tmpfs of its own; each reads ``KNEE_SLOT={{.Task.Slot}}``.
@@ -48,7 +49,7 @@ from knee.hosts.local import node_binary
 
 #: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
 SWARM_POOL = "198.19.128.0/18"
-#: Inside a task (tmpfs): the node's files, pushed at its end, and its scratch ({scratch}).
+#: Inside a task (tmpfs): the node's files, pushed as they grow, and its scratch ({scratch}).
 FILES_DIR = engine.FILES_DIR
 SCRATCH_DIR = "/knee/scratch"
 #: The agent that is a task's local process (its stdout, its exit code).
@@ -290,6 +291,9 @@ class SwarmHost(Host):
         self._pids: dict[str, int] = {}  # container -> its pid here
         self._cgroup: dict[str, Path] = {}
         self._bytes: dict[str, tuple[int, int]] = {}  # container -> last rx, tx
+        # A node file's name -> its place in the run directory (`node_path`): what teardown
+        # moves there if no fetch did (a failed point's). Bounded by the run's nodes' files.
+        self._locals: dict[str, Path] = {}
 
     @property
     def address(self) -> str:
@@ -449,6 +453,7 @@ class SwarmHost(Host):
             engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
 
     def node_path(self, local: Path) -> str:
+        self._locals[local.name] = local
         return f"{FILES_DIR}/{local.name}"
 
     def scratch_path(self, local: Path) -> str:
@@ -520,8 +525,20 @@ class SwarmHost(Host):
                 engine.run(["service", "rm", *names], "removing services")
         self._services.clear()
         self._pending.clear()
+        self._keep_unfetched(self.folder)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
+
+    def _keep_unfetched(self, folder: Path) -> None:
+        """Moves into the run directory the files that no fetch took: a point that failed
+        (a node killed mid-point) is not fetched, and its nodes' files came up to their
+        last push (each progress line's), which the run keeps, as a local node's."""
+        for path in sorted(folder.glob("*/slot-*/*")):
+            local = self._locals.get(path.name)
+            if local is not None and not local.exists():
+                with contextlib.suppress(OSError):
+                    local.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(path, local)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -22,9 +22,11 @@ no bind mount.
    events log keeps it), marks the slot ready, waits until the R replicas are, and writes
    one start time for all (`start UNIX_NS`, agreed through a file made once) on the
    lifeline; prints `{"event": "start_at", ...}`;
-4. passes the node's stdout lines on, except its files (`{"event": "file", "name", "bytes"}`
-   and that many bytes: samples, histogram, outputs, pushed at its end), written into
-   SLOT_DIR; relays its stderr (`docker logs -f`) and exits with its exit code.
+4. passes the node's stdout lines on, except its files' frames (`{"event": "file", "name",
+   "offset", "bytes"}` and that many bytes: what a sample file, histogram or output gained,
+   pushed before each progress line and at the node's end), appended to their files in
+   SLOT_DIR; relays its stderr (`docker logs -f`) and exits with its exit code (a node
+   killed mid-point keeps the files as far as they came).
 Errors are one line on stderr, exit code 2.
 """
 
@@ -61,7 +63,7 @@ FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 MAX_FILE_BYTES = 1 << 34
 #: A stdout line longer than this is not the node's (its events are a few kB at most).
 MAX_LINE_BYTES = 1 << 20
-#: Bytes copied at once from a pushed file to its local copy.
+#: Bytes copied at once from a pushed frame to its file's local copy.
 CHUNK_BYTES = 1 << 20
 #: Seconds the node's files may take to arrive after its task ended.
 FILES_WAIT_S = 60.0
@@ -80,27 +82,42 @@ def emit(event: dict[str, object]) -> None:
 
 
 def pass_on(stdout: IO[bytes], folder: Path, problems: list[str]) -> None:
-    """The node's stdout, read from the relay: lines go on to this agent's stdout, files
-    into ``folder``."""
+    """The node's stdout, read from the relay: lines go on to this agent's stdout, file
+    frames (``{"event": "file", "name", "offset", "bytes"}`` and that many bytes: what the
+    file gained, pushed before each progress line and at the node's end) are appended to
+    the file of that name in ``folder``. A frame whose offset is not the file's size there
+    is refused, in one line on stderr (the node's log), and its bytes skipped."""
     out = sys.stdout.buffer
+    refused: set[str] = set()  # files refused once: their later frames cannot fit either
     while line := stdout.readline(MAX_LINE_BYTES):
         if line.startswith(b'{"event":"file",'):
             try:
                 head = json.loads(line)
-                name, size = str(head["name"]), int(head["bytes"])
+                name, offset, size = str(head["name"]), int(head["offset"]), int(head["bytes"])
             except (ValueError, KeyError, TypeError):
                 problems.append(f"a bad file header: {line[:200]!r}")
                 return
-            if not FILE_NAME_RE.match(name) or not 0 <= size <= MAX_FILE_BYTES:
-                problems.append(f"a refused file: {name[:200]!r}, {size} bytes")
+            if not FILE_NAME_RE.match(name) or not 0 <= offset <= offset + size <= MAX_FILE_BYTES:
+                problems.append(f"a refused file: {name[:200]!r}, {size} bytes at {offset}")
                 return
-            with open(folder / name, "wb") as f:
+            path = folder / name
+            have = path.stat().st_size if path.exists() else 0
+            keep = offset == have and name not in refused
+            if not keep and name not in refused:
+                refused.add(name)
+                print(
+                    f"swarm task: {name}: a frame at offset {offset}, the copy has {have} "
+                    "bytes: refused, with the file's later frames",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            with open(path if keep else os.devnull, "ab") as f:
                 left = size
                 while left > 0 and (chunk := stdout.read(min(left, CHUNK_BYTES))):
                     f.write(chunk)
                     left -= len(chunk)
-            if left:
-                problems.append(f"{name}: {left} of {size} bytes missing")
+            if left:  # the connection ended inside a frame: its start is kept
+                problems.append(f"{name}: {left} of a frame's {size} bytes missing")
                 return
             continue
         with _print_lock:
@@ -242,7 +259,11 @@ def main() -> None:
     except subprocess.TimeoutExpired:
         control.kill()
     if problems or reader.is_alive():
-        fail(f"{container}'s files: {'; '.join(problems) or 'still coming'}")
+        message = f"{container}'s files: {'; '.join(problems) or 'still coming'}"
+        if code == 0:
+            fail(message)
+        # A node that failed (killed mid-frame, say) is named by its own exit code.
+        print(f"swarm task: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
 
 
