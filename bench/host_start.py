@@ -1,6 +1,8 @@
 """What a host kind costs per point: a node's start (the process or container started until
-its `ready` line arrives) on a local host, an emulated host (netns), a docker host and a swarm
-host (a service), and each host's setup and teardown. docs/hosts.md quotes it.
+its `ready` line arrives) on a local host, an emulated host (netns), a docker host, a swarm
+host (a service) on this machine's node and, where `scripts/docker worker` made it, one on
+the worker node knee-sw1 (`worker`), and each host's setup and teardown. docs/hosts.md quotes
+it.
 
     python3 bench/host_start.py           # 10 rounds, a minute or so
     python3 bench/host_start.py --smoke   # 1 round
@@ -32,6 +34,8 @@ from knee.runner.node import Node  # noqa: E402
 
 #: Seconds a node may take to be ready.
 READY_TIMEOUT_S = 30.0
+#: The worker node of scripts/docker worker.
+WORKER = "knee-sw1"
 
 
 def node_start_s(host: Host, root: Path, name: str) -> float:
@@ -69,7 +73,7 @@ def one_round(kind: str, root: Path, i: int) -> dict[str, float]:
         host = docker.DockerHost("h", Limits(), network)
     else:
         network = swarm.Network(run_id)
-        host = swarm.SwarmHost("h", Limits(), network)
+        host = swarm.SwarmHost("h", Limits(), network, node=WORKER if kind == "worker" else None)
     try:
         host.setup()
         setup_s = time.monotonic() - t0
@@ -91,16 +95,25 @@ def main() -> int:
     rounds = 1 if args.smoke else args.rounds
     find_knee_node()
     kinds = ["local", "netns", "docker", "swarm"]
-    figures: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     try:
         netns.check_features(False, False, False)
         docker.check_daemon()
         swarm.check_swarm()
         # The image is made once per knee-node build; its first import is not a point's cost.
-        docker.ensure_image(docker.node_binary(), "bench")
+        image = docker.ensure_image(docker.node_binary(), "bench")
+        try:
+            worker = swarm.node_daemon(WORKER)
+        except HostError:
+            worker = None
+        if worker is not None:
+            swarm.copy_image(image, worker)  # once per build too
+            kinds.append("worker")
+        else:
+            print(f"host_start: no worker node {WORKER} (scripts/docker worker): no worker row")
+        figures: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
         with tempfile.TemporaryDirectory(prefix="knee-bench-hosts-") as tmp:
             for i in range(rounds):
-                order = kinds if i % 2 == 0 else ["local", "swarm", "docker", "netns"]
+                order = kinds if i % 2 == 0 else ["local", *reversed(kinds[1:])]
                 for kind in order:
                     for key, value in one_round(kind, Path(tmp), i).items():
                         figures[kind].setdefault(key, []).append(value)
@@ -125,6 +138,15 @@ def main() -> int:
             med["swarm"]["node_start_s"] / med["netns"]["node_start_s"], 2
         ),
         "ratio_swarm_over_netns_setup": round(med["swarm"]["setup_s"] / med["netns"]["setup_s"], 2),
+        **(
+            {
+                "ratio_worker_over_swarm_node_start": round(
+                    med["worker"]["node_start_s"] / med["swarm"]["node_start_s"], 2
+                )
+            }
+            if "worker" in med
+            else {}
+        ),
     }
     print(json.dumps(summary))
     return 0

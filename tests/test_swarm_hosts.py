@@ -1,12 +1,18 @@
-"""Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker swarm: a point's two
-generators as two replicas of one service, each with its slot and its share, started at one
-wall-clock time; each task's clock checked; every address inside 198.18.0.0/15; limits read
-back from the tasks' cgroups; a killed runner's services stop and `knee cleanup` removes the
-rest; no swarm refused in one line. One smoke run (scripts/e2e's, where kept) serves
-several tests. Skipped without such a swarm (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
+"""Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker worker (a manager, this
+machine's node, and a worker node knee-sw1 in a network namespace): a point's two generators
+as two replicas of one service on the worker, each with its slot and its share, started at one
+wall-clock time, their requests crossing the overlay to the server on the manager; each
+task's clock checked over the overlay; every address inside 198.18.0.0/15; limits read back
+from the tasks' cgroups on both nodes; a killed runner's services stop on both nodes and
+`knee cleanup` removes the rest; a generator killed mid-point keeps its samples up to its
+last progress line (its files pushed as they grow); no swarm, or an unknown node, refused in
+one line. One smoke
+run (scripts/e2e's, where kept) serves several tests. Skipped without such a swarm (a failure under
+KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import os
@@ -20,8 +26,9 @@ import pytest
 from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
-from knee.hosts import cleanup, engine, swarm
-from knee.hosts.base import Limits, Unsupported
+from knee import results
+from knee.hosts import cleanup, engine, swarm, swarm_task
+from knee.hosts.base import HostError, Limits, Unsupported
 from knee.spec import SpecError, load_spec
 
 KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -32,6 +39,8 @@ WAIT_S = 60.0
 #: Without the gate they differ by their tasks' start times, which are 0.1-1 s apart.
 START_SPREAD_NS = 100_000_000
 MIB = 1 << 20
+#: The worker node of scripts/docker worker.
+WORKER = "knee-sw1"
 
 
 def _need_swarm() -> None:
@@ -41,6 +50,12 @@ def _need_swarm() -> None:
         swarm.check_swarm()
     except Unsupported as e:
         unavailable(str(e))
+    try:
+        worker = swarm.node_daemon(WORKER)
+    except HostError:
+        worker = None
+    if worker is None:
+        unavailable(f"no swarm node {WORKER} with a knee.socket label: run scripts/docker worker")
 
 
 def _in_range(address: str) -> bool:
@@ -80,10 +95,20 @@ def test_two_generators_are_two_replicas_of_one_service_each_with_its_slot_and_s
     sent = [_events(smoke, f"load-{i}")["done"][0]["sent"] for i in (0, 1)]
     assert all(s > 0 for s in sent)
     assert sum(sent) == point["sent"] + point["warmup_count"]
+    # Every request of the window answered: from the worker to the manager and back, over
+    # the overlay.
+    assert point["ok_in_window"] == point["sent_in_window"] > 0
     # Resources as on other hosts: the server's CPU against its limit, each host's link.
     server = point["resources"]["server"]
     assert (server["kind"], server["capacity"]) == ("cpu", 1.0)
     assert {"link:srv", "link:gen"} <= set(point["resources"])
+    # The generators on the worker, through its daemon; the server on this machine's node.
+    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
+    placed = {h["name"]: (h["swarm_node"], h["daemon"]) for h in hosts if h["kind"] == "swarm"}
+    assert placed == {
+        "srv": (swarm.this_node(), engine.socket()),
+        "gen": (WORKER, swarm.node_daemon(WORKER)),
+    }
 
 
 def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
@@ -94,19 +119,29 @@ def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
     assert abs(starts[0] - starts[1]) < START_SPREAD_NS
 
 
-def test_each_tasks_clock_is_checked_and_every_address_is_in_knee_range(smoke: Path) -> None:
+def test_each_tasks_clock_is_checked_over_the_overlay_and_every_address_is_in_knee_range(
+    smoke: Path,
+) -> None:
+    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
+    subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
+    assert len(subnets) == 1
+    overlay = ipaddress.ip_network(subnets.pop())
+    assert overlay.subnet_of(KNEE_RANGE)
     for node in ("load-0", "load-1"):  # the recorders: their sample times need the clock
         (clock,) = _events(smoke, node)["clock"]
+        # Dialed at the task's address on the run's overlay (the worker's task, from a
+        # container on this machine's node).
+        address, port = clock["dialed"].rsplit(":", 1)
+        assert ipaddress.ip_address(address) in overlay and int(port) == swarm.CLOCK_PORT
         # One kernel: the offset is zero within the bound of its round trips.
         assert 0 < clock["uncertainty_ns"] < 50_000_000
         assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
-    hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
-    subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
-    assert len(subnets) == 1 and ipaddress.ip_network(subnets.pop()).subnet_of(KNEE_RANGE)
     assert _in_range(_events(smoke, "server")["ready"][0]["addr"])
-    names = engine.run(["network", "ls", "--format", "{{.Name}}"], "listing").split()
-    assert {"ingress", "docker_gwbridge"} <= set(names)
-    assert all(engine.outside_range(s) == [] for s in engine.network_subnets(names).values())
+    for daemon in (engine.socket(), swarm.node_daemon(WORKER)):  # this node's, the worker's
+        names = engine.run(["network", "ls", "--format", "{{.Name}}"], "", host=daemon).split()
+        assert {"ingress", "docker_gwbridge"} <= set(names)
+        subnets = engine.network_subnets(names, host=daemon).values()
+        assert all(engine.outside_range(s) == [] for s in subnets)
 
 
 SPEC = """
@@ -121,6 +156,7 @@ memory_mb = 64
 
 [hosts.gen]
 kind = "swarm"
+node = "knee-sw1"
 cpu_cores = 0.25
 
 [placement]
@@ -139,12 +175,18 @@ warmup_s = 0
 """
 
 
-def _running(run_id: str, host: str | None = None) -> list[str]:
+def _running(run_id: str, host: str | None = None, daemon: str | None = None) -> list[str]:
+    """Running containers of the run (of host ``host``), on ``daemon`` or on every node's."""
     label = ["--filter", f"label=knee.host={host}"] if host else []
-    return engine.run(
-        ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
-        "listing",
-    ).split()
+    return [
+        name
+        for d in ([daemon] if daemon else swarm.daemons())
+        for name in engine.run(
+            ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
+            "listing",
+            host=d,
+        ).split()
+    ]
 
 
 def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_removes_them(
@@ -161,10 +203,11 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    worker = swarm.node_daemon(WORKER)
     deadline, run_id, gens = time.monotonic() + WAIT_S, "", []
     while time.monotonic() < deadline and runner.poll() is None:
         run_ids = [p.stem for p in records.glob("*.json")]
-        if run_ids and len(gens := _running(run_ids[0], "gen")) == 2:
+        if run_ids and len(gens := _running(run_ids[0], "gen", worker)) == 2:
             run_id = run_ids[0]
             break
         time.sleep(0.2)
@@ -172,14 +215,21 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         runner.kill()
         pytest.fail(f"the run's tasks did not start: {runner.communicate()[1].decode()[-2000:]}")
     try:
-        (srv,) = _running(run_id, "srv")
+        (srv,) = _running(run_id, "srv", engine.socket())
         fmt = "{{.State.Pid}} {{json .Config.Env}}"
+        mounts = "{{range .Mounts}}{{.Type}} {{end}}"
+        on = {srv: engine.socket(), **dict.fromkeys(gens, worker)}  # the daemon of each
         for name, cores in ((srv, 1.0), *((g, 0.25) for g in gens)):
-            pid, envs = engine.run(["inspect", "--format", fmt, name], "").split(" ", 1)
+            pid, envs = engine.run(["inspect", "--format", fmt, name], "", host=on[name]).split(
+                " ", 1
+            )
             dirs = engine.cgroup_dirs(int(pid))
             quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
             period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
             assert quota_us / period_us == pytest.approx(cores)
+            # No bind mount: the node protocol and its files go over the overlay network.
+            types = engine.run(["inspect", "--format", mounts, name], "", host=on[name]).split()
+            assert types == ["tmpfs", "tmpfs"]
             slot = name.split(".")[1]  # SERVICE.SLOT.TASK_ID
             assert f"KNEE_SLOT={slot}" in json.loads(envs)
             # One interface on the run's overlay network, no default route.
@@ -194,7 +244,8 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
     finally:
         runner.kill()
         runner.communicate(timeout=WAIT_S)
-    # The runner held every task's lifeline: it ended, so did the nodes (no restart).
+    # The runner held every task's lifeline: it ended, so did the nodes on both swarm nodes
+    # (no restart).
     deadline = time.monotonic() + WAIT_S
     while _running(run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -231,4 +282,106 @@ def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
     finally:
         host.teardown()
         network.teardown()
-    assert "\n" not in str(elsewhere.value) and "is not this machine's" in str(elsewhere.value)
+    assert "\n" not in str(elsewhere.value) and "another-machine" in str(elsewhere.value)
+
+
+KILL_SPEC = """
+[experiment]
+name = "swarm-kill-load"
+system = "matrix"
+
+[hosts.gen]
+kind = "swarm"
+node = "knee-sw1"
+cpu_cores = 0.5
+
+[placement]
+server = "gen"
+load = "gen"
+
+[driver]
+n = 20
+p = 10
+
+[load]
+rate_per_s = 100
+duration_s = 30
+warmup_s = 0
+"""
+#: The recorder writes its samples at least every 100 ms: one flush at KILL_SPEC's rate.
+ONE_FLUSH = 100 * 0.1
+
+
+def test_a_generator_killed_mid_point_keeps_its_samples_up_to_its_last_progress_line(
+    tmp_path: Path,
+) -> None:
+    _need_swarm()
+    records = tmp_path / "records"
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
+    spec = tmp_path / "spec.toml"
+    spec.write_text(KILL_SPEC)
+    runner = subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    worker = swarm.node_daemon(WORKER)
+    deadline, task = time.monotonic() + WAIT_S, ""
+    while time.monotonic() < deadline and runner.poll() is None:
+        logs = list((tmp_path / "runs").glob("*/nodes/load.p000.events.jsonl"))
+        # A progress line: the generator's files were pushed mid-point.
+        if logs and '"event":"progress"' in logs[0].read_text():
+            (run_id,) = [p.stem for p in records.glob("*.json")]
+            (task,) = [t for t in _running(run_id, "gen", worker) if "-load-" in t]
+            break
+        time.sleep(0.1)
+    if not task:
+        runner.kill()
+        pytest.fail(f"the generator did not progress: {runner.communicate()[1].decode()[-2000:]}")
+    engine.run(["kill", task], "killing the generator's task", host=worker)
+    _, err = runner.communicate(timeout=WAIT_S * 2)
+    assert runner.returncode != 0
+    assert "node load exited with code 137" in err.decode()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
+    # Its samples came up to its last progress line (pushed just before it), and they are
+    # knee-node's records.
+    last = _events(run_dir, "load")["progress"][-1]
+    samples = results.read_sample_records(run_dir / "raw" / "p000-load.samples.bin")
+    assert len(samples) >= last["completed"] > 0
+    assert len(samples) >= last["sent"] - ONE_FLUSH
+    assert swarm.services(run_id) == []  # the run cleaned up
+
+
+def _frame(name: str, offset: int, data: bytes) -> bytes:
+    head = {"event": "file", "name": name, "offset": offset, "bytes": len(data)}
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + data
+
+
+def test_the_agent_appends_each_frame_at_its_offset_and_refuses_one_that_does_not_fit(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    stream = io.BytesIO(
+        _frame("s.bin", 0, b"abc")
+        + b'{"event":"progress","sent":3}\n'
+        + _frame("s.bin", 3, b"de")
+        + _frame("s.bin", 9, b"zz")  # a gap: refused, and the file's later frames
+        + _frame("s.bin", 5, b"f")
+        + _frame("h.csv", 0, b"value_ns,count\n")
+    )
+    problems: list[str] = []
+    swarm_task.pass_on(stream, tmp_path, problems)
+    assert problems == []
+    assert (tmp_path / "s.bin").read_bytes() == b"abcde"
+    assert (tmp_path / "h.csv").read_bytes() == b"value_ns,count\n"
+    out, err = capsysbinary.readouterr()
+    assert out == b'{"event":"progress","sent":3}\n'  # the other lines go on
+    assert err.decode().splitlines() == [
+        "swarm task: s.bin: a frame at offset 9, the copy has 5 bytes: refused, with the "
+        "file's later frames"
+    ]
+    # A connection that ends inside a frame: what came is kept, and the end is named.
+    swarm_task.pass_on(io.BytesIO(_frame("s.bin", 5, b"ghij")[:-2]), tmp_path, problems)
+    assert (tmp_path / "s.bin").read_bytes() == b"abcdegh"
+    assert problems == ["s.bin: 2 of a frame's 4 bytes missing"]

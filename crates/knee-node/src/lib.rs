@@ -6,6 +6,7 @@ pub mod clock;
 pub mod clock_probe;
 pub mod config_defaults;
 pub mod contract;
+pub mod control;
 pub mod describe;
 pub mod events;
 pub mod load;

@@ -11,6 +11,10 @@
 //!                                     columns, config keys; load keys; statuses; events)
 //! knee-node clock                     CLOCK_MONOTONIC ns for each line on stdin (clock offset
 //!                                     of an ssh host)
+//! knee-node clock --dial ADDR         the same, from the node answering on TCP ADDR (a swarm
+//!                                     host's, KNEE_NODE_CLOCK_LISTEN), each line relayed
+//! knee-node relay --dial ADDR         stdin to TCP ADDR, ADDR to stdout (a swarm host's node
+//!                                     protocol: KNEE_NODE_CONTROL_LISTEN, src/control.rs)
 //! ```
 //! Configs are JSON (`docs/node-protocol.md`); a node prints JSON lines on stdout.
 
@@ -26,7 +30,8 @@ const USAGE: &str = "usage: knee-node --version
        knee-node gemm-rate [N] [REPS]
        knee-node grpc-check --config JSON|@FILE
        knee-node describe
-       knee-node clock";
+       knee-node clock [--dial ADDR]
+       knee-node relay --dial ADDR";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,14 +54,21 @@ fn run(args: &[String]) -> Result<(), String> {
             let system = args
                 .get(1)
                 .ok_or_else(|| format!("{role}: which system? ({})", systems::names().join(", ")))?;
-            let (name, config) = options(&args[2..])?;
+            let (name, mut config) = options(&args[2..])?;
             stdio::set_node_name(name.as_deref().unwrap_or(role));
+            // The clock's port first: the agent checks it once the config is given.
+            knee_node::clock_probe::listen_from_env();
+            if let Some(given) = knee_node::control::take_control()? {
+                config = given;
+            }
             signals::install();
-            if role == "serve" {
+            let done = if role == "serve" {
                 serve_role(system, &config)
             } else {
                 load_role(system, &config)
-            }
+            };
+            knee_node::control::push_new(); // what the files gained since the last push
+            done
         }
         Some("gemm-rate") => gemm_rate(args.get(1), args.get(2)),
         Some("grpc-check") => {
@@ -68,7 +80,17 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("{}", knee_node::describe::describe());
             Ok(())
         }
-        Some("clock") => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
+        Some("clock") => match (args.get(1).map(String::as_str), args.get(2)) {
+            (None, _) => knee_node::clock_probe::run(std::io::stdin().lock(), std::io::stdout().lock()),
+            (Some("--dial"), Some(addr)) => {
+                knee_node::clock_probe::dial(addr, std::io::stdin().lock(), std::io::stdout().lock())
+            }
+            _ => Err(USAGE.into()),
+        },
+        Some("relay") => match (args.get(1).map(String::as_str), args.get(2)) {
+            (Some("--dial"), Some(addr)) => knee_node::control::relay(addr),
+            _ => Err(USAGE.into()),
+        },
         _ => Err(USAGE.into()),
     }
 }

@@ -6,9 +6,9 @@
 //! runner closed it, or died and the engine closed the attached stream) the node stops as
 //! on SIGTERM, and exits after a grace period if it has not by then.
 //!
-//! A Swarm service has no stdin (knee's swarm hosts): `KNEE_NODE_LIFELINE_PATH=PATH` names a
-//! FIFO that is the lifeline instead, whose writer is the runner. It also carries the start:
-//! with `KNEE_NODE_START_GATE=1` a load generator waits, before its start, for a line
+//! A Swarm service has no stdin (knee's swarm hosts): its node's stdin is its control
+//! connection (`control::take_control`), and the lifeline with it. It also carries the
+//! start: with `KNEE_NODE_START_GATE=1` a load generator waits, before its start, for a line
 //! `start UNIX_NS` on it and starts at that wall-clock time (`wait_for_start`), so that the
 //! replicas of one service start together.
 
@@ -26,15 +26,6 @@ extern "C" fn on_signal(_: libc::c_int) {
 pub fn install() {
     if std::env::var_os(LIFELINE_ENV).is_some_and(|v| v == "1") {
         std::thread::spawn(|| lifeline(std::io::stdin().lock()));
-    } else if let Some(path) = std::env::var_os(LIFELINE_PATH_ENV) {
-        std::thread::spawn(move || match std::fs::File::open(&path) {
-            Ok(file) => lifeline(std::io::BufReader::new(file)),
-            Err(e) => {
-                let shown = path.to_string_lossy();
-                crate::stdio::log(&format!("lifeline {shown}: {e}: exiting"));
-                std::process::exit(2);
-            }
-        });
     }
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -48,8 +39,6 @@ pub fn install() {
 
 /// The environment variable that makes stdin the node's lifeline.
 pub const LIFELINE_ENV: &str = "KNEE_NODE_STDIN_LIFELINE";
-/// The environment variable naming a file (a FIFO) that is the node's lifeline.
-pub const LIFELINE_PATH_ENV: &str = "KNEE_NODE_LIFELINE_PATH";
 /// The environment variable that makes a load generator wait for its start line.
 pub const START_GATE_ENV: &str = "KNEE_NODE_START_GATE";
 /// The longest a gated generator waits for its start line, then for its start time: the

@@ -53,16 +53,17 @@ def client() -> str:
     return found
 
 
-def docker(*args: str) -> list[str]:
-    """The docker command for knee's daemon."""
-    return [client(), "-H", socket(), *args]
+def docker(*args: str, host: str | None = None) -> list[str]:
+    """The docker command for knee's daemon (or the daemon at ``host``: a swarm node's)."""
+    return [client(), "-H", host or socket(), *args]
 
 
-def run(args: list[str], what: str, stdin: bytes | None = None) -> str:
-    """Runs a docker command; its stdout. A failure is a one-line HostError."""
+def run(args: list[str], what: str, stdin: bytes | None = None, host: str | None = None) -> str:
+    """Runs a docker command (on the daemon at ``host``, default knee's); its stdout. A
+    failure is a one-line HostError."""
     try:
         res = subprocess.run(
-            docker(*args),
+            docker(*args, host=host),
             input=stdin if stdin is not None else b"",
             capture_output=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -87,11 +88,11 @@ def outside_range(subnets: list[str]) -> list[str]:
     return out
 
 
-def network_subnets(names: list[str]) -> dict[str, list[str]]:
-    """Each network's IPAM subnets."""
+def network_subnets(names: list[str], host: str | None = None) -> dict[str, list[str]]:
+    """Each network's IPAM subnets (on the daemon at ``host``, default knee's)."""
     if not names:
         return {}
-    text = run(["network", "inspect", *names], "inspecting networks")
+    text = run(["network", "inspect", *names], "inspecting networks", host=host)
     return {
         n["Name"]: [c["Subnet"] for c in (n.get("IPAM") or {}).get("Config") or [] if "Subnet" in c]
         for n in json.loads(text)
@@ -101,26 +102,30 @@ def network_subnets(names: list[str]) -> dict[str, list[str]]:
 _checked: set[str] = set()
 
 
-def check_daemon() -> None:
-    """Refuses (Unsupported, one line) a daemon that does not answer, or one with a network
-    outside 198.18.0.0/15 (Docker's defaults: 172.17.0.0/16, 10.0.0.0/8)."""
-    if socket() in _checked:
+def check_daemon(host: str | None = None) -> None:
+    """Refuses (Unsupported, one line) a daemon (knee's, or the one at ``host``: a swarm
+    node's) that does not answer, or one with a network outside 198.18.0.0/15 (Docker's
+    defaults: 172.17.0.0/16, 10.0.0.0/8)."""
+    daemon = host or socket()
+    if daemon in _checked:
         return
     try:
-        run(["info", "--format", "{{.ID}}"], "connecting")
-        names = run(["network", "ls", "--format", "{{.Name}}"], "listing networks").split()
-        subnets = network_subnets(names)
+        run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
+        names = run(
+            ["network", "ls", "--format", "{{.Name}}"], "listing networks", host=daemon
+        ).split()
+        subnets = network_subnets(names, host=daemon)
     except HostError as e:
         raise Unsupported(
-            f"docker hosts: no daemon at {socket()} ({e}); run scripts/docker"
+            f"docker hosts: no daemon at {daemon} ({e}); run scripts/docker"
         ) from None
     for name, nets in subnets.items():
         if bad := outside_range(nets):
             raise Unsupported(
-                f"docker hosts: the daemon at {socket()} has network {name} on {bad[0]}, "
+                f"docker hosts: the daemon at {daemon} has network {name} on {bad[0]}, "
                 f"outside {KNEE_RANGE}: use knee's own (scripts/docker)"
             )
-    _checked.add(socket())
+    _checked.add(daemon)
 
 
 # -- the image -----------------------------------------------------------------------------
@@ -246,13 +251,13 @@ def cgroup_cpu_s(path: Path) -> float | None:
     return None
 
 
-def container_pid(container: str, pids: dict[str, int]) -> int | None:
+def container_pid(container: str, pids: dict[str, int], host: str | None = None) -> int | None:
     """The host pid of a container's main process (kept in `pids` once known); None while
-    it has none (not started, or ended)."""
+    it has none (not started, or ended). ``host``: its daemon, if not knee's."""
     pid = pids.get(container)
     if pid is None:
         try:
-            out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting")
+            out = run(["inspect", "--format", "{{.State.Pid}}", container], "inspecting", host=host)
         except HostError:
             return None
         if not out.strip().isdigit() or out.strip() == "0":

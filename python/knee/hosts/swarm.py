@@ -1,24 +1,27 @@
 """Docker Swarm services as hosts (docs/hosts.md, "Swarm hosts").
 
 A host of kind ``swarm`` names a node of the swarm of knee's daemon (scripts/docker swarm),
-by constraint (``node.hostname==...``; default: this machine's node). Each node placed on it
+by constraint (``node.hostname==...``; default: this machine's node). Another node is one
+whose daemon knee reaches on this machine: its label ``knee.socket`` names its socket
+(scripts/docker worker makes such a node, knee-sw1, in a network namespace of its own); knee
+loads its image there, and reads its tasks' containers through it. Each node placed on it
 is a Swarm service of its own, on an overlay network knee makes for the run (``knee-R-swarm``,
 internal, in 198.19.128.0/18), except the generators of one point (NAME-0 .. NAME-{n-1},
 `load.generators` = n): they are ONE service with n replicas, and each replica reads its
 share from its task slot.
 
-A service has no stdin nor attached stdout, so the node protocol runs through a folder of
-this machine bind-mounted into each task, one per task slot (``--mount
-src=.../slot-{{.Task.Slot}}``, with ``KNEE_SLOT={{.Task.Slot}}`` in its environment):
-- ``config.fifo``: the node's ``--config @...``; the task's agent (``swarm_task.py``, the local
-  process the runner reads) writes the slot's config into it once the task runs, with the
-  task's own overlay address as ``listen``;
-- ``lifeline``: a FIFO the runner holds open (``KNEE_NODE_LIFELINE_PATH``): when the runner
-  ends, or dies, the node reads its end and stops; it also carries the start line of a
-  generator (``KNEE_NODE_START_GATE=1``): the replicas start at one wall-clock time once
-  every one of them is ready;
-- the node's stdout and stderr come back through ``docker logs -f`` of the task's container,
-  its exit code through ``docker wait``; its files (samples, histogram) are written there.
+A service has no stdin nor attached stdout, so the node protocol runs over the run's overlay
+network (src/control.rs of knee-node): each task's node takes ONE connection on its control
+port (``KNEE_NODE_CONTROL_LISTEN``), whose first line is its config, the rest its lifeline
+(and a generator's start line, ``KNEE_NODE_START_GATE=1``), and on which it prints its
+stdout lines and pushes what its files (samples, histogram, outputs) gained, before each
+progress line and at its end. The task's agent (``swarm_task.py``, the local process the
+runner reads) dials it through ``knee-node relay`` in a container of this machine's node on
+that network, appends the files' bytes to their copies in the slot's folder here
+(``slot-N``), and passes the lines on; the node's stderr comes
+back through ``docker logs -f`` of its container, its exit code through ``docker wait``
+(both through the daemon of the task's node). A task has no bind mount: its files and the
+host's scratch folder are tmpfs of its own; each reads ``KNEE_SLOT={{.Task.Slot}}``.
 
 Services use ``--restart-condition none`` (a failed node fails the point, as Kubernetes'
 ``backoffLimit: 0``). Everything is labelled ``knee.run=R``: the run removes its services and
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -47,11 +49,15 @@ from knee.hosts.local import node_binary
 
 #: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
 SWARM_POOL = "198.19.128.0/18"
-#: Inside a task: the slot's folder, and the host's folder its nodes share ({scratch}).
+#: Inside a task (tmpfs): the node's files, pushed as they grow, and its scratch ({scratch}).
 FILES_DIR = engine.FILES_DIR
 SCRATCH_DIR = "/knee/scratch"
 #: The agent that is a task's local process (its stdout, its exit code).
 AGENT = Path(__file__).with_name("swarm_task.py")
+#: The ports a task's node takes its control connection on, and a generator's answers the
+#: clock check on (in the task's own network namespace).
+CONTROL_PORT = 7991
+CLOCK_PORT = 7990
 #: A generator group is NAME-<index>.
 MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 #: At most this many services per host in one run (a point makes one per node or generator
@@ -59,6 +65,11 @@ MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 MAX_SERVICES_PER_HOST = 10_000
 #: Seconds the engine may take to remove a removed service's task containers (~1 s).
 TASKS_GONE_S = 30.0
+#: A node's label naming its daemon's socket on this machine (scripts/docker worker).
+SOCKET_LABEL = "knee.socket"
+#: A node's label naming its daemon's socket, as `docker node inspect` formats it.
+SOCKET_FORMAT = f'{{{{index .Spec.Labels "{SOCKET_LABEL}"}}}}'
+_image_lock = threading.Lock()
 
 
 def swarm_state() -> tuple[str, bool]:
@@ -92,6 +103,61 @@ def this_node() -> str:
     ).strip()
 
 
+def node_daemon(node: str) -> str | None:
+    """The socket of swarm node ``node``'s daemon from its label ``knee.socket`` (None
+    without one); a HostError if the swarm has no such node."""
+    out = engine.run(["node", "inspect", node, "--format", SOCKET_FORMAT], "inspecting " + node)
+    return out.strip() or None
+
+
+def daemons() -> list[str]:
+    """The sockets of the daemons of the swarm's nodes that knee reaches: its own, and those
+    its nodes' labels name."""
+    ids = engine.run(["node", "ls", "--format", "{{.ID}}"], "listing nodes").split()
+    labels = engine.run(["node", "inspect", *ids, "--format", SOCKET_FORMAT], "inspecting nodes")
+    return [engine.socket(), *sorted({x for x in labels.split() if x != engine.socket()})]
+
+
+def copy_image(image: str, host: str) -> None:
+    """Loads knee's ``image`` into the daemon at ``host`` (a worker's) unless it has it;
+    older knee-node images there not used by a container are removed, as on knee's."""
+    with _image_lock:
+        try:
+            engine.run(["image", "inspect", "--format", "{{.Id}}", image], "", host=host)
+            return
+        except HostError:
+            pass
+        save = subprocess.Popen(
+            engine.docker("save", image), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert save.stdout is not None
+        try:
+            load = subprocess.run(
+                engine.docker("load", "--quiet", host=host),
+                stdin=save.stdout,
+                capture_output=True,
+                timeout=engine.COMMAND_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            save.kill()
+            raise HostError(f"docker: loading {image} into {host}: timed out") from None
+        finally:
+            save.stdout.close()
+            save.wait(timeout=engine.COMMAND_TIMEOUT_S)
+        if save.returncode != 0 or load.returncode != 0:
+            lines = load.stderr.decode(errors="replace").strip().splitlines()
+            raise HostError(f"docker: loading {image} into {host}: {(lines or ['failed'])[-1]}")
+        out = engine.run(
+            ["image", "ls", "--filter", f"label={engine.IMAGE_LABEL}",
+             "--format", "{{.Repository}}:{{.Tag}}"],
+            "listing images", host=host,
+        )  # fmt: skip
+        for other in out.split():
+            if other != image:
+                with contextlib.suppress(HostError):  # in use by a container
+                    engine.run(["image", "rm", other], f"removing {other}", host=host)
+
+
 def services(run_id: str, host: str | None = None) -> list[str]:
     """Names of the services labelled with run ``run_id`` (and host ``host``)."""
     args = ["service", "ls", "--filter", f"label={engine.RUN_LABEL}={run_id}"]
@@ -100,13 +166,19 @@ def services(run_id: str, host: str | None = None) -> list[str]:
     return engine.run([*args, "--format", "{{.Name}}"], "listing services").split()
 
 
-def tasks(run_id: str) -> list[str]:
-    """The task containers of run ``run_id``'s services, running or not."""
-    return engine.run(
-        ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={run_id}",
-         "--filter", "label=knee.service", "--format", "{{.Names}}"],
-        "listing tasks",
-    ).split()  # fmt: skip
+def tasks(run_id: str, running: bool = False) -> list[str]:
+    """The task containers of run ``run_id``'s services (only those ``running``, or all), on
+    every node whose daemon knee reaches; a node whose daemon does not answer is skipped."""
+    out = []
+    for host in daemons():
+        with contextlib.suppress(HostError):
+            out += engine.run(
+                ["ps", *([] if running else ["-a"]),
+                 "--filter", f"label={engine.RUN_LABEL}={run_id}",
+                 "--filter", "label=knee.service", "--format", "{{.Names}}"],
+                "listing tasks", host=host,
+            ).split()  # fmt: skip
+    return out
 
 
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
@@ -146,7 +218,7 @@ class Network:
             check_swarm()
             cleanup.note(self.run_id, docker=[self.name])
             engine.run(
-                ["network", "create", "--driver", "overlay", "--internal",
+                ["network", "create", "--driver", "overlay", "--internal", "--attachable",
                  "--label", f"{engine.RUN_LABEL}={self.run_id}", self.name],
                 f"making network {self.name}",
             )  # fmt: skip
@@ -179,7 +251,6 @@ class _Service:
         self.folder = folder
         self.members = members
         self.registered: dict[str, list[str]] = {}  # member -> the service's args
-        self.lifelines: list[int] = []  # the FIFOs' fds the runner holds (O_RDWR)
         self.created = False
 
     def slot_dir(self, slot: int) -> Path:
@@ -212,6 +283,7 @@ class SwarmHost(Host):
         self.node_limits = node_limits
         self.local_binary = local_binary
         self.image: str | None = None
+        self.daemon: str | None = None  # the socket of the node's daemon
         self.folder: Path | None = None
         self._services: dict[str, _Service] = {}  # by service name
         self._pending: dict[str, _Service] = {}  # group base -> its service being filled
@@ -219,6 +291,9 @@ class SwarmHost(Host):
         self._pids: dict[str, int] = {}  # container -> its pid here
         self._cgroup: dict[str, Path] = {}
         self._bytes: dict[str, tuple[int, int]] = {}  # container -> last rx, tx
+        # A node file's name -> its place in the run directory (`node_path`): what teardown
+        # moves there if no fetch did (a failed point's). Bounded by the run's nodes' files.
+        self._locals: dict[str, Path] = {}
 
     @property
     def address(self) -> str:
@@ -231,17 +306,28 @@ class SwarmHost(Host):
             return
         self.network.setup()
         here = this_node()
-        if self.node is not None and self.node != here:
-            raise Unsupported(
-                f"swarm host {self.name}: node {self.node} is not this machine's ({here}): "
-                "the run's folders are bind-mounted, so knee places tasks here only"
-            )
-        self.node = here
+        if self.node is None or self.node == here:
+            self.node, daemon = here, engine.socket()
+        else:
+            try:
+                daemon = node_daemon(self.node)
+            except HostError as e:
+                raise Unsupported(f"swarm host {self.name}: {e}") from None
+            if daemon is None or not daemon.startswith("unix://"):
+                raise Unsupported(
+                    f"swarm host {self.name}: node {self.node} is not this machine's ({here}) "
+                    f"and has no label {SOCKET_LABEL}=unix://...: the run's folders are "
+                    "bind-mounted, so knee places tasks only on nodes whose daemon runs here "
+                    "(scripts/docker worker)"
+                )
+            engine.check_daemon(daemon)  # its networks too, in 198.18.0.0/15
         if self.local_binary is None:
             self.local_binary = node_binary()
         self.image = engine.ensure_image(self.local_binary, self.run_id)
+        if daemon != engine.socket():
+            copy_image(self.image, daemon)
+        self.daemon = daemon
         self.folder = Path(tempfile.mkdtemp(prefix=f"knee-swarm-{self.run_id}-{self.name}-"))
-        (self.folder / "scratch").mkdir()
 
     def binary(self, local_binary: str) -> str:
         return engine.NODE_PATH
@@ -282,20 +368,18 @@ class SwarmHost(Host):
         slot_dir = service.slot_dir(slot)
         slot_dir.mkdir(parents=True)
         (slot_dir / "config.json").write_text(json.dumps(config))
-        os.mkfifo(slot_dir / "config.fifo", 0o600)
-        os.mkfifo(slot_dir / "lifeline", 0o600)
-        # Held here: the node reads the lifeline's end when this process ends or closes it.
-        service.lifelines.append(os.open(slot_dir / "lifeline", os.O_RDWR | os.O_NONBLOCK))
         service.registered[node] = [role, system, "--name", base]
         if len(service.registered) == len(members):
             self._pending.pop(base, None)
             self._create(service, role, system, node)
         return [
             sys.executable, str(AGENT),
-            "--docker", engine.client(), "--host", engine.socket(),
+            "--docker", engine.client(), "--host", self.daemon or engine.socket(),
             "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
             "--folder", str(slot_dir), "--network", self.network.name,
-            *(["--gate"] if role == "load" else []),
+            "--manager", engine.socket(), "--image", self.image, "--run", self.run_id,
+            "--control-port", str(CONTROL_PORT),
+            *(["--gate", "--clock-port", str(CLOCK_PORT)] if role == "load" else []),
         ]  # fmt: skip
 
     def _create(self, service: _Service, role: str, system: str, node: str) -> None:
@@ -310,12 +394,16 @@ class SwarmHost(Host):
             ]
         if limits.get("memory_bytes"):
             opts += ["--limit-memory", f"{int(limits['memory_bytes'])}b"]
-        env = ["KNEE_SLOT={{.Task.Slot}}", f"KNEE_NODE_LIFELINE_PATH={FILES_DIR}/lifeline"]
+        env = [
+            "KNEE_SLOT={{.Task.Slot}}",
+            f"KNEE_NODE_CONTROL_LISTEN=0.0.0.0:{CONTROL_PORT}",
+            "KNEE_NODE_STDIN_LIFELINE=1",  # the control connection, once taken
+            f"KNEE_NODE_PUSH_DIR={FILES_DIR}",
+        ]
         if role == "load":
-            env.append("KNEE_NODE_START_GATE=1")
+            env += ["KNEE_NODE_START_GATE=1", f"KNEE_NODE_CLOCK_LISTEN=0.0.0.0:{CLOCK_PORT}"]
         assert self.folder is not None and self.image is not None
         label = f"{engine.RUN_LABEL}={self.run_id}"
-        slots = "slot-{{.Task.Slot}}"  # each task its own slot's folder
         engine.run(
             [
                 "service", "create", "--detach", "--no-resolve-image", "--quiet",
@@ -327,11 +415,10 @@ class SwarmHost(Host):
                 "--container-label", label, "--container-label", f"knee.host={self.name}",
                 "--container-label", f"knee.service={service.name}",
                 *[x for e in env for x in ("--env", e)],
-                "--mount", f"type=bind,src={service.folder}/{slots},dst={FILES_DIR}",
-                "--mount", f"type=bind,src={self.folder}/scratch,dst={SCRATCH_DIR}",
+                "--mount", f"type=tmpfs,dst={FILES_DIR}",
+                "--mount", f"type=tmpfs,dst={SCRATCH_DIR}",
                 *opts, self.image,
                 role, system, "--name", service.registered[service.members[0]][3],
-                "--config", f"@{FILES_DIR}/config.fifo",
             ],
             f"making service {service.name}",
         )  # fmt: skip
@@ -348,6 +435,7 @@ class SwarmHost(Host):
         out = engine.run(
             ["ps", "-a", "--filter", f"name=^{service}\\.{slot}\\.", "--format", "{{.Names}}"],
             "listing tasks",
+            host=self.daemon,
         ).split()
         return out[0] if out else None
 
@@ -362,9 +450,10 @@ class SwarmHost(Host):
             if container is None:  # not started: its agent ends the wait
                 proc.kill()
                 return
-            engine.run(["kill", "--signal", word, container], f"sending {word}")
+            engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
 
     def node_path(self, local: Path) -> str:
+        self._locals[local.name] = local
         return f"{FILES_DIR}/{local.name}"
 
     def scratch_path(self, local: Path) -> str:
@@ -380,7 +469,7 @@ class SwarmHost(Host):
         shutil.move(found[-1], local)
 
     def _pid(self, container: str) -> int | None:
-        return engine.container_pid(container, self._pids)
+        return engine.container_pid(container, self._pids, host=self.daemon)
 
     def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
         """The task's CPU seconds from its container's cgroup, its node's resident memory."""
@@ -405,7 +494,7 @@ class SwarmHost(Host):
             names = engine.run(
                 ["ps", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
                  "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
-                "listing tasks",
+                "listing tasks", host=self.daemon,
             ).split()  # fmt: skip
         except HostError:
             names = []
@@ -434,14 +523,22 @@ class SwarmHost(Host):
         with contextlib.suppress(HostError):
             if names := services(self.run_id, self.name):
                 engine.run(["service", "rm", *names], "removing services")
-        for service in self._services.values():
-            for fd in service.lifelines:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
         self._services.clear()
         self._pending.clear()
+        self._keep_unfetched(self.folder)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
+
+    def _keep_unfetched(self, folder: Path) -> None:
+        """Moves into the run directory the files that no fetch took: a point that failed
+        (a node killed mid-point) is not fetched, and its nodes' files came up to their
+        last push (each progress line's), which the run keeps, as a local node's."""
+        for path in sorted(folder.glob("*/slot-*/*")):
+            local = self._locals.get(path.name)
+            if local is not None and not local.exists():
+                with contextlib.suppress(OSError):
+                    local.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(path, local)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -451,5 +548,5 @@ class SwarmHost(Host):
             "subnet": self.network.subnet,
             "swarm_node": self.node,
             "image": self.image,
-            "daemon": engine.socket(),
+            "daemon": self.daemon or engine.socket(),
         }

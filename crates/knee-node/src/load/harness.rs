@@ -7,7 +7,8 @@
 //! - the stop signal: no new sends once SIGTERM/SIGINT came, and a 1 s grace for the
 //!   replies in flight, timed from when the node first noticed the stop;
 //! - the stdout lines (`events.rs`): `start`, a `progress` line every second (its samples
-//!   flushed just before it, on a thread of its own, so the role's send path never prints),
+//!   flushed just before it, and pushed on a swarm task's control connection,
+//!   `control::push_new`; on a thread of its own, so the role's send path never prints),
 //!   and `done`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -362,6 +363,9 @@ fn progress_loop<P: Serialize>(
         // Counters first, then the flush: the file then holds at least `completed` records.
         let counts = recorder.counters.snapshot();
         recorder.flush();
+        // A swarm task's files go over its control connection: what they gained, before
+        // the line (a task killed then keeps its samples up to it). A no-op elsewhere.
+        crate::control::push_new();
         let dt_s = (now - last_ns) as f64 / 1e9;
         let offset_ns = now - start_ns;
         events::emit(&Progress {
