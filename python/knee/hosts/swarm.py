@@ -306,6 +306,7 @@ class SwarmHost(Host):
             return
         self.network.setup()
         here = this_node()
+        daemon: str | None
         if self.node is None or self.node == here:
             self.node, daemon = here, engine.socket()
         else:
@@ -316,9 +317,9 @@ class SwarmHost(Host):
             if daemon is None or not daemon.startswith("unix://"):
                 raise Unsupported(
                     f"swarm host {self.name}: node {self.node} is not this machine's ({here}) "
-                    f"and has no label {SOCKET_LABEL}=unix://...: the run's folders are "
-                    "bind-mounted, so knee places tasks only on nodes whose daemon runs here "
-                    "(scripts/docker worker)"
+                    f"and has no label {SOCKET_LABEL}=unix://...: knee reads a task's "
+                    "logs, exit code and cgroups through its node's daemon, so it places "
+                    "tasks only on nodes whose daemon runs here (scripts/docker worker)"
                 )
             engine.check_daemon(daemon)  # its networks too, in 198.18.0.0/15
         if self.local_binary is None:
