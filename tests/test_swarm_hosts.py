@@ -189,20 +189,25 @@ def _running(run_id: str, host: str | None = None, daemon: str | None = None) ->
     ]
 
 
+def _start_run(spec_text: str, tmp_path: Path, records: Path) -> subprocess.Popen[bytes]:
+    """`knee run` of the spec into tmp_path/runs, its run records in `records` (for
+    `knee cleanup`), started in the background."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text)
+    return subprocess.Popen(
+        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
+        env={**os.environ, "KNEE_RECORDS_DIR": str(records)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_removes_them(
     tmp_path: Path,
 ) -> None:
     _need_swarm()
     records = tmp_path / "records"
-    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
-    spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC)
-    runner = subprocess.Popen(
-        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    runner = _start_run(SPEC, tmp_path, records)
     worker = swarm.node_daemon(WORKER)
     deadline, run_id, gens = time.monotonic() + WAIT_S, "", []
     while time.monotonic() < deadline and runner.poll() is None:
@@ -251,6 +256,7 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         time.sleep(0.2)
     assert _running(run_id) == []
     assert len(swarm.services(run_id)) == 2  # left for knee cleanup
+    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
     proc = subprocess.run(knee_cmd("cleanup"), env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"removed docker network knee-{run_id}-swarm" in proc.stdout
@@ -317,15 +323,7 @@ def test_a_generator_killed_mid_point_keeps_its_samples_up_to_its_last_progress_
 ) -> None:
     _need_swarm()
     records = tmp_path / "records"
-    env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
-    spec = tmp_path / "spec.toml"
-    spec.write_text(KILL_SPEC)
-    runner = subprocess.Popen(
-        knee_cmd("run", str(spec), "--out", str(tmp_path / "runs"), "--no-progress"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    runner = _start_run(KILL_SPEC, tmp_path, records)
     worker = swarm.node_daemon(WORKER)
     deadline, task = time.monotonic() + WAIT_S, ""
     while time.monotonic() < deadline and runner.poll() is None:

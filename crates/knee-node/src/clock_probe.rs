@@ -74,11 +74,7 @@ pub fn dial(addr: &str, mut input: impl BufRead, mut output: impl Write) -> Resu
     let (mut line, mut reply) = (Vec::with_capacity(MAX_LINE_BYTES), Vec::new());
     loop {
         line.clear();
-        let n = input
-            .by_ref()
-            .take(MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("clock: reading stdin: {e}"))?;
+        let n = read_line(&mut input, &mut line, "stdin")?;
         if n == 0 {
             return Ok(());
         }
@@ -89,11 +85,7 @@ pub fn dial(addr: &str, mut input: impl BufRead, mut output: impl Write) -> Resu
             .write_all(&line)
             .map_err(|e| format!("clock: writing to {addr}: {e}"))?;
         reply.clear();
-        replies
-            .by_ref()
-            .take(MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut reply)
-            .map_err(|e| format!("clock: reading from {addr}: {e}"))?;
+        read_line(&mut replies, &mut reply, addr)?;
         if reply.last() != Some(&b'\n') {
             return Err(format!("clock: {addr} ended or sent no line"));
         }
@@ -104,16 +96,21 @@ pub fn dial(addr: &str, mut input: impl BufRead, mut output: impl Write) -> Resu
     }
 }
 
+/// One line of `input` into `line` (its newline kept), MAX_LINE_BYTES at most; 0 at the end.
+fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>, from: &str) -> Result<usize, String> {
+    input
+        .by_ref()
+        .take(MAX_LINE_BYTES as u64)
+        .read_until(b'\n', line)
+        .map_err(|e| format!("clock: reading {from}: {e}"))
+}
+
 /// Replies to every line of `input` with the time it was read, until end of input.
 pub fn run(mut input: impl BufRead, mut output: impl Write) -> Result<(), String> {
     let mut line = Vec::with_capacity(MAX_LINE_BYTES);
     loop {
         line.clear();
-        let n = input
-            .by_ref()
-            .take(MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("clock: reading stdin: {e}"))?;
+        let n = read_line(&mut input, &mut line, "stdin")?;
         // Read the clock first: the reply's time is when the request arrived.
         let now_ns = clock::now_ns();
         if n == 0 {
