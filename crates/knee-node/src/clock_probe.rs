@@ -129,17 +129,22 @@ pub fn run(mut input: impl BufRead, mut output: impl Write) -> Result<(), String
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_increasing_time_per_line() {
-        let mut out = Vec::new();
-        run(&b"\n\nx\n"[..], &mut out).expect("three lines");
-        let times: Vec<u64> = String::from_utf8(out)
+    /// `out` is `n` lines, each a time in ns, none before the one above it.
+    fn assert_increasing_times(out: &[u8], n: usize) {
+        let times: Vec<u64> = std::str::from_utf8(out)
             .expect("utf-8")
             .lines()
             .map(|l| l.parse().expect("a number"))
             .collect();
-        assert_eq!(times.len(), 3);
+        assert_eq!(times.len(), n);
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn one_increasing_time_per_line() {
+        let mut out = Vec::new();
+        run(&b"\n\nx\n"[..], &mut out).expect("three lines");
+        assert_increasing_times(&out, 3);
     }
 
     #[test]
@@ -156,13 +161,7 @@ mod tests {
         let server = std::thread::spawn(move || serve_tcp(&listener, 1));
         let mut out = Vec::new();
         dial(&addr, &b"\n\n\n"[..], &mut out).expect("three round trips");
-        let times: Vec<u64> = String::from_utf8(out)
-            .expect("utf-8")
-            .lines()
-            .map(|l| l.parse().expect("a number"))
-            .collect();
-        assert_eq!(times.len(), 3);
-        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        assert_increasing_times(&out, 3);
         server.join().expect("the server's one connection ends");
     }
 
