@@ -18,6 +18,7 @@ import pytest
 from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
+from knee import results
 from knee.hosts import cleanup, docker
 from knee.hosts.base import Limits, Unsupported
 from knee.runner.node import Node
@@ -223,6 +224,10 @@ def test_a_container_killed_mid_run_fails_the_point_and_the_run_cleans_up(
     assert "node server exited with code 137 during the point" in err.decode()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
+    # The failed point's samples came out of the load's container before it went: the
+    # requests it sent, up to its last flush (here all: it was stopped, not killed).
+    (raw,) = results.read_manifest(run_dir)
+    assert len(raw.frame(run_dir)) > 0
     assert docker.labelled("container", run_id) == []
     assert docker.labelled("network", run_id) == []
     assert not list((tmp_path / "records").glob("*.json"))

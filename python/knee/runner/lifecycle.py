@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from knee import results, run_params
+from knee.hosts.base import HostError
 from knee.hosts.spec import LOCAL
 from knee.params import Point
 from knee.runner.node import Node
@@ -16,9 +17,14 @@ from knee.runner.state import PointNodes, RunState
 READY_TIMEOUT_S = 15.0
 
 
-def fetch_files(state: RunState, nodes: PointNodes, raws: dict[str, results.RawFile]) -> None:
+def fetch_files(
+    state: RunState, nodes: PointNodes, raws: dict[str, results.RawFile], strict: bool = True
+) -> list[str]:
     """Brings the files that nodes on remote hosts wrote (recorders' samples and
-    histograms, nodes' outputs) into raw/; a local host's node wrote them there already."""
+    histograms, nodes' outputs) into raw/; a local host's node wrote them there already.
+    Not `strict` (a failed point's files, up to each node's last flush): a file that cannot
+    be brought is a problem returned, and the others are still brought."""
+    problems: list[str] = []
     files = {name: list(paths) for name, paths in nodes.outputs.items()}
     for name, raw in raws.items():
         files.setdefault(name, []).extend(
@@ -29,8 +35,15 @@ def fetch_files(state: RunState, nodes: PointNodes, raws: dict[str, results.RawF
             continue
         host = state.hosts.host_of(nodes.where[name])
         for local in paths:
-            if host.node_path(local) != str(local):
+            if host.node_path(local) == str(local):
+                continue
+            try:
                 host.fetch(host.node_path(local), local)
+            except (HostError, OSError) as e:
+                if strict:
+                    raise
+                problems.append(str(e))
+    return problems
 
 
 _ADDR = re.compile(r"\{addr:([A-Za-z0-9_-]+)\}|\{(scratch)\}")

@@ -167,6 +167,11 @@ class Session:
             state.event("run_failed", None, detail=str(error).splitlines()[0] if str(error) else "")
         try:
             stop_all(state)
+            if state.unfetched is not None:  # a failed point's files, before their hosts go
+                nodes, raws = state.unfetched
+                state.unfetched = None
+                for problem in fetch_files(state, nodes, raws, strict=False):
+                    state.event("fetch_failed", None, detail=problem)
             for problem in self.hosts.teardown():
                 state.event("cleanup_failed", None, detail=problem)
         finally:
@@ -213,6 +218,7 @@ def _measure_point(
     nodes = PointNodes({p.name: p for p in plans}, where, {}, {}, recorders, record)
     raws: dict[str, results.RawFile] = {}
     scratch = state.run_dir / "scratch" / tag
+    state.unfetched = (nodes, raws)
     _start_nodes(state, point, system, nodes, raws, scratch)
     target = watch_target(state, point, system, where)
     expected = systems.expected_requests(point.load)
@@ -225,6 +231,7 @@ def _measure_point(
     _stop_nodes(state, point, nodes)
     state.monitor.remove_tree(TARGET_NODE)
     fetch_files(state, nodes, raws)
+    state.unfetched = None
     frame = results.point_frame(state.run_dir, list(raws.values()))
     # Before the scratch folder (a system's files) goes: the system's checker, if any.
     timeline = [e for e in state.events if e["point"] == point.index]

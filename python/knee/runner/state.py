@@ -30,6 +30,9 @@ class RunState:
     monitor: Monitor = field(default_factory=Monitor)
     keep_scratch: bool = False
     remote_usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # node: t, cpu_s
+    #: The point being run until its files are fetched: a point that fails is not fetched,
+    #: and the run's end brings what its remote nodes wrote up to their last flush.
+    unfetched: tuple[PointNodes, dict[str, results.RawFile]] | None = None
     #: Top-level keys added to summary.json besides the points (`knee find`: "find").
     extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
 
