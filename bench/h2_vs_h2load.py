@@ -66,14 +66,7 @@ QUICK = benchlib.PeerPlan(
 )
 #: Seconds, once: every step runs and prints its ratio, its figures not judged.
 SMOKE = benchlib.PeerPlan(
-    2,
-    8,
-    saturation_s=1.0,
-    stall_rate_per_s=500.0,
-    stall_run_s=2.0,
-    stall_at_s=0.7,
-    stall_s=0.5,
-    repeats=1,
+    2, 8, 1.0, stall_rate_per_s=500.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5, repeats=1
 )
 
 
