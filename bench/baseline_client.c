@@ -63,20 +63,11 @@ static uint64_t get_le(const unsigned char *p, int n) {
     return v;
 }
 
-static int write_all(int fd, const unsigned char *buf, size_t len) {
+/* All of buf written (sending) or read, retrying on EINTR and short counts; -1 on an
+   error or a closed connection. */
+static int transfer_all(int fd, unsigned char *buf, size_t len, int sending) {
     while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int read_all(int fd, unsigned char *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = read(fd, buf, len);
+        ssize_t n = sending ? write(fd, buf, len) : read(fd, buf, len);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return -1;
         buf += n;
@@ -177,7 +168,7 @@ int main(int argc, char **argv) {
         uint64_t id = (uint64_t)i + 1;
         put_u64(req + 4, id);
         uint64_t t0 = now_ns();
-        if (write_all(fd, req, sizeof req) != 0 || read_all(fd, rep, 4 + rep_payload) != 0) {
+        if (transfer_all(fd, req, sizeof req, 1) != 0 || transfer_all(fd, rep, 4 + rep_payload, 0) != 0) {
             fprintf(stderr, "request %llu: I/O error or connection closed\n",
                     (unsigned long long)id);
             return 1;

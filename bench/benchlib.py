@@ -103,6 +103,26 @@ def wrk_totals(stdout: str) -> tuple[int, float]:
     return int(total.group(1)), float(rate.group(1))
 
 
+@dataclass
+class WrkRun:
+    """One wrk run: its totals, the child's CPU ns and its output."""
+
+    total: int
+    rate_per_s: float
+    cpu_ns: int
+    stdout: str
+
+
+def wrk_run(
+    wrk: str, url: str, connections: int, seconds: float, timeout_s: float, cpus: set[int]
+) -> WrkRun:
+    """`wrk -t1 -c<connections> -d<seconds>s <url>` on `cpus`."""
+    cmd = [wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", url]
+    run = run_child(cmd, timeout_s=timeout_s, cpus=cpus)
+    total, rate = wrk_totals(run.stdout)
+    return WrkRun(total, rate, run.cpu_ns, run.stdout)
+
+
 def json_lines(text: str) -> list[dict]:
     """The JSON objects among a child's output lines (other lines are skipped)."""
     out = []
@@ -422,6 +442,75 @@ class PeerPlan:
     stall_run_s: float
     stall_at_s: float
     stall_s: float
+    #: Alternating rounds of the saturation runs (medians).
+    repeats: int = 3
+
+
+@dataclass
+class Saturated:
+    """One generator's saturation run: its replies ok over its wall time, and its CPU."""
+
+    ok: int
+    wall_s: float
+    cpu_ns: int
+
+
+#: A knee run of a bench: a `knee-node load` config -> its done line and CPU ns.
+KneeRun = Callable[[dict[str, Any]], tuple[dict[str, Any], int]]
+
+
+def saturation_rounds(
+    plan: PeerPlan,
+    knee: KneeRun,
+    peer: Callable[[], Saturated],
+    names: tuple[str, str, str],
+    target: str | None = None,
+    driver: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """plan.repeats rounds of knee's saturation run (a closed loop of C x M clients over C
+    connections, no pause; `driver` added to its config) then the peer's, each round printed
+    (the `target`'s name first); their medians: knee_rate_per_s, <peer>_rate_per_s,
+    knee_cpu_ns_per_<noun>, <peer>_cpu_ns_per_<noun>. names: (peer, noun, the noun as
+    printed per round, e.g. "ghz", "call", "call")."""
+    peer_name, noun, short = names
+    c, m = plan.connections, plan.streams
+    label, on = ("", "") if target is None else (f"{target} ", f" on {target}")
+    k_rate, p_rate, k_cpu, p_cpu = [], [], [], []
+    for i in range(plan.repeats):
+        load: dict[str, Any] = {
+            "schedule": {"kind": "closed", "clients": c * m, "think_ms": 0},
+            "connections": c,
+            "duration_s": plan.saturation_s,
+        }
+        if driver is not None:
+            load["driver"] = driver
+        done, cpu_ns = knee(load)
+        if done["ok"] == 0:
+            raise BenchError(f"knee: no {noun} ok{on}: {done}")
+        k_rate.append(done["ok"] / done["elapsed_s"])
+        k_cpu.append(cpu_ns / done["ok"])
+        p = peer()
+        p_rate.append(p.ok / p.wall_s)
+        p_cpu.append(p.cpu_ns / p.ok)
+        print(
+            f"{label}round {i + 1}: knee {k_rate[-1]:.0f}/s {k_cpu[-1]:.0f} ns/{short}, "
+            f"{peer_name} {p_rate[-1]:.0f}/s {p_cpu[-1]:.0f} ns/{short}",
+            flush=True,
+        )
+    return {
+        "knee_rate_per_s": median(k_rate),
+        f"{peer_name}_rate_per_s": median(p_rate),
+        f"knee_cpu_ns_per_{noun}": median(k_cpu),
+        f"{peer_name}_cpu_ns_per_{noun}": median(p_cpu),
+    }
+
+
+def stalled(plan: PeerPlan, pids: list[int], run: Callable[[], Any]) -> tuple[Any, float]:
+    """run() while `pids` are frozen for plan.stall_s at plan.stall_at_s: what it returned
+    and how long they were frozen, measured."""
+    with Freeze(pids, plan.stall_at_s, plan.stall_s) as frozen:
+        out = run()
+    return out, frozen.frozen_s
 
 
 def wait_started(
@@ -442,3 +531,32 @@ def wait_started(
             raise BenchError(f"{what} did not start: {log.read_text()[-500:]}")
         time.sleep(0.05)
     return found
+
+
+class ServedNginx:
+    """nginx as a point runs it: `knee-node serve http` writes its config (`nginx`: the
+    server.nginx table) and supervises it; scripts/nginx install puts nginx-light here when
+    nginx is missing. Its output goes to a file (nothing to drain while it runs)."""
+
+    def __init__(self, knee: Path, workdir: Path, nginx: dict[str, Any], timeout_s: float) -> None:
+        subprocess.run([str(BENCH_DIR.parent / "scripts" / "nginx"), "install"], check=True)
+        config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
+        cmd = [str(knee), "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
+        self.out = workdir / "nginx.out"
+        with self.out.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
+        ready = wait_started(
+            self.proc,
+            lambda: [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"],
+            "nginx",
+            self.out,
+            timeout_s,
+            self.stop,
+        )
+        self.addr: str = ready[0]["addr"]
+
+    def stop(self) -> None:
+        self.proc.terminate()  # by its PID; knee-node stops its nginx
+        self.proc.wait(timeout=30)

@@ -36,7 +36,6 @@ from benchlib import (
     run_child,
 )
 
-REPEATS = 3
 REQUEST_BYTES = 16
 REPLY_BYTES = 16
 SERVER_READY_TIMEOUT_S = 10.0
@@ -57,12 +56,14 @@ class Plan:
     closed_requests: int
     poisson_rate_per_s: float
     poisson_duration_s: float
+    #: Runs of each comparison (medians).
+    repeats: int = 3
 
 
 FULL = Plan(1000.0, 3000, 50_000, 20_000.0, 5.0)
 QUICK = Plan(1000.0, 1000, 10_000, 20_000.0, 2.0)
 #: Seconds, once each: every comparison runs and prints its ratio, its figures not judged.
-SMOKE = Plan(1000.0, 200, 2_000, 5_000.0, 0.5)
+SMOKE = Plan(1000.0, 200, 2_000, 5_000.0, 0.5, repeats=1)
 
 
 # --- processes -------------------------------------------------------------------------
@@ -178,9 +179,9 @@ def sent_based_p50_ns(samples_path: Path) -> float:
     return float(rtts[(len(rtts) - 1) // 2])
 
 
-def alternate(knee_run: Callable[[], None], baseline_run: Callable[[], None]) -> None:
-    """Runs both REPEATS times, swapping which goes first each round."""
-    for i in range(REPEATS):
+def alternate(knee_run: Callable[[], None], baseline_run: Callable[[], None], repeats: int) -> None:
+    """Runs both `repeats` times, swapping which goes first each round."""
+    for i in range(repeats):
         pair = (knee_run, baseline_run) if i % 2 == 0 else (baseline_run, knee_run)
         for run in pair:
             run()
@@ -211,7 +212,7 @@ def bench_low_rate_p50(knee: Path, client: Path, addr: str, work: Path, plan: Pl
     def baseline_run() -> None:
         base_p50.append(run_baseline(client, addr, n, rate, length_s)["p50_ns"])
 
-    alternate(knee_run, baseline_run)
+    alternate(knee_run, baseline_run, plan.repeats)
     # Like for like: both round trips run from the actual send to the reply.
     k, b = median(knee_sent_p50), median(base_p50)
     ratio = k / b
@@ -266,7 +267,7 @@ def bench_closed_cpu(
 
     server.pin_new_connections(cpu)
     try:
-        alternate(knee_run, baseline_run)
+        alternate(knee_run, baseline_run, plan.repeats)
     finally:
         server.pin_new_connections(all_cpus)
     k, b = median(knee_cpu), median(base_cpu)
@@ -307,7 +308,7 @@ def bench_poisson(knee: Path, addr: str, work: Path, plan: Plan) -> Section:
     late_pct: list[float] = []
     p99: list[float] = []
     first_late: list[float] = []
-    for _ in range(REPEATS):
+    for _ in range(plan.repeats):
         result = run_knee(knee, addr, work, load, length_s)
         done = result.done
         first_late.append(first_send_lateness_ns(result.samples_path))
@@ -354,12 +355,9 @@ def main() -> int:
     args = benchlib.speed_args(
         __doc__, "one short run of each: seconds", "shorter runs (about 30 s)"
     )
-    global REPEATS
-    if args.smoke:
-        REPEATS = 1
     plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     return benchlib.timed_report(
-        "echo_overhead", lambda: run_all(plan), f"medians of {REPEATS} runs"
+        "echo_overhead", lambda: run_all(plan), f"medians of {plan.repeats} runs"
     )
 
 

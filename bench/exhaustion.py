@@ -29,52 +29,26 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
 
 from attack_clients import (  # noqa: E402
-    OP_NONE,
+    SYSTEMS,
+    MiB,
     Usage,
     close_all,
+    heavy_request,
     never_read,
     open_idle,
     raise_open_files,
-    request_bytes,
     served,
+    server_params,
     slowloris,
     trickle,
     usage,
     wait_threads,
 )
 from benchlib import find_knee_node  # noqa: E402
-from wire_client import Client, echo_body  # noqa: E402
+from wire_client import Client  # noqa: E402
 
-MiB = 1 << 20
 MAX_CONNECTIONS = 64
 SLOW_CLIENTS = 20
-
-
-def server_params(system: str, scratch: Path) -> dict[str, Any]:
-    return {
-        "echo": {},
-        "matrix": {"algorithm": "naive", "threads": 1, "cache": 0},
-        "chat": {"replica": 0, "sqlite_path": str(scratch / "chat.db")},
-        "share": {
-            "role": "peer",
-            "index": "none",
-            "share_dir": str(scratch / "share"),
-            "peer_index": 0,
-            "files": 1,
-            "file_bytes": 8 * MiB,
-            "seed": 1,
-        },
-    }[system]
-
-
-def heavy_request(system: str) -> bytes:
-    """A request with a large reply where the system has one (echo 64 KiB, share 8 MiB)."""
-    if system == "echo":
-        return request_bytes(1, echo_body(64 * 1024))
-    if system == "share":
-        name = b"f0-0000.bin"
-        return request_bytes(4, len(name).to_bytes(2, "little") + name)
-    return request_bytes(OP_NONE)
 
 
 class Node:
@@ -210,7 +184,7 @@ def run(binary: Path, system: str, case: str, idle: int, scratch: Path) -> list[
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=int, default=10_000, help="idle connections per server")
-    parser.add_argument("--systems", default="echo,matrix,chat,share")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--smoke", action="store_true", help="echo, 200 idle connections")
     args = parser.parse_args()
     if args.smoke:  # every case, in seconds; its figures are not judged

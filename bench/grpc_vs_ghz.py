@@ -6,7 +6,7 @@ scripts/grpc-servers), unary knee.test.Echo/Call (tests/protos/echo.proto), clea
 The server runs pinned to CPU 0 with 4096 workers and the shortest call it has (1 ms: a
 call holds its worker that long, so the server's own limit is 4096 calls a millisecond,
 far above what one core serves); every generator runs on CPU 1. Rounds alternate knee and
-ghz, REPEATS times; medians.
+ghz, 3 times (--smoke: once); medians.
 
 a. Throughput at saturation: C connections x M calls at once on each, no pause (knee: a
    closed loop of C x M clients over load.connections C, which knee's HTTP/2 engine takes
@@ -37,21 +37,12 @@ import tempfile
 from pathlib import Path
 
 import benchlib
-from benchlib import (
-    BENCH_DIR,
-    BenchError,
-    Freeze,
-    ensure_h2_peers,
-    find_knee_node,
-    median,
-    run_child,
-)
+from benchlib import BENCH_DIR, BenchError, ensure_h2_peers, find_knee_node, run_child
 
 REPO = BENCH_DIR.parent
 PROTO = REPO / "tests" / "protos" / "echo.proto"
 CALL = "knee.test.Echo/Call"
 DATA = {"text": "knee"}
-REPEATS = 3
 SERVER_CPUS = {0}
 GENERATOR_CPUS = {1}
 CHILD_SLACK_S = 30.0
@@ -69,7 +60,7 @@ QUICK = benchlib.PeerPlan(
 )
 #: Seconds, once: every step runs and prints its ratio, its figures not judged.
 SMOKE = benchlib.PeerPlan(
-    2, 8, 1.0, stall_rate_per_s=300.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5
+    2, 8, 1.0, stall_rate_per_s=300.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5, repeats=1
 )
 
 
@@ -148,36 +139,21 @@ def ghz_percentile_ns(report: dict, percentage: int) -> float:
 
 def saturation(plan: benchlib.PeerPlan, knee: Path, ghz: Path, addr: str, workdir: Path) -> dict:
     c, m, secs = plan.connections, plan.streams, plan.saturation_s
-    k_rate, g_rate, k_cpu, g_cpu = [], [], [], []
-    for i in range(REPEATS):
-        load = {
-            "schedule": {"kind": "closed", "clients": c * m, "think_ms": 0},
-            "connections": c,
-            "duration_s": secs,
-        }
-        done, cpu_ns = knee_run(knee, addr, workdir, load, secs)
-        if done["ok"] == 0:
-            raise BenchError(f"knee: no call ok: {done}")
-        k_rate.append(done["ok"] / done["elapsed_s"])
-        k_cpu.append(cpu_ns / done["ok"])
+
+    def ghz_round() -> benchlib.Saturated:
         args = ["--connections", str(c), "-c", str(c * m), "-z", f"{secs:g}s"]
         report, cpu_ns = ghz_run(ghz, addr, args, secs)
         ok = ghz_ok(report)
         if ok == 0:
             raise BenchError(f"ghz: no call ok: {report.get('errorDistribution')}")
-        g_rate.append(ok / (report["total"] / 1e9))
-        g_cpu.append(cpu_ns / ok)
-        print(
-            f"round {i + 1}: knee {k_rate[-1]:.0f}/s {k_cpu[-1]:.0f} ns/call, "
-            f"ghz {g_rate[-1]:.0f}/s {g_cpu[-1]:.0f} ns/call",
-            flush=True,
-        )
-    return {
-        "knee_rate_per_s": median(k_rate),
-        "ghz_rate_per_s": median(g_rate),
-        "knee_cpu_ns_per_call": median(k_cpu),
-        "ghz_cpu_ns_per_call": median(g_cpu),
-    }
+        return benchlib.Saturated(ok, report["total"] / 1e9, cpu_ns)
+
+    return benchlib.saturation_rounds(
+        plan,
+        lambda load: knee_run(knee, addr, workdir, load, secs),
+        ghz_round,
+        ("ghz", "call", "call"),
+    )
 
 
 def stall(plan: benchlib.PeerPlan, knee: Path, ghz: Path, server: GoGrpc, workdir: Path) -> dict:
@@ -189,20 +165,21 @@ def stall(plan: benchlib.PeerPlan, knee: Path, ghz: Path, server: GoGrpc, workdi
         "duration_s": plan.stall_run_s,
     }
     pids = [server.proc.pid]
-    with Freeze(pids, plan.stall_at_s, plan.stall_s) as frozen:
-        done, _ = knee_run(knee, server.addr, workdir, load, plan.stall_run_s)
-    knee_frozen_s = frozen.frozen_s
+    (done, _), knee_frozen_s = benchlib.stalled(
+        plan, pids, lambda: knee_run(knee, server.addr, workdir, load, plan.stall_run_s)
+    )
     # Enough workers that none waits for another at this rate (ghz's --rps paces the calls).
     args = ["--connections", str(c), "-c", str(c * m), "--rps", f"{rate:g}"]
     args += ["-z", f"{plan.stall_run_s:g}s"]
-    with Freeze(pids, plan.stall_at_s, plan.stall_s) as frozen:
-        report, _ = ghz_run(ghz, server.addr, args, plan.stall_run_s)
+    (report, _), ghz_frozen_s = benchlib.stalled(
+        plan, pids, lambda: ghz_run(ghz, server.addr, args, plan.stall_run_s)
+    )
     g_p99, g_max = ghz_percentile_ns(report, 99), float(report["slowest"])
     print(
         f"stall ({plan.stall_s:g} s at {plan.stall_at_s:g} s, {rate:g}/s): knee (frozen "
         f"{knee_frozen_s:.2f} s) p99 {done['latency']['p99_ns'] / 1e6:.1f} ms max "
         f"{done['latency']['max_ns'] / 1e6:.1f} ms, {done['ok']} ok of {done['completed']}; "
-        f"ghz (frozen {frozen.frozen_s:.2f} s) p99 {g_p99 / 1e6:.1f} ms max {g_max / 1e6:.1f} "
+        f"ghz (frozen {ghz_frozen_s:.2f} s) p99 {g_p99 / 1e6:.1f} ms max {g_max / 1e6:.1f} "
         f"ms, {ghz_ok(report)} ok of {report['count']}",
         flush=True,
     )
@@ -232,9 +209,6 @@ def run_all(plan: benchlib.PeerPlan) -> dict:
 
 def main() -> int:
     args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about a minute)")
-    global REPEATS
-    if args.smoke:
-        REPEATS = 1
     plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     if (m := benchlib.run_or_broken("grpc_vs_ghz", lambda: run_all(plan))) is None:
         return 1
@@ -245,7 +219,7 @@ def main() -> int:
     print()
     print(
         f"{plan.connections} connections x {plan.streams} streams; "
-        f"medians of {REPEATS} alternating rounds"
+        f"medians of {plan.repeats} alternating rounds"
     )
     print(
         f"throughput knee / ghz: {s['knee_rate_per_s']:.0f} / {s['ghz_rate_per_s']:.0f} = "

@@ -4,7 +4,7 @@ same servers: nginx over TLS (h2 by ALPN, `knee-node serve http` with `http2`) a
 net/http in cleartext (h2c by prior knowledge, tests/http_apps/go_h2).
 
 Each server runs pinned to CPU 0 (nginx: one worker); every generator runs on CPU 1. Rounds
-alternate knee and h2load, REPEATS times; medians.
+alternate knee and h2load, 3 times (--smoke: once); medians.
 
 a. Throughput at saturation: a closed loop of C connections x M streams, no pause (knee:
    `knee-node load http`, driver.protocol h2 or h2c, load.connections C, driver.max_streams
@@ -42,11 +42,8 @@ import numpy as np
 from benchlib import (
     BENCH_DIR,
     BenchError,
-    Freeze,
     ensure_h2_peers,
     find_knee_node,
-    json_lines,
-    median,
     percentiles_ns,
     run_child,
 )
@@ -54,7 +51,6 @@ from benchlib import (
 sys.path.insert(0, str(BENCH_DIR.parent / "tests"))  # the servers are the tests' own
 from real_http_servers import build_go_app, free_port, throwaway_certs  # noqa: E402
 
-REPEATS = 3
 SERVER_CPUS = {0}
 GENERATOR_CPUS = {1}
 CHILD_SLACK_S = 30.0
@@ -70,7 +66,7 @@ QUICK = benchlib.PeerPlan(
 )
 #: Seconds, once: every step runs and prints its ratio, its figures not judged.
 SMOKE = benchlib.PeerPlan(
-    2, 8, saturation_s=1.0, stall_rate_per_s=500.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5
+    2, 8, 1.0, stall_rate_per_s=500.0, stall_run_s=2.0, stall_at_s=0.7, stall_s=0.5, repeats=1
 )
 
 
@@ -138,7 +134,6 @@ class NginxH2:
     point runs it: `knee-node serve http` writes its config and supervises it."""
 
     def __init__(self, knee: Path, workdir: Path) -> None:
-        subprocess.run([str(BENCH_DIR.parent / "scripts" / "nginx"), "install"], check=True)
         ca, cert, key = throwaway_certs(workdir / "tls")
         nginx = {
             "dir": str(workdir / "nginx"),
@@ -147,27 +142,12 @@ class NginxH2:
             "tls": {"cert": str(cert), "key": str(key)},
             "http2": True,
         }
-        config = {"listen": "127.0.0.1:0", "server": {"nginx": nginx}}
-        cmd = [str(knee), "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
-        self.out = workdir / "nginx.out"
-        with self.out.open("wb") as out:  # a file: nothing to drain while it runs
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-        ready = benchlib.wait_started(
-            self.proc,
-            lambda: [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"],
-            "nginx",
-            self.out,
-            START_TIMEOUT_S,
-            self.stop,
-        )
-        url = f"https://{ready[0]['addr']}"
-        self.target = Target("nginx-h2-tls", url, "h2", [self.proc.pid], str(ca))
+        self.nginx = benchlib.ServedNginx(knee, workdir, nginx, START_TIMEOUT_S)
+        url = f"https://{self.nginx.addr}"
+        self.target = Target("nginx-h2-tls", url, "h2", [self.nginx.proc.pid], str(ca))
 
     def stop(self) -> None:
-        self.proc.terminate()  # by its PID; knee-node stops its nginx
-        self.proc.wait(timeout=30)
+        self.nginx.stop()
 
 
 def knee_run(
@@ -214,37 +194,23 @@ def h2load_run(
 
 def saturation(plan: benchlib.PeerPlan, knee: Path, h2load: str, t: Target, workdir: Path) -> dict:
     c, m, secs = plan.connections, plan.streams, plan.saturation_s
-    k_rate, h_rate, k_cpu, h_cpu = [], [], [], []
-    for i in range(REPEATS):
-        load = {
-            "schedule": {"kind": "closed", "clients": c * m, "think_ms": 0},
-            "connections": c,
-            "duration_s": secs,
-            "driver": {"max_streams": m},
-        }
-        done, cpu_ns, _ = knee_run(knee, t, workdir, load, secs)
-        if done["ok"] == 0:
-            raise BenchError(f"knee: no request ok on {t.name}: {done}")
-        k_rate.append(done["ok"] / done["elapsed_s"])
-        k_cpu.append(cpu_ns / done["ok"])
+
+    def h2load_round() -> benchlib.Saturated:
         ok, wall_s, cpu_ns, _ = h2load_run(
             h2load, t, ["-c", str(c), "-m", str(m), "-D", f"{secs:g}"], secs
         )
         if ok == 0:
             raise BenchError(f"h2load: no request succeeded on {t.name}")
-        h_rate.append(ok / wall_s)
-        h_cpu.append(cpu_ns / ok)
-        print(
-            f"{t.name} round {i + 1}: knee {k_rate[-1]:.0f}/s {k_cpu[-1]:.0f} ns/req, "
-            f"h2load {h_rate[-1]:.0f}/s {h_cpu[-1]:.0f} ns/req",
-            flush=True,
-        )
-    return {
-        "knee_rate_per_s": median(k_rate),
-        "h2load_rate_per_s": median(h_rate),
-        "knee_cpu_ns_per_request": median(k_cpu),
-        "h2load_cpu_ns_per_request": median(h_cpu),
-    }
+        return benchlib.Saturated(ok, wall_s, cpu_ns)
+
+    return benchlib.saturation_rounds(
+        plan,
+        lambda load: knee_run(knee, t, workdir, load, secs)[:2],
+        h2load_round,
+        ("h2load", "request", "req"),
+        target=t.name,
+        driver={"max_streams": m},
+    )
 
 
 def h2load_log_latencies_ns(log: Path) -> np.ndarray:
@@ -266,21 +232,24 @@ def stall(plan: benchlib.PeerPlan, knee: Path, h2load: str, server: GoH2c, workd
         "duration_s": plan.stall_run_s,
         "driver": {"max_streams": m},
     }
-    with Freeze(t.pids, plan.stall_at_s, plan.stall_s) as frozen:
-        done, _, _ = knee_run(knee, t, workdir, load, plan.stall_run_s)
-    knee_frozen_s = frozen.frozen_s
+    (done, _, _), knee_frozen_s = benchlib.stalled(
+        plan, t.pids, lambda: knee_run(knee, t, workdir, load, plan.stall_run_s)
+    )
     log = workdir / "h2load.log"
     per_client = plan.stall_rate_per_s / c
     args = ["-c", str(c), "-m", str(m), "--rps", f"{per_client:g}", "-D", f"{plan.stall_run_s:g}"]
-    with Freeze(t.pids, plan.stall_at_s, plan.stall_s) as frozen:
-        ok, _, _, out = h2load_run(h2load, t, [*args, "--log-file", str(log)], plan.stall_run_s)
+    (ok, _, _, out), h2load_frozen_s = benchlib.stalled(
+        plan,
+        t.pids,
+        lambda: h2load_run(h2load, t, [*args, "--log-file", str(log)], plan.stall_run_s),
+    )
     h2 = percentiles_ns(h2load_log_latencies_ns(log))
     said = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out)
     print(
         f"stall on {t.name} ({plan.stall_s:g} s at {plan.stall_at_s:g} s, "
         f"{plan.stall_rate_per_s:g}/s): knee (frozen {knee_frozen_s:.2f} s) p99 "
         f"{done['latency']['p99_ns'] / 1e6:.1f} ms max {done['latency']['max_ns'] / 1e6:.1f} ms, "
-        f"{done['ok']} ok of {done['completed']}; h2load (frozen {frozen.frozen_s:.2f} s) p99 "
+        f"{done['ok']} ok of {done['completed']}; h2load (frozen {h2load_frozen_s:.2f} s) p99 "
         f"{h2['p99_ns'] / 1e6:.1f} ms max {h2['max_ns'] / 1e6:.1f} ms, {ok} ok"
         + (
             f" (its own summary: min {said.group(1)} max {said.group(2)} mean {said.group(3)})"
@@ -324,9 +293,6 @@ def run_all(plan: benchlib.PeerPlan, targets: list[str]) -> dict:
 
 def main() -> int:
     args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about 2 minutes)")
-    global REPEATS
-    if args.smoke:
-        REPEATS = 1
     plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     m = benchlib.run_or_broken("h2_vs_h2load", lambda: run_all(plan, ["go-h2c", "nginx-h2-tls"]))
     if m is None:
@@ -335,7 +301,7 @@ def main() -> int:
     print()
     print(
         f"{plan.connections} connections x {plan.streams} streams; "
-        f"medians of {REPEATS} alternating rounds"
+        f"medians of {plan.repeats} alternating rounds"
     )
     for name in ("go-h2c", "nginx-h2-tls"):
         s = m[name]

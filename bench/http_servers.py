@@ -45,7 +45,6 @@ from benchlib import (
     json_lines,
     median,
     run_child,
-    wrk_totals,
 )
 
 sys.path.insert(0, str(BENCH_DIR.parent / "python"))  # this tree's knee, not an installed one
@@ -192,9 +191,9 @@ def knee_run(knee: Path, server: RealServer, workdir: Path, seconds: float) -> M
 
 def wrk_run(wrk: str, server: RealServer, seconds: float) -> Measured:
     """One `wrk -t1 -c16` run on the generator CPU."""
-    cmd = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{server.url}{server.path}"]
-    run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    total, rate = wrk_totals(run.stdout)
+    url, timeout_s = f"{server.url}{server.path}", seconds + CHILD_SLACK_S
+    run = benchlib.wrk_run(wrk, url, CONNECTIONS, seconds, timeout_s, GENERATOR_CPUS)
+    total = run.total
     if total == 0:
         raise BenchError(f"wrk completed no response: {run.stdout[-300:]!r}")
     failures: Counter[str] = Counter()
@@ -204,7 +203,7 @@ def wrk_run(wrk: str, server: RealServer, seconds: float) -> Measured:
                 failures[kind] = int(n)
     if non2xx := re.search(r"Non-2xx or 3xx responses: (\d+)", run.stdout):
         failures["non-2xx/3xx"] = int(non2xx.group(1))
-    return Measured(rate, run.cpu_ns / total, failures)
+    return Measured(run.rate_per_s, run.cpu_ns / total, failures)
 
 
 def describe(m: Measured, side: str) -> str:

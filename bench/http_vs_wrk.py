@@ -2,7 +2,7 @@
 """knee's HTTP load generator against wrk (Debian's package) on the same nginx.
 
 nginx runs one worker pinned to CPU 0 (`knee-node serve http`); every generator runs on CPU 1.
-Rounds alternate knee and wrk (or the minimal client), REPEATS times; medians.
+Rounds alternate knee and wrk (or the minimal client), 3 times (--smoke: once); medians.
 
 a. CPU ns per request of the generator at its maximum closed-loop throughput: one thread,
    16 keep-alive connections, no pause (knee records every sample; wrk keeps a histogram).
@@ -22,23 +22,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import benchlib
-from benchlib import (
-    BENCH_DIR,
-    BenchError,
-    ensure_wrk,
-    find_knee_node,
-    json_lines,
-    median,
-    run_child,
-    wrk_totals,
-)
+from benchlib import BenchError, ensure_wrk, find_knee_node, json_lines, median, run_child
 
-REPEATS = 3
 SERVER_CPU = 0
 GENERATOR_CPUS = {1}
 CONNECTIONS = 16
@@ -50,44 +39,18 @@ class Plan:
     closed_s: float
     open_rate_per_s: float
     open_requests: int
+    #: Alternating rounds (medians).
+    repeats: int = 3
 
 
 FULL = Plan(closed_s=10.0, open_rate_per_s=1000.0, open_requests=5000)
 QUICK = Plan(closed_s=4.0, open_rate_per_s=1000.0, open_requests=2000)
 #: Seconds, once: every comparison runs and prints its ratio, its figures not judged.
-SMOKE = Plan(closed_s=1.0, open_rate_per_s=1000.0, open_requests=200)
+SMOKE = Plan(closed_s=1.0, open_rate_per_s=1000.0, open_requests=200, repeats=1)
 
 
-class Nginx:
-    """One nginx worker pinned to SERVER_CPU, as a point runs it: `knee-node serve http`
-    writes its config and supervises it (scripts/nginx install puts nginx-light here)."""
-
-    def __init__(self, knee: Path, workdir: Path) -> None:
-        # nginx-light from the package registry when nginx is missing.
-        subprocess.run([str(BENCH_DIR.parent / "scripts" / "nginx"), "install"], check=True)
-        self.dir = workdir / "nginx"
-        self.out = workdir / "nginx.out"
-        server = {"nginx": {"dir": str(self.dir), "workers": 1, "cpu": SERVER_CPU}}
-        config = {"listen": "127.0.0.1:0", "server": server}
-        cmd = [str(knee), "serve", "http", "--name", "nginx", "--config", json.dumps(config)]
-        with self.out.open("wb") as out:  # a file: nothing to drain while it runs
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL
-            )
-        deadline = time.monotonic() + 30
-        while not (ready := self._ready()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise BenchError(f"nginx did not start: {self.out.read_text()[-500:]}")
-            time.sleep(0.05)
-        self.url = f"http://{ready[0]['addr']}"
-
-    def _ready(self) -> list[dict]:
-        return [e for e in json_lines(self.out.read_text()) if e.get("event") == "ready"]
-
-    def stop(self) -> None:
-        self.proc.terminate()  # by its PID; knee-node stops its nginx
-        self.proc.wait(timeout=30)
+#: Seconds nginx gets to start.
+START_TIMEOUT_S = 30.0
 
 
 def knee_http(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> tuple[dict, int]:
@@ -107,14 +70,13 @@ def knee_http(knee: Path, url: str, workdir: Path, load: dict, max_s: float) -> 
 
 def wrk_run(wrk: str, url: str, seconds: float) -> tuple[int, float, int]:
     """wrk -t1 -c16: (requests, requests/s, CPU ns)."""
-    cmd = [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", f"{url}/"]
-    run = run_child(cmd, timeout_s=seconds + CHILD_SLACK_S, cpus=GENERATOR_CPUS)
-    total, rate = wrk_totals(run.stdout)
+    timeout_s = seconds + CHILD_SLACK_S
+    run = benchlib.wrk_run(wrk, f"{url}/", CONNECTIONS, seconds, timeout_s, GENERATOR_CPUS)
     if "Non-2xx" in run.stdout:
         raise BenchError(f"wrk saw error responses: {run.stdout[-300:]}")
     if errors := re.search(r"Socket errors: .*", run.stdout):
         print(f"  wrk: {errors.group(0)}", flush=True)  # as for knee above: said
-    return total, rate, run.cpu_ns
+    return run.total, run.rate_per_s, run.cpu_ns
 
 
 #: The minimal blocking client: one connection, a request per 1/rate slot (sleep to 100 us
@@ -214,9 +176,11 @@ def run_all(plan: Plan) -> dict:
     knee, wrk = find_knee_node(), ensure_wrk()
     with tempfile.TemporaryDirectory(prefix="knee-http-bench-") as tmp:
         workdir = Path(tmp)
-        nginx = Nginx(knee, workdir)
+        nginx_table = {"dir": str(workdir / "nginx"), "workers": 1, "cpu": SERVER_CPU}
+        nginx = benchlib.ServedNginx(knee, workdir, nginx_table, START_TIMEOUT_S)
         try:
-            return rounds(plan, knee, wrk, compile_client(workdir), nginx.url, workdir)
+            url = f"http://{nginx.addr}"
+            return rounds(plan, knee, wrk, compile_client(workdir), url, workdir)
         finally:
             nginx.stop()
 
@@ -232,7 +196,7 @@ def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Pa
         "requests": plan.open_requests,
     }
     k_cpu, w_cpu, k_rate, w_rate, k_p50, c_p50 = [], [], [], [], [], []
-    for i in range(REPEATS):
+    for i in range(plan.repeats):
         done, cpu_ns = knee_http(knee, url, workdir, closed, plan.closed_s)
         k_cpu.append(cpu_ns / done["completed"])
         k_rate.append(done["completed"] / done["elapsed_s"])
@@ -259,9 +223,6 @@ def rounds(plan: Plan, knee: Path, wrk: str, client: Path, url: str, workdir: Pa
 
 def main() -> int:
     args = benchlib.speed_args(__doc__, benchlib.SMOKE_HELP, "shorter runs (about 40 s)")
-    global REPEATS
-    if args.smoke:
-        REPEATS = 1
     plan = benchlib.pick_plan(args, SMOKE, QUICK, FULL)
     if (m := benchlib.run_or_broken("http_vs_wrk", lambda: run_all(plan))) is None:
         return 1
@@ -272,7 +233,7 @@ def main() -> int:
     print(f"CPU ns per request, knee / wrk:       {cpu:.2f}  (target <= 1.0)")
     print(f"max closed-loop throughput, knee / wrk: {rate:.2f}  (target >= 1.0)")
     print(f"p50 on one connection, knee / client:  {p50:.2f}  (target <= 1.3)")
-    print(f"(medians of {REPEATS} alternating rounds)")
+    print(f"(medians of {plan.repeats} alternating rounds)")
     print(json.dumps({"cpu_ratio": cpu, "throughput_ratio": rate, "p50_ratio": p50, **m}))
     return 0
 

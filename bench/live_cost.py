@@ -4,8 +4,8 @@ its nodes not counted) on the same echo run with `--live` and a client polling i
 page does (/state.json every second, /metrics every 5 s, the page and plotly.js once),
 against `--no-live`.
 
-The runs alternate, REPEATS times each, and the ratio is of the medians. Exits 0 even when
-the target is missed (this is a measurement), 1 when something broke.
+The runs alternate, 3 times each (--smoke: once), and the ratio is of the medians. Exits 0
+even when the target is missed (this is a measurement), 1 when something broke.
 
     python3 bench/live_cost.py [--smoke]
 """
@@ -24,7 +24,6 @@ from pathlib import Path
 import benchlib
 from benchlib import BENCH_DIR, BenchError, Row, Section, find_knee_node, median
 
-REPEATS = 3
 #: The page's own poll, and a Prometheus scrape (a short scrape interval).
 STATE_EVERY_S = 1.0
 METRICS_EVERY_S = 5.0
@@ -61,10 +60,12 @@ warmup_s = 0.5
 class Plan:
     rate_per_s: float
     duration_s: float
+    #: Runs with the page and without it (medians).
+    repeats: int = 3
 
 
 FULL = Plan(rate_per_s=5000, duration_s=20)
-SMOKE = Plan(rate_per_s=500, duration_s=2)
+SMOKE = Plan(rate_per_s=500, duration_s=2, repeats=1)
 
 
 class Poller:
@@ -143,7 +144,7 @@ def run_all(plan: Plan) -> list[Section]:
         spec = Path(tmp) / "spec.toml"
         spec.write_text(SPEC.format(rate=plan.rate_per_s, duration_s=plan.duration_s))
         without, with_page, served = [], [], []
-        for i in range(REPEATS):
+        for i in range(plan.repeats):
             out = Path(tmp) / f"runs-{i}"
             cpu, _ = run_once(spec, out, live=False, timeout_s=timeout_s)
             without.append(cpu)
@@ -171,12 +172,9 @@ def run_all(plan: Plan) -> list[Section]:
 
 def main() -> int:
     args = benchlib.speed_args(__doc__, "one short run of each: seconds")
-    global REPEATS
-    if args.smoke:
-        REPEATS = 1
     plan = benchlib.pick_plan(args, SMOKE, FULL, FULL)
     return benchlib.timed_report(
-        "live_cost", lambda: run_all(plan), f"medians of {REPEATS} runs each"
+        "live_cost", lambda: run_all(plan), f"medians of {plan.repeats} runs each"
     )
 
 

@@ -11,13 +11,18 @@ import select
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import psutil
-from wire_client import LENGTH, Client, encode_request, parse_addr
+from wire_client import LENGTH, Client, echo_body, encode_request, parse_addr
 
 #: An operation no system has: every server answers it (UnknownOp) without other work, so
 #: it shows that the server still serves, whatever the system.
 OP_NONE = 0xFFFF
+MiB = 1 << 20
+#: The framed-TCP systems attacked (stream's service is UDP: no connections to hold).
+SYSTEMS = ("echo", "matrix", "chat", "share")
 
 
 @dataclass(frozen=True)
@@ -155,3 +160,33 @@ def never_read(addr: str, request: bytes, max_bytes: int) -> tuple[socket.socket
 def request_bytes(op: int, body: bytes = b"") -> bytes:
     """One request frame (id 1: the server does not care that they repeat)."""
     return encode_request(1, op, body)
+
+
+def server_params(system: str, scratch: Path) -> dict[str, Any]:
+    """The server section of each attacked system, its files in `scratch`."""
+    return {
+        "echo": {},
+        "matrix": {"algorithm": "naive", "threads": 1, "cache": 0},
+        "chat": {"replica": 0, "sqlite_path": str(scratch / "chat.db")},
+        # A peer's obtain sends an 8 MiB file with sendfile(2): the write timeout covers it too.
+        "share": {
+            "role": "peer",
+            "index": "none",
+            "share_dir": str(scratch / "share"),
+            "peer_index": 0,
+            "files": 1,
+            "file_bytes": 8 * MiB,
+            "seed": 1,
+        },
+    }[system]
+
+
+def heavy_request(system: str) -> bytes:
+    """A request with a large reply where the system has one (echo 64 KiB, share's 8 MiB
+    file), else op none (a small one)."""
+    if system == "echo":
+        return request_bytes(1, echo_body(64 * 1024))
+    if system == "share":
+        name = b"f0-0000.bin"
+        return request_bytes(4, len(name).to_bytes(2, "little") + name)
+    return request_bytes(OP_NONE)

@@ -18,24 +18,25 @@ from typing import Any
 
 import pytest
 from attack_clients import (
-    OP_NONE,
+    SYSTEMS,
+    MiB,
     close_all,
+    heavy_request,
     never_read,
     open_idle,
     raise_open_files,
-    request_bytes,
     served,
+    server_params,
     slowloris,
     trickle,
     usage,
     wait_threads,
 )
 from conftest import Processes, RunLoad, Server, StartServer, unavailable
-from wire_client import LENGTH, Client, echo_body
+from wire_client import LENGTH, Client
 
 from knee.results import SAMPLE_DTYPE, read_manifest, read_sample_records
 
-MiB = 1 << 20
 IDLE_CONNECTIONS = 10_000
 #: Small, so that the connections it admits (a thread each) cost the test little.
 MAX_CONNECTIONS = 64
@@ -50,32 +51,9 @@ ANNOUNCED_BYTES = 16 * MiB
 #: of MiB), far above what a thread and a 64 KiB read buffer per connection cost.
 RSS_GROWTH_BOUND_BYTES = 96 * MiB
 
-ServerParams = Callable[[Path], dict[str, Any]]
-
-#: Each system's server, and a request that makes a large reply (or, op none, a small one).
-SERVERS: dict[str, tuple[ServerParams, bytes]] = {
-    "echo": (lambda _: {}, request_bytes(1, echo_body(64 * 1024))),
-    "matrix": (lambda _: {"algorithm": "naive", "threads": 1, "cache": 0}, request_bytes(OP_NONE)),
-    "chat": (lambda d: {"replica": 0, "sqlite_path": str(d / "chat.db")}, request_bytes(OP_NONE)),
-    # A peer's obtain sends an 8 MiB file with sendfile(2): the write timeout covers it too.
-    "share": (
-        lambda d: {
-            "role": "peer",
-            "index": "none",
-            "share_dir": str(d / "share"),
-            "peer_index": 0,
-            "files": 1,
-            "file_bytes": 8 * MiB,
-            "seed": 1,
-        },
-        request_bytes(4, len(b"f0-0000.bin").to_bytes(2, "little") + b"f0-0000.bin"),
-    ),
-}
-
 
 def start(start_server: StartServer, tmp_path: Path, system: str, **limits: Any) -> Server:
-    params, _ = SERVERS[system]
-    srv = start_server(system, params(tmp_path), **limits)
+    srv = start_server(system, server_params(system, tmp_path), **limits)
     if system == "share":
         srv.wait_stats(lambda e: e.get("files_ready") is True, timeout_s=20)
     return srv
@@ -85,7 +63,7 @@ def latest_stats(srv: Server, pred: Callable[[dict[str, Any]], bool]) -> dict[st
     return srv.wait_stats(pred, timeout_s=10)
 
 
-@pytest.mark.parametrize("system", SERVERS)
+@pytest.mark.parametrize("system", SYSTEMS)
 def test_idle_connections_beyond_max_connections_are_refused_and_logged_once_a_second(
     start_server: StartServer, tmp_path: Path, system: str
 ) -> None:
@@ -124,7 +102,7 @@ def test_idle_connections_beyond_max_connections_are_refused_and_logged_once_a_s
     assert len(refusals) + sum(counted) + sum(flushed) == want
 
 
-@pytest.mark.parametrize("system", SERVERS)
+@pytest.mark.parametrize("system", SYSTEMS)
 def test_slowloris_is_closed_by_the_read_timeout_and_the_server_goes_on(
     start_server: StartServer, tmp_path: Path, system: str
 ) -> None:
@@ -168,12 +146,12 @@ def test_slow_clients_announcing_large_frames_do_not_cost_their_size(
     assert held.rss_bytes - before.rss_bytes < RSS_GROWTH_BOUND_BYTES
 
 
-@pytest.mark.parametrize("system", SERVERS)
+@pytest.mark.parametrize("system", SYSTEMS)
 def test_a_client_that_never_reads_is_closed_by_the_write_timeout_in_bounded_memory(
     start_server: StartServer, tmp_path: Path, system: str
 ) -> None:
     srv = start(start_server, tmp_path, system, write_timeout_ms=WRITE_TIMEOUT_MS)
-    _, request = SERVERS[system]
+    request = heavy_request(system)
     before = usage(srv.pid)
     with Client(srv.addr) as normal:
         sock, sent_bytes = never_read(srv.addr, request, max_bytes=64 * MiB)

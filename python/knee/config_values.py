@@ -6,7 +6,8 @@ narrows it (isinstance, or the Param type the spec validated it against)."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 #: Any value tomllib reads.
 TomlValue = (
@@ -26,6 +27,7 @@ TomlTable = dict[str, TomlValue]
 #: schema takes one), or None for an optional key left out.
 ConfigValue = str | int | float | bool | None | list["ConfigValue"] | dict[str, "ConfigValue"]
 ConfigTable = dict[str, ConfigValue]
+T = TypeVar("T")
 
 
 # Reads of one key that narrow its value. A spec's values were checked against their Param
@@ -37,51 +39,43 @@ def _wrong(key: str, expected: str, value: object) -> TypeError:
     return TypeError(f"{key}: expected {expected}, got {value!r}")
 
 
-def number(table: Mapping[str, ConfigValue], key: str) -> float:
-    """table[key], a number (an int is one)."""
-    value = table[key]
-    if not isinstance(value, int | float):
-        raise _wrong(key, "a number", value)
-    return value
+#: A read of one key of a table (a point's section, a node config).
+Read = Callable[[Mapping[str, ConfigValue], str], T]
 
 
-def opt_number(table: Mapping[str, ConfigValue], key: str) -> float | None:
-    """table[key] when it is there and not None, a number; else None."""
-    return None if table.get(key) is None else number(table, key)
+def _reader(kind: type[T] | tuple[type[T], ...], expected: str) -> Read[T]:
+    """A read of table[key] that narrows it to `kind` (`expected` names it in the error)."""
+
+    def read(table: Mapping[str, ConfigValue], key: str) -> T:
+        value = table[key]
+        if not isinstance(value, kind):
+            raise _wrong(key, expected, value)
+        return value
+
+    return read
 
 
-def integer(table: Mapping[str, ConfigValue], key: str) -> int:
-    """table[key], an integer."""
-    value = table[key]
-    if not isinstance(value, int):
-        raise _wrong(key, "an integer", value)
-    return value
+def _optional(read: Read[T]) -> Read[T | None]:
+    """`read`'s value when the key is there and not None; else None."""
+
+    def read_optional(table: Mapping[str, ConfigValue], key: str) -> T | None:
+        return None if table.get(key) is None else read(table, key)
+
+    return read_optional
 
 
-def opt_integer(table: Mapping[str, ConfigValue], key: str) -> int | None:
-    """table[key] when it is there and not None, an integer; else None."""
-    return None if table.get(key) is None else integer(table, key)
-
-
-def text(table: Mapping[str, ConfigValue], key: str) -> str:
-    """table[key], a string."""
-    value = table[key]
-    if not isinstance(value, str):
-        raise _wrong(key, "a string", value)
-    return value
-
-
-def opt_text(table: Mapping[str, ConfigValue], key: str) -> str | None:
-    """table[key] when it is there and not None, a string; else None."""
-    return None if table.get(key) is None else text(table, key)
-
-
-def items(table: Mapping[str, ConfigValue], key: str) -> list[ConfigValue]:
-    """table[key], a list."""
-    value = table[key]
-    if not isinstance(value, list):
-        raise _wrong(key, "a list", value)
-    return value
+#: table[key], a number (an int is one).
+number: Read[float] = _reader((int, float), "a number")
+#: table[key], an integer.
+integer: Read[int] = _reader(int, "an integer")
+#: table[key], a string.
+text: Read[str] = _reader(str, "a string")
+#: table[key], a list.
+items: Read[list[ConfigValue]] = _reader(list, "a list")
+#: table[key] when it is there and not None, of that type; else None.
+opt_number: Read[float | None] = _optional(number)
+opt_integer: Read[int | None] = _optional(integer)
+opt_text: Read[str | None] = _optional(text)
 
 
 def subtable(table: Mapping[str, ConfigValue], key: str) -> ConfigTable:

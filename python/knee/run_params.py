@@ -54,8 +54,9 @@ class StartedNode(TypedDict):
     config: ConfigTable  # its JSON config, every placeholder replaced
 
 
-class PlannedPoint(TypedDict):
-    """A point of plan.json."""
+@dataclass
+class PlannedPoint:
+    """A point of plan.json: what it was planned to run with."""
 
     point: int
     series: str
@@ -68,17 +69,9 @@ class PlannedPoint(TypedDict):
 
 
 @dataclass
-class PointParams:
+class PointParams(PlannedPoint):
     """One point: what it was planned to run with and, once started, what it ran."""
 
-    point: int
-    series: str
-    label: str
-    swept: ConfigTable
-    experiment: ConfigTable
-    server: ConfigTable
-    load: ConfigTable
-    driver: ConfigTable
     status: str = "planned"
     #: Seconds since the run's start (the clock of events.parquet); None until it happens.
     started_s: float | None = None
@@ -143,17 +136,9 @@ def write_point(run_dir: Path, params: PointParams) -> None:
     write_json(run_dir / POINTS / f"p{params.point:03d}.json", record)
 
 
-def _planned_dict(params: PointParams) -> PlannedPoint:
-    return PlannedPoint(
-        point=params.point,
-        series=params.series,
-        label=params.label,
-        swept=params.swept,
-        experiment=params.experiment,
-        server=params.server,
-        load=params.load,
-        driver=params.driver,
-    )
+def _planned_dict(params: PointParams) -> dict[str, object]:
+    """The planned part of a point's record: PlannedPoint's fields, in their order."""
+    return {f.name: getattr(params, f.name) for f in fields(PlannedPoint)}
 
 
 # ------------------------------------------------------------------ reading

@@ -19,7 +19,7 @@ A probe is an ordinary point at one open-loop rate. What the search needs from i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from knee.stats.stability import BACKLOG_MIN, BACKLOG_SHARE
@@ -59,12 +59,8 @@ class Decision:
         return self.capacity == "stable" and (answer == "capacity" or self.slo == "met")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "capacity": self.capacity,
-            "limit": self.limit,
-            "slo": self.slo,
-            "reason": self.reason,
-        }
+        """Its fields, in order: capacity, limit, slo, reason."""
+        return asdict(self)
 
 
 def _check(stats: PointStats, name: str) -> Check | None:
