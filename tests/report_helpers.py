@@ -62,12 +62,14 @@ def only_dir(root: Path) -> Path:
     return dirs[0]
 
 
-def run_spec(spec_text: str, root: Path, name: str) -> Path:
+def run_spec(spec_text: str, root: Path, name: str, timeout_s: float = 240) -> Path:
     """Writes the spec to root/<name>.toml and runs `knee run` on it into root/<name>,
     asserting it exits 0 (its output's tail said if not): the run directory."""
     spec = root / f"{name}.toml"
     spec.write_text(spec_text)
-    res = run_knee("run", str(spec), "--out", str(root / name), "--no-progress")
+    res = run_knee(
+        "run", str(spec), "--out", str(root / name), "--no-progress", timeout_s=timeout_s
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     return only_dir(root / name)
 
