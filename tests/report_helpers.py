@@ -74,6 +74,24 @@ def run_spec(spec_text: str, root: Path, name: str, timeout_s: float = 240) -> P
     return only_dir(root / name)
 
 
+def run_specs_at_once(root: Path, specs: dict[str, str], *args: str) -> dict[str, Path]:
+    """Writes each spec to root/<name>.toml and runs `knee run` (with `args`) on them all at
+    the same time, each into root/<name>, asserting each exits 0: the run directories, by
+    name."""
+    procs = {}
+    for name, text in specs.items():
+        spec = root / f"{name}.toml"
+        spec.write_text(text)
+        cmd = knee_cmd("run", str(spec), "--out", str(root / name), "--no-progress", *args)
+        procs[name] = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+    for proc in procs.values():
+        _, stderr = proc.communicate(timeout=240)
+        assert proc.returncode == 0, stderr[-3000:]
+    return {name: only_dir(root / name) for name in specs}
+
+
 def smoke_run(experiment: str, root: Path) -> tuple[Path, str]:
     """`experiments/<experiment>.toml`'s smoke run (report included) and its output.
 
