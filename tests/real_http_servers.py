@@ -178,9 +178,9 @@ def go_binary() -> str:
 
 @cache
 def build_go_app(out_dir: Path = GO_BUILD_DIR, app: str = "go_app") -> Path:
-    """`go build` of tests/http_apps/<app> (standard library only: go_app, go_h2) into
-    `out_dir`, with go's caches there too; downloads are off (GOPROXY=off,
-    GOTOOLCHAIN=local). Once per process and app."""
+    """`go build` of tests/http_apps/<app> (standard library only: go_app, go_h2, each with
+    the local package tests/http_apps/hello) into `out_dir`, with go's caches there too;
+    downloads are off (GOPROXY=off, GOTOOLCHAIN=local). Once per process and app."""
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = out_dir / app.replace("_", "-")
     env = {

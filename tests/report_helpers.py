@@ -62,14 +62,77 @@ def only_dir(root: Path) -> Path:
     return dirs[0]
 
 
-def run_spec(spec_text: str, root: Path, name: str) -> Path:
+#: The stream system's two lossy services: one fixed 1 ms, one uniform 1-3 ms, each losing 10%.
+LOSSY_SERVICES = """[
+  { name = "fast", delay = "fixed", delay_ms = 1.0, loss_p = 0.1 },
+  { name = "slow", delay = "uniform", min_ms = 1.0, max_ms = 3.0, loss_p = 0.1 },
+]"""
+
+
+def stream_spec(
+    name: str, seed: int, streams: str, frames: int, timeout_ms: int, services: str = ""
+) -> str:
+    """A small closed-loop experiment of the stream system, client on stream 0, without its
+    series (which end it: the duration, 30 s, is a bound): `services` the servers' list
+    (a series may give its own instead)."""
+    services = f"services = {services}\n" if services else ""
+    return (
+        f'\n[experiment]\nname = "{name}"\nsystem = "stream"\nseed = {seed}\n\n'
+        f"[server]\nstreams = {streams}\n{services}\n"
+        f"[driver]\nstream = 0\nframes = {frames}\n\n"
+        f'[load]\nschedule = "closed"\ntimeout_ms = {timeout_ms}\nduration_s = 30\nwarmup_s = 0\n'
+    )
+
+
+def naive_matrix_spec(name: str, load: str = "", slo: str = "") -> str:
+    """A matrix experiment on one naive thread, no cache, the same 50 x 50 matrix to a power
+    of 2,000 to 2,500 (slow enough that tens of requests a second load it), then `load`:
+    its [load] and series."""
+    slo = f'slo = "{slo}"\n' if slo else ""
+    return (
+        f'\n[experiment]\nname = "{name}"\nsystem = "matrix"\nseed = 1\n{slo}\n'
+        '[server]\nalgorithm = "naive"\nthreads = 1\ncache = 0\n\n'
+        "[driver]\nn = 50\nsame_matrix = true\np_min = 2000\np_max = 2500\n" + load
+    )
+
+
+def poisson_rates(rates_per_s: list[int]) -> str:
+    """An open loop of 2.5 s a point, Poisson arrivals (0.4 s warm-up, no timeout to speak
+    of), one series sweeping the rate: a spec's [load] and [series.rate]."""
+    return (
+        '\n[load]\nwarmup_s = 0.4\nschedule = "poisson"\nrate_per_s = 10\nduration_s = 2.5\n'
+        f'timeout_ms = 60000\n\n[series.rate]\nsweep = {{ "load.rate_per_s" = {rates_per_s} }}\n'
+    )
+
+
+def run_spec(spec_text: str, root: Path, name: str, timeout_s: float = 240) -> Path:
     """Writes the spec to root/<name>.toml and runs `knee run` on it into root/<name>,
     asserting it exits 0 (its output's tail said if not): the run directory."""
     spec = root / f"{name}.toml"
     spec.write_text(spec_text)
-    res = run_knee("run", str(spec), "--out", str(root / name), "--no-progress")
+    res = run_knee(
+        "run", str(spec), "--out", str(root / name), "--no-progress", timeout_s=timeout_s
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     return only_dir(root / name)
+
+
+def run_specs_at_once(root: Path, specs: dict[str, str], *args: str) -> dict[str, Path]:
+    """Writes each spec to root/<name>.toml and runs `knee run` (with `args`) on them all at
+    the same time, each into root/<name>, asserting each exits 0: the run directories, by
+    name."""
+    procs = {}
+    for name, text in specs.items():
+        spec = root / f"{name}.toml"
+        spec.write_text(text)
+        cmd = knee_cmd("run", str(spec), "--out", str(root / name), "--no-progress", *args)
+        procs[name] = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+    for proc in procs.values():
+        _, stderr = proc.communicate(timeout=240)
+        assert proc.returncode == 0, stderr[-3000:]
+    return {name: only_dir(root / name) for name in specs}
 
 
 def smoke_run(experiment: str, root: Path) -> tuple[Path, str]:

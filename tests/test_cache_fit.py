@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_models import synthetic_point
 
 from knee.models import analyze
 from knee.models.fit import fit_service
-from knee.stats import distribution
 from knee.stats.cache import SEGMENTS, cache_split
 
 ENTRIES = 200
@@ -49,19 +49,9 @@ def cache_point(
     hits = fifo_hits(warmup + requests, rng)[warmup:]
     service = np.where(hits, rng.normal(HIT_NS, 1e3, requests), rng.normal(MISS_NS, 5e5, requests))
     intended = np.arange(requests) * (1e9 / rate)
-    latency = service + 2e5
     return {
-        "point": index,
-        "series": "s",
-        "label": f"s rate_per_s={rate:g}",
-        "swept": {"load.rate_per_s": rate},
-        "target_rate_per_s": rate,
+        **synthetic_point(index, rate, service, delay_ns=2e5),
         "achieved_rate_per_s": rate,
-        "throughput_per_s": rate,
-        "latency_ok_ns": distribution(latency),
-        "server_ns": distribution(service),
-        "service_ns": distribution(service),
-        "stability": {"verdict": "stable", "detail": "synthetic"},
         "warmup_count": warmup,
         "cache": cache_split(hits.astype(np.int64), service, intended),
     }

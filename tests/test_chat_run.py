@@ -4,9 +4,9 @@ the run directory (no operation lost or applied twice, a measurable gap)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from report_helpers import run_spec
 
 import knee
 from knee.analysis import chat
@@ -46,13 +46,7 @@ node = "replica-0"
 
 
 def test_failover_run_through_the_event_timeline(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC)
-    out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--no-progress"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    run_dir = run_spec(SPEC, tmp_path, "failover", timeout_s=180)
     run = knee.open_run(run_dir)
     integrity = chat.failover_integrity(run)
     assert integrity["acknowledged_writes"] > 100

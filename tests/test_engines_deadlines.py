@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,14 +250,33 @@ def _once_each(records: np.ndarray, done: dict[str, Any]) -> None:
     assert len(np.unique(ids)) == len(ids) == done["completed"], done
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+FrozenUnderLoad = Callable[
+    [float, float], AbstractContextManager[tuple[Target, Run, dict[str, int]]]
+]
+
+
+@pytest.fixture(params=ENGINES)
+def frozen_under_load(
+    request: pytest.FixtureRequest, knee_node: str, processes: Processes, tmp_path: Path
+) -> FrozenUnderLoad:
+    """`with frozen_under_load(timeout_ms, duration_s) as (target, run, times)`: each engine's
+    target under load for WARM_S, then frozen for the block (`_frozen`'s times)."""
+
+    @contextmanager
+    def load(timeout_ms: float, duration_s: float) -> Iterator[tuple[Target, Run, dict[str, int]]]:
+        target = TARGETS[request.param](knee_node, processes, tmp_path)
+        run = _start_load(knee_node, processes, tmp_path, target, timeout_ms, duration_s)
+        time.sleep(WARM_S)
+        with _frozen(target.frozen) as times:
+            yield target, run, times
+
+    return load
+
+
 def test_a_reply_after_its_deadline_is_a_timeout(
-    engine: str, knee_node: str, processes: Processes, tmp_path: Path
+    frozen_under_load: FrozenUnderLoad, tmp_path: Path
 ) -> None:
-    target = TARGETS[engine](knee_node, processes, tmp_path)
-    run = _start_load(knee_node, processes, tmp_path, target, SHORT_TIMEOUT_MS, 4.0)
-    time.sleep(WARM_S)
-    with _frozen(target.frozen) as times:
+    with frozen_under_load(SHORT_TIMEOUT_MS, 4.0) as (target, run, times):
         time.sleep(FREEZE_S)
     _wait_end(run, tmp_path)
     r = run.records()
@@ -268,20 +287,18 @@ def test_a_reply_after_its_deadline_is_a_timeout(
     missed = r[(sent > times["stopped_ns"]) & (deadline < times["resumed_ns"])]
     assert len(missed) >= 3, f"too few requests while frozen: {len(missed)} of {len(r)}"
     statuses = sorted(set(missed["status"].tolist()))
-    assert set(statuses) <= target.expired, f"{engine}: statuses {statuses} past the deadline"
+    assert set(statuses) <= target.expired, (
+        f"{target.system}: statuses {statuses} past the deadline"
+    )
     assert np.all(missed["received_ns"][missed["status"] == TIMEOUT] == 0)
     # The server answered before the freeze: the timeouts are the freeze's.
     assert np.count_nonzero(r["status"] == OK) > 0
 
 
-@pytest.mark.parametrize("engine", ENGINES)
 def test_a_request_unanswered_at_the_stop_is_a_drop_after_the_grace(
-    engine: str, knee_node: str, processes: Processes, tmp_path: Path
+    frozen_under_load: FrozenUnderLoad, tmp_path: Path
 ) -> None:
-    target = TARGETS[engine](knee_node, processes, tmp_path)
-    run = _start_load(knee_node, processes, tmp_path, target, LONG_TIMEOUT_MS, 60.0)
-    time.sleep(WARM_S)
-    with _frozen(target.frozen) as times:
+    with frozen_under_load(LONG_TIMEOUT_MS, 60.0) as (_, run, times):
         time.sleep(GRACE_S)
         stop_ns = time.monotonic_ns()
         os.kill(run.proc.pid, signal.SIGTERM)

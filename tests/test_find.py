@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -593,18 +594,26 @@ def test_a_bad_slo_is_refused_in_one_line(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def _knee_http_forbidden(
+    tmp_path: Path, knee_node: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`knee http` with `args` at gunicorn's /forbidden (403 to every request), into
+    tmp_path/runs."""
+    with real_server("gunicorn-sync", tmp_path / "srv", knee_node) as server:
+        return run_knee(
+            "http", server.url + "/forbidden", *args,
+            "--out", str(tmp_path / "runs"), "--no-progress",
+            timeout_s=300,
+        )  # fmt: skip
+
+
 def test_a_wrong_url_stops_the_search_at_once_and_names_the_status(
     tmp_path: Path, knee_node: str
 ) -> None:
     """gunicorn answering 403 to every request at /forbidden: `knee http URL` stops after
     its low probe (no step down), names the status and the count, hints at the URL, exits
     6, and still writes its report, which states it."""
-    with real_server("gunicorn-sync", tmp_path / "srv", knee_node) as server:
-        proc = run_knee(
-            "http", server.url + "/forbidden", "--probe", "2s", "--min-rate", "20",
-            "--out", str(tmp_path / "runs"), "--no-progress",
-            timeout_s=300,
-        )  # fmt: skip
+    proc = _knee_http_forbidden(tmp_path, knee_node, "--probe", "2s", "--min-rate", "20")
     assert proc.returncode == 6, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if "every request at 20/s failed" in x)
     assert "403 Forbidden (" in line and "check the URL, method and headers" in line, line
@@ -625,12 +634,7 @@ def test_a_fixed_rate_run_whose_every_request_failed_writes_its_report(
 ) -> None:
     """A fixed rate against the same 403: no latency, no throughput above 0, and the report
     is written all the same (its log axes had failed it with matplotlib's ValueError)."""
-    with real_server("gunicorn-sync", tmp_path / "srv", knee_node) as server:
-        proc = run_knee(
-            "http", server.url + "/forbidden", "--rate", "20", "--duration", "3s",
-            "--out", str(tmp_path / "runs"), "--no-progress",
-            timeout_s=300,
-        )  # fmt: skip
+    proc = _knee_http_forbidden(tmp_path, knee_node, "--rate", "20", "--duration", "3s")
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path / "runs")
     assert "the report failed" not in proc.stderr

@@ -12,38 +12,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from report_helpers import check_in_browser, figure_ids, only_dir, run_knee
+from report_helpers import (
+    check_in_browser,
+    figure_ids,
+    naive_matrix_spec,
+    only_dir,
+    poisson_rates,
+    run_knee,
+)
 
 from knee.report import answers, fmt
 
-SPEC = """
-[experiment]
-name = "matrix-answers"
-system = "matrix"
-seed = 1
-slo = "p99<80ms"
-
-[server]
-algorithm = "naive"
-threads = 1
-cache = 0
-
-[driver]
-n = 50
-same_matrix = true
-p_min = 2000
-p_max = 2500
-
-[load]
-warmup_s = 0.4
-schedule = "poisson"
-rate_per_s = 10
-duration_s = 2.5
-timeout_ms = 60000
-
-[series.rate]
-sweep = { "load.rate_per_s" = [10, 25, 300] }
-"""
+SPEC = naive_matrix_spec("matrix-answers", poisson_rates([10, 25, 300]), slo="p99<80ms")
 
 
 #: What `knee find` printed, beside the search's run directory.

@@ -32,6 +32,12 @@ def driver(data: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     }
 
 
+def calls(run_load: Any, target: str, rate_per_s: int, duration_s: float, **config: Any) -> Any:
+    """`knee-node load grpc` at `rate_per_s` calls a second for `duration_s`."""
+    schedule = {"kind": "constant", "rate_per_s": rate_per_s}
+    return run_load("grpc", target, schedule, duration_s=duration_s, **config)
+
+
 def one_line(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, stderr
@@ -98,14 +104,7 @@ def test_knee_grpc_refuses_each_mistake_in_one_line(tmp_path: Path) -> None:
 def test_the_node_refuses_a_call_that_does_not_match_in_one_line(
     run_load: Any,
 ) -> None:
-    run = run_load(
-        "grpc",
-        "127.0.0.1:9",
-        {"kind": "constant", "rate_per_s": 10},
-        check=False,
-        duration_s=1,
-        driver=driver({"text": ["a"]}),
-    )
+    run = calls(run_load, "127.0.0.1:9", 10, 1, check=False, driver=driver({"text": ["a"]}))
     assert run.returncode != 0 and run.events == []
     assert "data does not match knee.test.EchoRequest" in one_line(run.stderr)
 
@@ -136,14 +135,8 @@ def test_every_call_is_ok_and_its_reply_counted(
         extra = {"tls_insecure": True}
     with grpc_server(kind.split("-")[0], workers=4, sleep_ms=2, tls=tls) as addr:
         target = f"https://{addr}" if tls else addr
-        run = run_load(
-            "grpc",
-            target,
-            {"kind": "constant", "rate_per_s": 100},
-            duration_s=2,
-            connections=2,
-            driver=driver({"text": "hello", "pad": "AAAA"}, **extra),
-        )
+        data = {"text": "hello", "pad": "AAAA"}
+        run = calls(run_load, target, 100, 2, connections=2, driver=driver(data, **extra))
     r = run.records
     assert len(r) == 200
     assert codes(r) == {"OK": 200}, r[r["status"] != OK][:5]
@@ -157,13 +150,7 @@ def test_every_call_is_ok_and_its_reply_counted(
 
 def test_a_status_from_the_server_is_an_error_with_its_code(run_load: Any) -> None:
     with grpc_server("go", workers=2, sleep_ms=1) as addr:
-        run = run_load(
-            "grpc",
-            addr,
-            {"kind": "constant", "rate_per_s": 50},
-            duration_s=1,
-            driver=driver({"text": "fail"}),
-        )
+        run = calls(run_load, addr, 50, 1, driver=driver({"text": "fail"}))
     r = run.records
     assert len(r) == 50
     assert (r["status"] == ERROR).all()
@@ -177,14 +164,7 @@ def test_a_deadline_shorter_than_the_call_is_deadline_exceeded(kind: str, run_lo
     the server ends the call with DEADLINE_EXCEEDED, or resets its stream at the deadline
     (grpc-go's), or knee's timeout comes first; the code is 4 every time."""
     with grpc_server(kind, workers=8, sleep_ms=300) as addr:
-        run = run_load(
-            "grpc",
-            addr,
-            {"kind": "constant", "rate_per_s": 20},
-            duration_s=1,
-            timeout_ms=100,
-            driver=driver(),
-        )
+        run = calls(run_load, addr, 20, 1, timeout_ms=100, driver=driver())
     r = run.records
     assert len(r) == 20
     assert (r["flags"] == CODE["DEADLINE_EXCEEDED"]).all() and CODE["DEADLINE_EXCEEDED"] == 4

@@ -14,10 +14,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hostile_h2_servers import BODY, HostileH2Server
+from hostile_h2_servers import BODY, H2Stats, HostileH2Server
 from real_http_servers import throwaway_certs
 
 HERE = Path(__file__).resolve().parent
@@ -137,17 +138,34 @@ def test_max_streams_1_serves_one_stream_at_a_time() -> None:
     assert got["wall_s"] >= n * delay_ms / 1e3, got
 
 
-def test_goaway_mid_run_goes_away_after_the_last_request_it_processed() -> None:
-    with serve("goaway_mid_run", goaway_after=10) as server:
+@dataclass
+class TenOfTwenty:
+    """nghttp's 20 requests on one connection to a server that answers 10 and goes away."""
+
+    log: str
+    stats: H2Stats
+    sent: list[int]
+    answered: list[int]
+    last: int  # the GOAWAY's last_stream_id
+
+
+def _ten_of_twenty(mode: str) -> TenOfTwenty:
+    with serve(mode, goaway_after=10) as server:
         log = nghttp(server.url, "-m", "20")
         stats = server.snapshot()
-    sent, answered = streams_sent(log), streams_answered(log)
-    last = goaway_last_stream_id(log)
-    assert len(sent) == 20 and len(answered) == 10, log[-3000:]
+    got = TenOfTwenty(
+        log, stats, streams_sent(log), streams_answered(log), goaway_last_stream_id(log)
+    )
+    assert len(got.sent) == 20 and len(got.answered) == 10, log[-3000:]
+    return got
+
+
+def test_goaway_mid_run_goes_away_after_the_last_request_it_processed() -> None:
+    got = _ten_of_twenty("goaway_mid_run")
     # last_stream_id is the last stream answered: every stream above it was not processed.
-    assert last == max(answered) == sorted(sent)[9]
-    assert "Some requests were not processed. total=20, processed=10" in log
-    assert stats.goaway_last_stream_ids == [last] and stats.answered == 10
+    assert got.last == max(got.answered) == sorted(got.sent)[9]
+    assert "Some requests were not processed. total=20, processed=10" in got.log
+    assert got.stats.goaway_last_stream_ids == [got.last] and got.stats.answered == 10
 
 
 def test_goaway_mid_run_after_a_time() -> None:
@@ -162,15 +180,11 @@ def test_goaway_mid_run_after_a_time() -> None:
 
 
 def test_goaway_drops_in_flight_names_streams_it_never_answers() -> None:
-    with serve("goaway_drops_in_flight", goaway_after=10) as server:
-        log = nghttp(server.url, "-m", "20")
-        stats = server.snapshot()
-    sent, answered = streams_sent(log), streams_answered(log)
-    last = goaway_last_stream_id(log)
-    assert len(sent) == 20 and len(answered) == 10, log[-3000:]
+    got = _ten_of_twenty("goaway_drops_in_flight")
     # last_stream_id covers every stream sent, ten of which were never answered.
-    assert last == max(sent) > max(answered)
-    assert stats.goaway_last_stream_ids == [last] and stats.requests - stats.answered >= 1
+    assert got.last == max(got.sent) > max(got.answered)
+    stats = got.stats
+    assert stats.goaway_last_stream_ids == [got.last] and stats.requests - stats.answered >= 1
 
 
 def test_window_never_opened_never_takes_a_body(tmp_path: Path) -> None:

@@ -179,6 +179,15 @@ def open_loop(run_load: RunLoad, url: str, **options: Any) -> LoadRun:
     )
 
 
+def open_loop_bounded(run_load: RunLoad, url: str, **options: Any) -> LoadRun:
+    """`open_loop`, checked by `check_bounded` against its constant schedule: one sample
+    for each scheduled request."""
+    run = open_loop(run_load, url, **options)
+    offsets = constant_offsets(options.get("rate_per_s", RATE_PER_S), DURATION_S)
+    check_bounded(run, len(offsets), offsets)
+    return run
+
+
 #: server -> (reasons allowed, fewest samples with reason `stopped`), with n requests and c
 #: connections. Why each:
 BOUNDED: dict[str, tuple[Callable[[], Any], set[str], Callable[[int], int]]] = {
@@ -223,9 +232,7 @@ def test_a_hostile_target_cannot_hold_the_run(
     within 3 s of its start, with one failed sample per request and its reason."""
     make, allowed, fewest_stopped = BOUNDED[name]
     server = serve(make)
-    run = open_loop(run_load, server.url)
-    offsets = constant_offsets(RATE_PER_S, DURATION_S)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url)
     r = run.records
     assert not (r["status"] == OK).any(), f"an ok sample from a hostile target: {tally(r)}"
     seen = check_reasons(r, allowed)
@@ -249,9 +256,7 @@ def test_a_stalled_connect_does_not_stall_the_other_connections(
     SYN retry (or the 5 s connect timeout), or leaves them waiting until `stopped`."""
     accepted = 2
     server = serve(AcceptsOnly, accepted)
-    run = open_loop(run_load, server.url)
-    offsets = constant_offsets(RATE_PER_S, DURATION_S)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url)
     r = run.records
     ok = r[r["status"] == OK]
     most_failed = 2 * (CONNECTIONS - accepted)
@@ -308,12 +313,10 @@ def test_an_idle_close_is_noticed_before_the_next_request(
     polls idle connections too) and open a new connection, not write on the closed one. Every
     request is ok, and all but the first two went on a new connection."""
     server = serve(ClosesIdle, 0.1)
-    offsets = constant_offsets(3, DURATION_S)
-    run = open_loop(run_load, server.url, rate_per_s=3, connections=2)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url, rate_per_s=3, connections=2)
     r = run.records
     assert set(r["status"]) == {OK}, tally(r)
-    assert run.done["connections_opened"] >= len(offsets) - 2, run.done
+    assert run.done["connections_opened"] >= len(r) - 2, run.done
     # queue_ns is a loopback connect's time, or 0: never a wait or a time stamp.
     assert (r["queue_ns"] < 1_000_000_000).all(), r["queue_ns"]
 
@@ -325,9 +328,7 @@ def test_a_close_after_reading_is_closed_before_reply(
     of answer: every request is an error `closed_before_reply`, on a new connection each, and
     the run keeps its bound."""
     server = serve(ClosesAfterReading)
-    run = open_loop(run_load, server.url)
-    offsets = constant_offsets(RATE_PER_S, DURATION_S)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url)
     r = run.records
     assert set(r["status"]) == {ERROR}, tally(r)
     assert set(r["arg"]) == {REASON["closed_before_reply"]}, tally(r)
@@ -362,12 +363,10 @@ def test_requests_beyond_max_outstanding_are_dropped_with_their_reason(
     outstanding for good (8 in flight, 2 waiting) and end `stopped`; each later one finds 10
     outstanding when it is due and is dropped then, `max_outstanding`. Exactly."""
     server = serve(AcceptsNeverAnswers)
-    run = open_loop(run_load, server.url, max_outstanding=10)
-    offsets = constant_offsets(RATE_PER_S, DURATION_S)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url, max_outstanding=10)
     r = run.records
     seen = check_reasons(r, {"stopped", "max_outstanding"})
-    assert seen == Counter({"stopped": 10, "max_outstanding": len(offsets) - 10}), tally(r)
+    assert seen == Counter({"stopped": 10, "max_outstanding": len(r) - 10}), tally(r)
     first = r[np.argsort(r["intended_ns"])][:10]
     assert set(first["arg"]) == {REASON["stopped"]}, tally(first)
 
@@ -381,9 +380,7 @@ def test_a_connect_times_out_at_the_request_timeout(
     run times out by ~0.7 s); the rest are `stopped`. The node does not fail: its connects
     before the start merely timed out."""
     server = serve(FullBacklog)
-    run = open_loop(run_load, server.url, timeout_ms=500)
-    offsets = constant_offsets(RATE_PER_S, DURATION_S)
-    check_bounded(run, len(offsets), offsets)
+    run = open_loop_bounded(run_load, server.url, timeout_ms=500)
     r = run.records
     seen = check_reasons(r, {"stopped", "connect_timeout"})
     assert seen["connect_timeout"] >= CONNECTIONS, tally(r)

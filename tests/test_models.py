@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import simpy
+from report_helpers import run_spec
 
 from knee.models import analyze, md1, mg1, mm1, mmc
 from knee.models.fit import Fit, fit_service, ok_latency, pool
@@ -405,14 +404,7 @@ sweep = { "load.clients" = [1, 4] }
 
 @pytest.fixture(scope="module")
 def matrix_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict]:
-    tmp = tmp_path_factory.mktemp("models")
-    spec = tmp / "spec.toml"
-    spec.write_text(MATRIX_SPEC)
-    out = tmp / "runs"
-    cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--no-progress"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    run_dir = run_spec(MATRIX_SPEC, tmp_path_factory.mktemp("models"), "matrix", timeout_s=300)
     points = json.loads((run_dir / "summary.json").read_text())["points"]
     resolved = tomllib.loads((run_dir / "spec.toml").read_text())
     return points, resolved

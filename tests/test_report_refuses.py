@@ -14,16 +14,14 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from report_helpers import knee_cmd, only_dir, run_knee
+from report_helpers import run_knee, run_specs_at_once
 
 import knee
 from knee import cli
@@ -46,30 +44,18 @@ warmup_requests = 20
 
 [series.{series}]
 """
+#: Each run's series.
+TAGS = {"a": "closed", "b": "other"}
 
 
-@dataclass
-class Runs:
-    a: Path
-    b: Path
+#: The runs by name: A and B, made at the same time.
+Runs = dict[str, Path]
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    """Runs A and B, made at the same time."""
-    root = tmp_path_factory.mktemp("refused-runs")
-    procs = {}
-    for tag, series in (("a", "closed"), ("b", "other")):
-        spec = root / f"{tag}.toml"
-        spec.write_text(SPEC.format(tag=tag, series=series))
-        args = ("run", str(spec), "--out", str(root / tag), "--no-progress", "--no-report")
-        procs[tag] = subprocess.Popen(
-            knee_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-    for proc in procs.values():
-        _, stderr = proc.communicate(timeout=240)
-        assert proc.returncode == 0, stderr
-    return Runs(only_dir(root / "a"), only_dir(root / "b"))
+    specs = {tag: SPEC.format(tag=tag, series=series) for tag, series in TAGS.items()}
+    return run_specs_at_once(tmp_path_factory.mktemp("refused-runs"), specs, "--no-report")
 
 
 def hashes(root: Path) -> dict[str, str]:
@@ -161,7 +147,7 @@ def test_a_damaged_run_is_refused_in_one_line_and_left_unchanged(
     kind: str, runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     damage, message = DAMAGE[kind]
     damage(run_dir)
     before = hashes(run_dir)
@@ -179,7 +165,7 @@ def test_a_damaged_page_of_the_samples_is_refused_not_read_as_samples(
     as other latencies: the footer is intact and nothing but the page's checksum (written by
     knee.results, checked on every read) tells. The report must refuse it, not draw it."""
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     path = run_dir / "samples.parquet"
     original = pq.read_table(path, columns=["latency_ns"])
     meta = pq.ParquetFile(path).metadata
@@ -231,7 +217,7 @@ def test_a_killed_runs_partial_record_is_still_a_run(runs: Runs, tmp_path: Path)
     """A run killed mid-write has no samples.parquet and a raw file ending in part of a
     record: it is a run (the partial record left out when read), not refused."""
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     (run_dir / "samples.parquet").unlink()
     raw = _bin_files(run_dir)[0]
     whole = raw.stat().st_size // 96
@@ -275,7 +261,7 @@ def test_random_damage_is_reported_or_refused_never_a_traceback(
     matter to it) or refused with exit 2 in one line with the directory unchanged; never a
     failed report (exit 4, a traceback)."""
     run_dir = tmp_path_factory.mktemp("fuzz") / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     path = run_dir / name
     data = bytearray(path.read_bytes())
     i = min(int(at * len(data)), len(data) - 1)
@@ -305,14 +291,14 @@ def test_compare_with_nothing_in_common_says_so_and_shows_each_runs_points(
 ) -> None:
     """The real command. Today's bug: exit 0 and an empty page."""
     out = tmp_path / "cmp"
-    before = {run: hashes(run) for run in (runs.a, runs.b)}
-    res = run_knee("compare", str(runs.a), str(runs.b), "--out", str(out))
+    before = {run: hashes(run) for run in (runs["a"], runs["b"])}
+    res = run_knee("compare", str(runs["a"]), str(runs["b"]), "--out", str(out))
     assert res.returncode == 2, res.stderr
     lines = res.stderr.splitlines()
     assert lines == [
         "knee: nothing to compare: no point of A has the label of a point of B",
-        f"knee: A ({runs.a}) has 1 points: 'closed'",
-        f"knee: B ({runs.b}) has 1 points: 'other'",
+        f"knee: A ({runs['a']}) has 1 points: 'closed'",
+        f"knee: B ({runs['b']}) has 1 points: 'other'",
     ], res.stderr
     assert not out.exists(), "an empty comparison was written"
     assert {run: hashes(run) for run in before} == before
@@ -320,7 +306,7 @@ def test_compare_with_nothing_in_common_says_so_and_shows_each_runs_points(
 
 def test_the_real_command_refuses_a_damaged_run_in_one_line(runs: Runs, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     _cut("samples.parquet", 0.5)(run_dir)
     before = hashes(run_dir)
     res = run_knee("report", str(run_dir))
@@ -333,11 +319,11 @@ def test_compare_refuses_a_damaged_run_in_one_line(
     runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     (run_dir / "summary.json").write_bytes(b'{"points": [')
     before = hashes(run_dir)
     capsys.readouterr()
-    code = cli.main(["compare", str(runs.b), str(run_dir), "--out", str(tmp_path / "cmp")])
+    code = cli.main(["compare", str(runs["b"]), str(run_dir), "--out", str(tmp_path / "cmp")])
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"knee: {run_dir}: summary.json is not JSON")
@@ -346,9 +332,9 @@ def test_compare_refuses_a_damaged_run_in_one_line(
 
 def test_the_check_names_the_first_problem(runs: Runs, tmp_path: Path) -> None:
     """In-process: the check itself, on an intact run and on a copy with two problems."""
-    check(runs.a)
+    check(runs["a"])
     run_dir = tmp_path / "run"
-    shutil.copytree(runs.a, run_dir)
+    shutil.copytree(runs["a"], run_dir)
     (run_dir / "summary.json").write_text("{")
     (run_dir / "env.json").write_text("{")
     with pytest.raises(RunDirError, match=r"summary\.json is not JSON"):

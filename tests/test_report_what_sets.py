@@ -20,6 +20,8 @@ from report_helpers import (
     check_pngs,
     figure_ids,
     figure_spec,
+    naive_matrix_spec,
+    poisson_rates,
     run_knee,
     run_spec,
 )
@@ -30,41 +32,10 @@ from knee.find.cli import print_answers
 from knee.report import fmt
 from knee.resources.bottleneck import ranked
 
-MATRIX = """
-[experiment]
-name = "{name}"
-system = "matrix"
-seed = 1
-
-[server]
-algorithm = "naive"
-threads = 1
-cache = 0
-
-[driver]
-n = 50
-same_matrix = true
-p_min = 2000
-p_max = 2500
-"""
-
-OPEN_SPEC = (
-    MATRIX.format(name="what-sets-open")
-    + """
-[load]
-warmup_s = 0.4
-schedule = "poisson"
-rate_per_s = 10
-duration_s = 2.5
-timeout_ms = 60000
-
-[series.rate]
-sweep = { "load.rate_per_s" = [10, 120] }
-"""
-)
+OPEN_SPEC = naive_matrix_spec("what-sets-open", poisson_rates([10, 120]))
 
 CLOSED_SPEC = (
-    MATRIX.format(name="what-sets-closed")
+    naive_matrix_spec("what-sets-closed")
     + """
 [load]
 schedule = "closed"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from report_helpers import stream_spec
 
 import knee
 from knee import run_params
@@ -102,25 +103,9 @@ def test_chat_configurations_follow_series_overrides(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ stream: services of a series
 
-STREAM_SERIES = """
-[experiment]
-name = "stream-services"
-system = "stream"
-seed = 2
-
-[server]
-streams = [[64, 32]]
-
-[driver]
-stream = 0
-frames = 3
-
-[load]
-schedule = "closed"
-timeout_ms = 20
-duration_s = 30
-warmup_s = 0
-
+STREAM_SERIES = (
+    stream_spec("stream-services", 2, "[[64, 32]]", 3, 20)
+    + """
 [series.own]
 server = { services = [
   { name = "near", delay = "fixed", delay_ms = 1.0, loss = "none" },
@@ -128,6 +113,7 @@ server = { services = [
 ] }
 driver = { mode = "parallel" }
 """
+)
 
 
 def test_stream_analysis_names_the_services_that_ran(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from report_helpers import (
     order_stat,
     read_points,
     read_samples,
-    run_spec,
+    run_specs_at_once,
 )
 
 import knee
@@ -90,16 +89,14 @@ node = "peer-1"
 NODES_FIGURES = [f"share-nodes-{op}" for op in ("register", "search", "obtain", "unregister")]
 
 
-@dataclass
-class Runs:
-    sweep: Path
-    killed: Path
+#: The runs by name: the sweep and the killed peer, made at the same time.
+Runs = dict[str, Path]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    root = tmp_path_factory.mktemp("share-report")
-    return Runs(run_spec(SWEEP_SPEC, root, "sweep"), run_spec(KILLED_SPEC, root, "killed"))
+    specs = {"sweep": SWEEP_SPEC, "killed": KILLED_SPEC}
+    return run_specs_at_once(tmp_path_factory.mktemp("share-report"), specs)
 
 
 def findings(page: str) -> dict[str, str]:
@@ -110,7 +107,7 @@ def findings(page: str) -> dict[str, str]:
 
 
 def test_sweep_report_has_every_share_figure_from_the_analysis(runs: Runs, tmp_path: Path) -> None:
-    html_path = runs.sweep / "report.html"
+    html_path = runs["sweep"] / "report.html"
     page = html_path.read_text()
     assert '<section id="share">' in page
     ids = figure_ids(page)
@@ -119,7 +116,7 @@ def test_sweep_report_has_every_share_figure_from_the_analysis(runs: Runs, tmp_p
     assert "share-replicas" not in ids  # nothing fell back: a table and a sentence only
     check_pngs(html_path)
 
-    run = knee.open_run(runs.sweep)
+    run = knee.open_run(runs["sweep"])
     # Response time vs nodes: a line per design with the analysis' means at 1 and 2 peers.
     times = share_analysis.response_time_vs_nodes(run)
     search = figure_spec(page, "share-nodes-search")
@@ -153,15 +150,15 @@ def test_nodes_figures_match_the_samples(runs: Runs) -> None:
     numpy and pandas alone: the p99 (figure) and p50 (table) are order statistics
     x_(ceil(n q)) of the point's successful post-warm-up operations (op codes:
     docs/share.md)."""
-    page = (runs.sweep / "report.html").read_text()
-    ok = ok_after_warmup(read_samples(runs.sweep))
+    page = (runs["sweep"] / "report.html").read_text()
+    ok = ok_after_warmup(read_samples(runs["sweep"]))
     for design, series in (
         ("distributed", "distributed"),
         ("central (sqlite-global-lock)", "central"),
     ):
         point_at = {
             p["swept"]["server.peers"]: p["point"]
-            for p in read_points(runs.sweep)
+            for p in read_points(runs["sweep"])
             if p["series"] == series
         }
         for op, code in (("search", 3), ("obtain", 4)):
@@ -191,14 +188,14 @@ def test_nodes_figures_match_the_samples(runs: Runs) -> None:
 
 
 def test_killed_owner_shows_replica_fallbacks(runs: Runs, tmp_path: Path) -> None:
-    html_path = runs.killed / "report.html"
+    html_path = runs["killed"] / "report.html"
     page = html_path.read_text()
     ids = figure_ids(page)
     assert "share-replicas" in ids and "share-ops-per-s" in ids
     assert not any(i.startswith(("share-nodes-", "share-sizes-")) for i in ids)  # one point
     check_pngs(html_path)
 
-    fb = share_analysis.replica_fallbacks(knee.open_run(runs.killed))
+    fb = share_analysis.replica_fallbacks(knee.open_run(runs["killed"]))
     index_ops = fb[fb["operation"] != "obtain"]
     replica = int(index_ops["replica"].sum())
     assert replica > 0

@@ -438,46 +438,72 @@ def test_bad_steps(tmp_path: Path, steps: str | None, key: str, message: str) ->
     check(error(tmp_path, text), key, message)
 
 
-def test_sweep_unknown_parameter(tmp_path: Path) -> None:
-    err = error(tmp_path, BASE + '[sweep]\n"load.foo" = [1, 2]\n')
-    check(err, "sweep.load.foo", "sweep over unknown parameter 'load.foo'")
-    err = error(tmp_path, BASE + '[sweep]\n"load.rate" = [1, 2]\n')
-    check(
-        err,
-        "sweep.load.rate",
-        "sweep over unknown parameter 'load.rate' (did you mean 'load.rate_per_s'?)",
-    )
-    err = error(tmp_path, BASE + '[sweep]\n"experiment.seed" = [1, 2]\n')
-    check(
-        err,
-        "sweep.experiment.seed",
-        "sweep over unknown parameter 'experiment.seed'; "
-        "keys are server.KEY, load.KEY or driver.KEY",
-    )
-    err = error(tmp_path, BASE + "[sweep]\nrate_per_s = [1, 2]\n")
-    check(err, "sweep.rate_per_s", "sweep over unknown parameter 'rate_per_s'; ...")
-
-
-def test_sweep_bad_element(tmp_path: Path) -> None:
-    err = error(tmp_path, BASE + '[sweep]\n"load.rate_per_s" = [1, 2, "x"]\n')
-    check(err, "sweep.load.rate_per_s[2]", "expected a number > 0 and <= 1e+07, got 'x' (string)")
-    text = BASE + '[series.rate]\nsweep = { "load.rate_per_s" = [1, 2, -3] }\n'
-    err = error(tmp_path, text)
-    check(
-        err,
-        "series.rate.sweep.load.rate_per_s[2]",
-        "expected a number > 0 and <= 1e+07, got -3 (integer)",
-    )
-    err = error(tmp_path, BASE + '[sweep]\n"server.threads" = [1, 2, 1]\n')
-    check(err, "sweep.server.threads[2]", "1 is swept twice")
-
-
-def test_sweep_not_a_list_or_empty(tmp_path: Path) -> None:
-    err = error(tmp_path, BASE + '[sweep]\n"load.rate_per_s" = 5\n')
-    check(err, "sweep.load.rate_per_s", "expected a non-empty list of values, got 5 (integer)")
-    err = error(tmp_path, BASE + '[sweep]\n"load.rate_per_s" = []\n')
-    check(err, "sweep.load.rate_per_s", "expected a non-empty list of values, got [] (array)")
-    check(error(tmp_path, "sweep = 3\n" + BASE), "sweep", "expected a table, got 3 (integer)")
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        (
+            BASE + '[sweep]\n"load.foo" = [1, 2]\n',
+            "sweep.load.foo",
+            "sweep over unknown parameter 'load.foo'",
+        ),
+        (
+            BASE + '[sweep]\n"load.rate" = [1, 2]\n',
+            "sweep.load.rate",
+            "sweep over unknown parameter 'load.rate' (did you mean 'load.rate_per_s'?)",
+        ),
+        (
+            BASE + '[sweep]\n"experiment.seed" = [1, 2]\n',
+            "sweep.experiment.seed",
+            "sweep over unknown parameter 'experiment.seed'; "
+            "keys are server.KEY, load.KEY or driver.KEY",
+        ),
+        (
+            BASE + "[sweep]\nrate_per_s = [1, 2]\n",
+            "sweep.rate_per_s",
+            "sweep over unknown parameter 'rate_per_s'; ...",
+        ),
+        (
+            BASE + '[sweep]\n"load.rate_per_s" = [1, 2, "x"]\n',
+            "sweep.load.rate_per_s[2]",
+            "expected a number > 0 and <= 1e+07, got 'x' (string)",
+        ),
+        (
+            BASE + '[series.rate]\nsweep = { "load.rate_per_s" = [1, 2, -3] }\n',
+            "series.rate.sweep.load.rate_per_s[2]",
+            "expected a number > 0 and <= 1e+07, got -3 (integer)",
+        ),
+        (
+            BASE + '[sweep]\n"server.threads" = [1, 2, 1]\n',
+            "sweep.server.threads[2]",
+            "1 is swept twice",
+        ),
+        (
+            BASE + '[sweep]\n"load.rate_per_s" = 5\n',
+            "sweep.load.rate_per_s",
+            "expected a non-empty list of values, got 5 (integer)",
+        ),
+        (
+            BASE + '[sweep]\n"load.rate_per_s" = []\n',
+            "sweep.load.rate_per_s",
+            "expected a non-empty list of values, got [] (array)",
+        ),
+        ("sweep = 3\n" + BASE, "sweep", "expected a table, got 3 (integer)"),
+    ],
+    ids=[
+        "unknown",
+        "unknown-did-you-mean",
+        "unknown-section",
+        "unknown-no-section",
+        "bad-element",
+        "bad-element-in-series",
+        "swept-twice",
+        "not-a-list",
+        "empty",
+        "not-a-table",
+    ],
+)
+def test_bad_sweep(tmp_path: Path, text: str, key: str, message: str) -> None:
+    check(error(tmp_path, text), key, message)
 
 
 def test_sweep_points_get_cross_field_rules(tmp_path: Path) -> None:

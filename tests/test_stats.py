@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats as st
+from report_helpers import run_spec
 
 from knee import results
 from knee.stats import distribution, point_stats
@@ -505,13 +504,7 @@ warmup_requests = 20
 
 
 def test_every_check_has_a_verdict_on_a_real_run(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.toml"
-    spec.write_text(ECHO_SPEC)
-    out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--no-progress"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    run_dir = run_spec(ECHO_SPEC, tmp_path, "echo", timeout_s=180)
     points = json.loads((run_dir / "summary.json").read_text())["points"]
     assert [p["series"] for p in points] == ["open", "closed"]
     names = ["sender", "poisson", "autocorrelation", "percentile_support", "interference"]

@@ -2,63 +2,37 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from report_helpers import LOSSY_SERVICES, run_spec, stream_spec
 
 import knee
 from knee.analysis import stream as analysis
 from knee.results import Run
 
-SPEC = """
-[experiment]
-name = "stream-e2e"
-system = "stream"
-seed = 3
-
-[server]
-streams = [[128, 64], [64, 32]]
-services = [
-  {{ name = "fast", delay = "fixed", delay_ms = 1.0, loss_p = 0.1 }},
-  {{ name = "slow", delay = "uniform", min_ms = 1.0, max_ms = 3.0, loss_p = 0.1 }},
-]
-
-[driver]
-stream = 0
-frames = 4
-
-[load]
-schedule = "closed"
-timeout_ms = 20
-duration_s = 30
-warmup_s = 0
-
+SPEC = (
+    stream_spec("stream-e2e", 3, "[[128, 64], [64, 32]]", 4, 20, LOSSY_SERVICES)
+    + """
 [series.serial]
-driver = {{ mode = "serial" }}
-sweep = {{ "driver.service" = [0, 1] }}
+driver = { mode = "serial" }
+sweep = { "driver.service" = [0, 1] }
 
 [series.parallel]
-driver = {{ mode = "parallel", outstanding = 2 }}
+driver = { mode = "parallel", outstanding = 2 }
 
 [series.loss]
-driver = {{ mode = "serial", retransmit = {retransmit} }}
-sweep = {{ "server.loss_p" = [0.0, 0.3] }}
+driver = { mode = "serial", retransmit = 10 }
+sweep = { "server.loss_p" = [0.0, 0.3] }
 """
+)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    tmp = tmp_path_factory.mktemp("stream-e2e")
-    spec = tmp / "spec.toml"
-    spec.write_text(SPEC.format(retransmit=10))
-    out = tmp / "runs"
-    cmd = [sys.executable, "-m", "knee.cli", "run", str(spec), "--out", str(out), "--no-progress"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    root = tmp_path_factory.mktemp("stream-e2e")
+    run_dir = run_spec(SPEC, root, "spec", timeout_s=300)
     return knee.open_run(run_dir)
 
 

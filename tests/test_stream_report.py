@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from report_helpers import (
+    LOSSY_SERVICES,
     check_in_browser,
     check_pngs,
     figure_ids,
@@ -20,34 +21,12 @@ from report_helpers import (
     read_points,
     read_samples,
     run_spec,
+    stream_spec,
 )
 
 import knee
 from knee.analysis import stream as analysis
 
-BASE = """
-[experiment]
-name = "{name}"
-system = "stream"
-seed = 5
-
-[server]
-streams = [[64, 32]]
-services = [
-  {{ name = "fast", delay = "fixed", delay_ms = 1.0, loss_p = 0.1 }},
-  {{ name = "slow", delay = "uniform", min_ms = 1.0, max_ms = 3.0, loss_p = 0.1 }},
-]
-
-[driver]
-stream = 0
-frames = 6
-
-[load]
-schedule = "closed"
-timeout_ms = 15
-duration_s = 30
-warmup_s = 0
-"""
 SERIAL_PARALLEL = """
 [series.serial]
 driver = { mode = "serial" }
@@ -74,7 +53,7 @@ class Runs:
 
 
 def _run(root: Path, name: str, series: str) -> Path:
-    return run_spec(BASE.format(name=name) + series, root, name)
+    return run_spec(stream_spec(name, 5, "[[64, 32]]", 6, 15, LOSSY_SERVICES) + series, root, name)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -79,6 +79,8 @@ class LoadProc:
 
 
 SpawnLoad = Callable[..., LoadProc]
+#: What a launch returns: a LoadProc (spawn_load) or a LoadRun (run_load).
+L = TypeVar("L")
 
 
 @pytest.fixture
@@ -174,6 +176,15 @@ def order_statistic(x: np.ndarray, q: float) -> float:
 # --- coordinated omission -----------------------------------------------------------------
 
 
+def echo_constant(
+    launch: Callable[..., L], echo_server: Server, rate_per_s: int, **config: Any
+) -> L:
+    """`launch` (spawn_load or run_load) of the echo engine against `echo_server` at a
+    constant `rate_per_s`, with ECHO_DRIVER."""
+    schedule = {"kind": "constant", "rate_per_s": rate_per_s}
+    return launch("echo", echo_server.addr, schedule, driver=ECHO_DRIVER, **config)
+
+
 def test_a_frozen_server_shows_in_every_percentile(
     echo_server: Server, spawn_load: SpawnLoad
 ) -> None:
@@ -183,14 +194,8 @@ def test_a_frozen_server_shows_in_every_percentile(
     A generator that waited for replies before sending (coordinated omission) would see one
     slow request and report ~0 for both."""
     rate, length_s, n = 1000, 6.0, 6000
-    load = spawn_load(
-        "echo",
-        echo_server.addr,
-        {"kind": "constant", "rate_per_s": rate},
-        requests=n,
-        duration_s=length_s + 1,
-        timeout_ms=10_000,
-        driver=ECHO_DRIVER,
+    load = echo_constant(
+        spawn_load, echo_server, rate, requests=n, duration_s=length_s + 1, timeout_ms=10_000
     )
     start_ns = load.start_ns()
     sleep_until(start_ns + int(2.5 * SECOND))
@@ -239,14 +244,8 @@ def test_late_sends_in_the_done_line_match_the_samples(
     """Freeze the generator itself for 300 ms: every request due while it was frozen leaves
     late, and the `late_sends` count equals the samples with sent - intended > late_ms."""
     late_ms = 5
-    load = spawn_load(
-        "echo",
-        echo_server.addr,
-        {"kind": "constant", "rate_per_s": 1000},
-        requests=1500,
-        duration_s=3,
-        late_ms=late_ms,
-        driver=ECHO_DRIVER,
+    load = echo_constant(
+        spawn_load, echo_server, 1000, requests=1500, duration_s=3, late_ms=late_ms
     )
     start_ns = load.start_ns()
     sleep_until(start_ns + SECOND // 2)
@@ -279,14 +278,13 @@ def test_requests_beyond_max_outstanding_are_drops_never_sent(
     """Against a frozen server at most `max_outstanding` requests can be in flight: the rest
     of the schedule is recorded as drops that never left (no send time, no bytes)."""
     with frozen(echo_server.pid):
-        run = run_load(
-            "echo",
-            echo_server.addr,
-            {"kind": "constant", "rate_per_s": 1000},
+        run = echo_constant(
+            run_load,
+            echo_server,
+            1000,
             requests=200,
             max_outstanding=10,
             timeout_ms=1000,  # longer than the 0.2 s schedule: nothing frees a slot before
-            driver=ECHO_DRIVER,
         )
     r = np.sort(run.records, order="request_id")
     assert len(r) == 200 and np.array_equal(r["request_id"], np.arange(200))
@@ -398,6 +396,28 @@ SCHEDULES = {
 }
 
 
+@contextmanager
+def one_request_held_by_a_frozen_server(
+    echo_server: Server, spawn_load: SpawnLoad, loop: str, duration_s: float, timeout_ms: float
+) -> Iterator[LoadProc]:
+    """`loop`'s schedule sends one request to the echo server, frozen: the load, once the
+    request is in the server's socket; the server resumes when the block ends."""
+    with frozen(echo_server.pid):
+        load = spawn_load(
+            "echo",
+            echo_server.addr,
+            SCHEDULES[loop],
+            requests=1,
+            duration_s=duration_s,
+            timeout_ms=timeout_ms,
+            driver=ECHO_DRIVER,
+        )
+        load.start_ns()
+        port = port_of(echo_server.addr)
+        wait_until(lambda: tcp_rx_queues(port)[0] > 0, 5, "the request reaching the server")
+        yield load
+
+
 @pytest.mark.parametrize("loop", SCHEDULES)
 def test_a_reply_read_after_its_deadline_is_a_timeout(
     echo_server: Server, spawn_load: SpawnLoad, loop: str
@@ -407,18 +427,7 @@ def test_a_reply_read_after_its_deadline_is_a_timeout(
     timeout, and it is not counted again."""
     timeout_ms = 1000
     port = port_of(echo_server.addr)
-    with frozen(echo_server.pid):
-        load = spawn_load(
-            "echo",
-            echo_server.addr,
-            SCHEDULES[loop],
-            requests=1,
-            duration_s=10,
-            timeout_ms=timeout_ms,
-            driver=ECHO_DRIVER,
-        )
-        load.start_ns()
-        wait_until(lambda: tcp_rx_queues(port)[0] > 0, 5, "the request reaching the server")
+    with one_request_held_by_a_frozen_server(echo_server, spawn_load, loop, 10, timeout_ms) as load:
         stop_process(load.pid)
     try:
         replied_ns = wait_until(
@@ -443,19 +452,7 @@ def test_requests_in_flight_when_stopped_are_drops(
 ) -> None:
     """SIGTERM while a request waits for a frozen server: after the 1 s grace, it is a drop
     (its timeout did not pass), the node still writes its samples and `done`, and exits 0."""
-    port = port_of(echo_server.addr)
-    with frozen(echo_server.pid):
-        load = spawn_load(
-            "echo",
-            echo_server.addr,
-            SCHEDULES[loop],
-            requests=1,
-            duration_s=30,
-            timeout_ms=20_000,
-            driver=ECHO_DRIVER,
-        )
-        load.start_ns()
-        wait_until(lambda: tcp_rx_queues(port)[0] > 0, 5, "the request reaching the server")
+    with one_request_held_by_a_frozen_server(echo_server, spawn_load, loop, 30, 20_000) as load:
         os.kill(load.pid, signal.SIGTERM)
         done, r = load.finish(timeout_s=10)
     assert len(r) == 1

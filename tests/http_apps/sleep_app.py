@@ -13,28 +13,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+
+from timed_app import timed_app
 
 SLEEP_S = float(os.environ.get("KNEE_SLEEP_MS", "20")) / 1e3
 LOCKED = os.environ.get("KNEE_SLEEP_LOCK") == "1"
 LOCK = threading.Lock()
-BODY = b"slept\n"
 
 
-def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-    if environ.get("PATH_INFO") != "/":
-        start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "0")])
-        return [b""]
-    t0 = time.perf_counter()
+def _sleep() -> None:
     if LOCKED:
         with LOCK:
             time.sleep(SLEEP_S)
     else:
         time.sleep(SLEEP_S)
-    took_ms = (time.perf_counter() - t0) * 1e3
-    headers = [("Content-Type", "text/plain"), ("Content-Length", str(len(BODY)))]
-    if not LOCKED:
-        headers.append(("Server-Timing", f"app;dur={took_ms:.3f}"))
-    start_response("200 OK", headers)
-    return [BODY]
+
+
+app = timed_app(b"slept\n", _sleep, server_timing=not LOCKED)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"knee.test/hello"
 )
 
 func main() {
@@ -34,17 +36,8 @@ func main() {
 		sem = make(chan struct{}, *slots)
 	}
 
-	body := []byte("hello from go\n")
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
-	})
+	mux.HandleFunc("/", hello.Root)
 	mux.HandleFunc("/sleep", func(w http.ResponseWriter, r *http.Request) {
 		if sem != nil {
 			sem <- struct{}{}
@@ -52,7 +45,7 @@ func main() {
 		}
 		time.Sleep(time.Duration(*sleepMs) * time.Millisecond)
 		w.Header().Set("Server-Timing", "app;dur="+strconv.Itoa(*sleepMs))
-		w.Write(body)
+		w.Write(hello.Body)
 	})
 	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: mux}
 	if *h2c || *maxStreams > 0 {

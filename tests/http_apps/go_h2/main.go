@@ -10,7 +10,8 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"strconv"
+
+	"knee.test/hello"
 )
 
 // maxStreams is SETTINGS_MAX_CONCURRENT_STREAMS: Go's default (250), said here so that a
@@ -21,17 +22,8 @@ func main() {
 	if len(os.Args) != 2 && len(os.Args) != 4 {
 		log.Fatal("usage: go-h2 PORT [CERT KEY]")
 	}
-	body := []byte("hello from go\n")
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
-	})
+	mux.HandleFunc("/", hello.Root)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	tls := len(os.Args) == 4

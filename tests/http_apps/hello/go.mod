@@ -1,0 +1,3 @@
+module knee.test/hello
+
+go 1.19
