@@ -18,7 +18,7 @@ import subprocess
 import tarfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from knee.hosts import cgroups
 from knee.hosts.base import HostError, Unsupported
@@ -53,12 +53,27 @@ def client() -> str:
     return found
 
 
-def docker(*args: str, host: str | None = None) -> list[str]:
-    """The docker command for knee's daemon (or the daemon at ``host``: a swarm node's)."""
-    return [client(), "-H", host or socket(), *args]
+class Daemon(Protocol):
+    """A daemon reached some other way than a socket here: a swarm node's, over ssh
+    (knee.hosts.node_daemon)."""
+
+    def docker(self, *args: str) -> list[str]:
+        """The local command that runs `docker ARGS` against that daemon."""
+        ...
 
 
-def run(args: list[str], what: str, stdin: bytes | None = None, host: str | None = None) -> str:
+#: A daemon: a socket (unix://...) of this machine, or one reached another way; None: knee's.
+DaemonRef = str | Daemon | None
+
+
+def docker(*args: str, host: DaemonRef = None) -> list[str]:
+    """The docker command for knee's daemon (or the daemon ``host``: a swarm node's)."""
+    if host is None or isinstance(host, str):
+        return [client(), "-H", host or socket(), *args]
+    return host.docker(*args)
+
+
+def run(args: list[str], what: str, stdin: bytes | None = None, host: DaemonRef = None) -> str:
     """Runs a docker command (on the daemon at ``host``, default knee's); its stdout. A
     failure is a one-line HostError."""
     try:
@@ -88,7 +103,7 @@ def outside_range(subnets: list[str]) -> list[str]:
     return out
 
 
-def network_subnets(names: list[str], host: str | None = None) -> dict[str, list[str]]:
+def network_subnets(names: list[str], host: DaemonRef = None) -> dict[str, list[str]]:
     """Each network's IPAM subnets (on the daemon at ``host``, default knee's)."""
     if not names:
         return {}
@@ -102,12 +117,12 @@ def network_subnets(names: list[str], host: str | None = None) -> dict[str, list
 _checked: set[str] = set()
 
 
-def check_daemon(host: str | None = None) -> None:
+def check_daemon(host: DaemonRef = None) -> None:
     """Refuses (Unsupported, one line) a daemon (knee's, or the one at ``host``: a swarm
     node's) that does not answer, or one with a network outside 198.18.0.0/15 (Docker's
     defaults: 172.17.0.0/16, 10.0.0.0/8)."""
     daemon = host or socket()
-    if daemon in _checked:
+    if str(daemon) in _checked:
         return
     try:
         run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
@@ -125,7 +140,7 @@ def check_daemon(host: str | None = None) -> None:
                 f"docker hosts: the daemon at {daemon} has network {name} on {bad[0]}, "
                 f"outside {KNEE_RANGE}: use knee's own (scripts/docker)"
             )
-    _checked.add(daemon)
+    _checked.add(str(daemon))
 
 
 # -- the image -----------------------------------------------------------------------------
@@ -219,11 +234,18 @@ def knee_images() -> list[str]:
 def cgroup_dirs(pid: int) -> dict[str, Path]:
     """Process ``pid``'s cgroup directory in each hierarchy knee knows."""
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return {}
+    return cgroup_dirs_in(text, cgroups.hierarchies())
+
+
+def cgroup_dirs_in(proc_cgroup: str, hierarchies: dict[str, cgroups.Hierarchy]) -> dict[str, Path]:
+    """The directory, in each of ``hierarchies``, of the cgroups a process's /proc/PID/cgroup
+    (``proc_cgroup``) names: on this machine, or on a swarm node (its mounts read there)."""
+    lines = proc_cgroup.splitlines()
     out: dict[str, Path] = {}
-    for controller, h in cgroups.hierarchies().items():
+    for controller, h in hierarchies.items():
         for line in lines:
             _, names, path = line.split(":", 2)
             if (h.version == 1 and controller in names.split(",")) or (
@@ -251,7 +273,7 @@ def cgroup_cpu_s(path: Path) -> float | None:
     return None
 
 
-def container_pid(container: str, pids: dict[str, int], host: str | None = None) -> int | None:
+def container_pid(container: str, pids: dict[str, int], host: DaemonRef = None) -> int | None:
     """The host pid of a container's main process (kept in `pids` once known); None while
     it has none (not started, or ended). ``host``: its daemon, if not knee's."""
     pid = pids.get(container)
