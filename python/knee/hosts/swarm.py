@@ -342,7 +342,15 @@ class SwarmHost(Host):
             raise Unsupported(f"swarm host {self.name}: {e}") from None
         try:
             if daemon.remote:
-                # It answers (one line if not: ssh's reason), its networks in 198.18.0.0/15.
+                # It answers over ssh (one line if not: ssh's reason), and its networks are
+                # in 198.18.0.0/15.
+                try:
+                    engine.run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
+                except HostError as e:
+                    raise Unsupported(
+                        f"swarm host {self.name}: node {self.node}'s daemon does not answer "
+                        f"over ssh ({SSH_LABEL}={daemon.destination}): {e}"
+                    ) from None
                 engine.check_daemon(daemon)
             if self.local_binary is None:
                 self.local_binary = node_binary()
