@@ -73,6 +73,7 @@ class NodeDaemon:
         destination: str | None = None,
         identity_file: str | None = None,
         control: str | None = None,
+        control_prefix: str = "knee-ssh-",
     ) -> None:
         if (socket is None) == (destination is None):
             raise ValueError("a node's daemon is a socket here or an ssh destination")
@@ -80,6 +81,7 @@ class NodeDaemon:
         self.destination = destination
         self.identity_file = identity_file
         self.control = Path(control) if control else None  # the master's folder, once open
+        self.control_prefix = control_prefix  # its name's start (a run's clean-up finds it)
         self.user, self.host, self.port = (
             parse_destination(destination) if destination else (None, "", None)
         )
@@ -95,7 +97,7 @@ class NodeDaemon:
 
     def _ssh(self, command: list[str]) -> list[str]:
         if self.control is None:
-            self.control = control_dir()
+            self.control = control_dir(self.control_prefix)
         options = ssh_options(self.control, self.user, self.port, self.identity_file)
         return [*options, self.host, "--", shlex.join(command)]
 
@@ -189,7 +191,7 @@ class NodeDaemon:
     def to_arg(self) -> str:
         """This daemon as one argument (a swarm task's agent shares the master)."""
         if self.remote and self.control is None:
-            self.control = control_dir()
+            self.control = control_dir(self.control_prefix)
         return json.dumps(
             {"socket": self.socket, "destination": self.destination,
              "identity_file": self.identity_file,

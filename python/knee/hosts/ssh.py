@@ -180,13 +180,14 @@ def ssh_options(
     return cmd
 
 
-def control_dir() -> Path:
-    """A fresh folder for a master connection's socket and known_hosts: in the temp dir,
-    or /tmp where that path is too long for a unix socket (CONTROL_DIR_MAX_CHARS)."""
-    made = tempfile.mkdtemp(prefix="knee-ssh-")
+def control_dir(prefix: str = "knee-ssh-") -> Path:
+    """A fresh folder (named ``prefix``...) for a master connection's socket and known_hosts:
+    in the temp dir, or /tmp where that path is too long for a unix socket
+    (CONTROL_DIR_MAX_CHARS)."""
+    made = tempfile.mkdtemp(prefix=prefix)
     if len(made) > CONTROL_DIR_MAX_CHARS:
         shutil.rmtree(made, ignore_errors=True)
-        made = tempfile.mkdtemp(prefix="knee-ssh-", dir="/tmp")
+        made = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     return Path(made)
 
 

@@ -109,10 +109,12 @@ def node_destination(node: str) -> str | None:
     return out.strip() or None
 
 
-def node_daemon(node: str, identity_file: str | None = None) -> NodeDaemon:
+def node_daemon(
+    node: str, identity_file: str | None = None, control_prefix: str = "knee-ssh-"
+) -> NodeDaemon:
     """How knee reaches swarm node ``node``'s daemon: knee's socket for this machine's node,
-    else over ssh at its label's destination. Unsupported, in one line, for a node the swarm
-    does not have or one without the label."""
+    else over ssh at its label's destination (the master's folder named ``control_prefix``...).
+    Unsupported, in one line, for a node the swarm does not have or one without the label."""
     here = this_node()
     if node == here:
         return NodeDaemon(socket=engine.socket())
@@ -127,7 +129,9 @@ def node_daemon(node: str, identity_file: str | None = None) -> NodeDaemon:
             f"set it (docker node update --label-add {SSH_LABEL}=root@ADDRESS {node})"
         )
     try:
-        return NodeDaemon(destination=destination, identity_file=identity_file)
+        return NodeDaemon(
+            destination=destination, identity_file=identity_file, control_prefix=control_prefix
+        )
     except HostError as e:
         raise Unsupported(f"swarm node {node}: {e}") from None
 
@@ -337,7 +341,9 @@ class SwarmHost(Host):
         if self.node is None:
             self.node = this_node()
         try:
-            daemon = node_daemon(self.node, self.identity_file)
+            # The master's folder goes with the run's (remove_run) if the runner dies.
+            prefix = f"knee-swarm-{self.run_id}-{self.name}-ssh-"
+            daemon = node_daemon(self.node, self.identity_file, prefix)
         except Unsupported as e:
             raise Unsupported(f"swarm host {self.name}: {e}") from None
         try:
