@@ -571,6 +571,12 @@ class SwarmHost(Host):
         with contextlib.suppress(HostError):
             if names := services(self.run_id, self.name):
                 engine.run(["service", "rm", *names], "removing services")
+            # The engine removes their tasks' containers a moment later. The manager lets the
+            # run's network go before another node's are gone (and that node keeps its copy
+            # of the network until they are): waited for here, on the node (over ssh).
+            deadline = time.monotonic() + TASKS_GONE_S
+            while self._tasks_left() and time.monotonic() < deadline:
+                time.sleep(0.1)
         self._services.clear()
         self._pending.clear()
         self._keep_unfetched(self.folder)
@@ -578,6 +584,16 @@ class SwarmHost(Host):
         self.folder = None
         if self.daemon is not None:
             self.daemon.close()  # the ssh master, for another node
+
+    def _tasks_left(self) -> list[str]:
+        """The host's task containers still on its node."""
+        if self.daemon is None:
+            return []
+        return engine.run(
+            ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
+             "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
+            "listing tasks", host=self.daemon,
+        ).split()  # fmt: skip
 
     def _keep_unfetched(self, folder: Path) -> None:
         """Moves into the run directory the files that no fetch took: a point that failed
