@@ -18,6 +18,7 @@ import pytest
 from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
+from knee import results
 from knee.hosts import cleanup, docker
 from knee.hosts.base import Limits, Unsupported
 from knee.runner.node import Node
@@ -217,12 +218,25 @@ def test_a_container_killed_mid_run_fails_the_point_and_the_run_cleans_up(
          "--format", "{{.Names}}"],
         "listing",
     ).split()  # fmt: skip
+    # Once the generator has reported progress: it has samples on its host's folder.
+    events = next((tmp_path / "runs").glob("*/nodes")) / "load.p000.events.jsonl"
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and runner.poll() is None:
+        if events.exists() and '"event":"progress"' in events.read_text():
+            break
+        time.sleep(0.1)
     docker.run(["kill", server], "killing the server's container")
     _, err = runner.communicate(timeout=WAIT_S * 2)
     assert runner.returncode != 0
     assert "node server exited with code 137 during the point" in err.decode()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
+    # The failed point's files are not fetched: the host's teardown moved them into the run
+    # directory as far as the nodes wrote them (the generator's samples up to its last
+    # progress line at least), as a local node's stay.
+    last = [json.loads(x) for x in events.read_text().splitlines() if '"progress"' in x][-1]
+    samples = results.read_sample_records(run_dir / "raw" / "p000-load.samples.bin")
+    assert len(samples) >= last["completed"] > 0
     assert docker.labelled("container", run_id) == []
     assert docker.labelled("network", run_id) == []
     assert not list((tmp_path / "records").glob("*.json"))

@@ -50,6 +50,7 @@ from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names k
     container_usage,
     docker,
     ensure_image,
+    keep_unfetched,
     network_subnets,
     outside_range,
     run,
@@ -200,6 +201,9 @@ class DockerHost(Host):
         self._starts = 0
         self._pids: dict[str, int] = {}  # container -> its main process's pid here
         self._cgroup: dict[str, Path] = {}  # container -> its cpuacct directory
+        # A node file's name -> its place in the run directory (`node_path`): what teardown
+        # moves there if no fetch did (a failed point's). Bounded by the run's nodes' files.
+        self._locals: dict[str, Path] = {}
         self.setup_s: float | None = None  # from setup() to its holder's address
         self._started = 0.0
 
@@ -339,6 +343,7 @@ class DockerHost(Host):
             run(["kill", "--signal", word, self.container_of(proc)], f"sending {word}")
 
     def node_path(self, local: Path) -> str:
+        self._locals[local.name] = local
         return f"{FILES_DIR}/{local.name}"
 
     def scratch_path(self, local: Path) -> str:
@@ -394,6 +399,9 @@ class DockerHost(Host):
             with contextlib.suppress(OSError):
                 holder.stdin.close()
         if self._files is not None:
+            # A failed point's files (not fetched) go to the run directory, as far as the
+            # nodes wrote them; the rest (scratch) goes.
+            keep_unfetched(list(self._files.iterdir()), self._locals)
             shutil.rmtree(self._files, ignore_errors=True)
             self._files = None
         self._address = None

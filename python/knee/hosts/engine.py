@@ -304,3 +304,20 @@ def container_usage(container: str, pid: int, paths: dict[str, Path]) -> dict[st
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
     return {"cpu_s": cpu_s, "rss_bytes": rss}
+
+
+# -- a failed point's files ------------------------------------------------------------
+
+
+def keep_unfetched(files: list[Path], locals_: dict[str, Path]) -> None:
+    """Moves into the run directory the node files (``files``, in a host's folder here)
+    that no fetch took, each to its place ``locals_[name]`` (`node_path` noted it): a point
+    that failed (a node killed mid-point) is not fetched, and its nodes' files came as far as
+    they were written (a docker host's bind mount) or pushed (a swarm task's), which the run
+    keeps, as a local node's."""
+    for path in sorted(files):
+        local = locals_.get(path.name)
+        if local is not None and not local.exists():
+            with contextlib.suppress(OSError):
+                local.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(path, local)

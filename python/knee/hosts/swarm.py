@@ -579,7 +579,7 @@ class SwarmHost(Host):
                 time.sleep(0.1)
         self._services.clear()
         self._pending.clear()
-        self._keep_unfetched(self.folder)
+        engine.keep_unfetched(list(self.folder.glob("*/slot-*/*")), self._locals)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
         if self.daemon is not None:
@@ -594,17 +594,6 @@ class SwarmHost(Host):
              "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
             "listing tasks", host=self.daemon,
         ).split()  # fmt: skip
-
-    def _keep_unfetched(self, folder: Path) -> None:
-        """Moves into the run directory the files that no fetch took: a point that failed
-        (a node killed mid-point) is not fetched, and its nodes' files came up to their
-        last push (each progress line's), which the run keeps, as a local node's."""
-        for path in sorted(folder.glob("*/slot-*/*")):
-            local = self._locals.get(path.name)
-            if local is not None and not local.exists():
-                with contextlib.suppress(OSError):
-                    local.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(path, local)
 
     def describe(self) -> dict[str, Any]:
         return {
