@@ -198,8 +198,7 @@ def tasks(run_id: str, running: bool = False, host: engine.DaemonRef = None) -> 
 
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
     """Removes run ``run_id``'s services and the hosts' folders; what it removed. Its
-    network and any container left go with `docker.remove_run`, after: the network once
-    the manager lets it go (its tasks on every node gone)."""
+    network and any container left go with `docker.remove_run`, after."""
     cleanup.check_run_id(run_id)
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"knee-swarm-{run_id}-*"):
@@ -209,24 +208,12 @@ def remove_run(run_id: str, problems: list[str]) -> list[str]:
         if state == "active" and manager and (names := services(run_id)):
             engine.run(["service", "rm", *names], "removing services")
             removed += [f"service {s}" for s in names]
-        # The engine removes their tasks' containers a moment later (on this machine's node:
-        # seen here; on another: the manager refuses to remove the network until it heard
-        # they are gone), the network after.
+        # The engine removes their tasks' containers a moment later; the network after (on
+        # another node, its copy goes once its tasks' containers have: a run's end waits for
+        # them in each host's teardown, over ssh; `knee cleanup` needs no ssh).
         deadline = time.monotonic() + TASKS_GONE_S
         while tasks(run_id) and time.monotonic() < deadline:
             time.sleep(0.1)
-        network = f"knee-{run_id}-swarm"
-        while time.monotonic() < deadline:
-            try:
-                engine.run(["network", "rm", network], f"removing network {network}")
-                removed.append(f"docker network {network}")
-                break
-            except HostError as e:
-                if "not found" in str(e):
-                    break
-                if time.monotonic() + 0.2 >= deadline:
-                    raise
-                time.sleep(0.2)
     except HostError as e:
         problems.append(str(e))
     return removed
