@@ -1,6 +1,7 @@
 """Docker hosts (knee.hosts.docker) on the real daemon of scripts/docker: limits read back
 from the containers' cgroups, the node protocol through the attached streams, a container
-killed mid-run, a killed runner, clean-up, and every address inside 198.18.0.0/15.
+killed mid-run (its point's files kept), a killed runner, clean-up, and every address inside
+198.18.0.0/15.
 Skipped where there is no such daemon (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
