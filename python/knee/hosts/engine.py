@@ -260,16 +260,52 @@ def cpuacct_dir(pid: int) -> Path | None:
     return cgroup_dirs(pid).get("cpuacct")
 
 
-def cgroup_cpu_s(path: Path) -> float | None:
+def _read(path: Path) -> str | None:
     try:
-        if (path / "cpuacct.usage").exists():
-            return int((path / "cpuacct.usage").read_text()) / 1e9
-        for line in (path / "cpu.stat").read_text().splitlines():
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_s(path: Path) -> float | None:
+    return cpu_s(_read(path / "cpuacct.usage"), _read(path / "cpu.stat"))
+
+
+def cpu_s(usage: str | None, stat: str | None) -> float | None:
+    """CPU seconds from a cgroup's cpuacct.usage (v1, ns) or cpu.stat (v2, usage_usec)."""
+    try:
+        if usage:
+            return int(usage) / 1e9
+        for line in (stat or "").splitlines():
             key, _, value = line.partition(" ")
             if key == "usage_usec":
                 return int(value) / 1e6
-    except (OSError, ValueError):
+    except ValueError:
         return None
+    return None
+
+
+def rss_bytes(status: str | None) -> int | None:
+    """The resident memory in a /proc/PID/status (VmRSS, kB)."""
+    for line in (status or "").splitlines():
+        if line.startswith("VmRSS:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def eth0_bytes(net_dev: str | None) -> tuple[int, int] | None:
+    """(rx, tx) bytes of eth0 in a /proc/PID/net/dev."""
+    for line in (net_dev or "").splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == "eth0":
+            f = rest.split()
+            try:
+                return int(f[0]), int(f[8])
+            except (IndexError, ValueError):
+                return None
     return None
 
 
@@ -295,15 +331,10 @@ def container_usage(container: str, pid: int, paths: dict[str, Path]) -> dict[st
     if path is None:
         return None
     paths[container] = path
-    cpu_s = cgroup_cpu_s(path)
-    if cpu_s is None:
+    cpu = cgroup_cpu_s(path)
+    if cpu is None:
         return None
-    rss = None
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-    return {"cpu_s": cpu_s, "rss_bytes": rss}
+    return {"cpu_s": cpu, "rss_bytes": rss_bytes(_read(Path(f"/proc/{pid}/status")))}
 
 
 # -- a failed point's files ------------------------------------------------------------

@@ -47,8 +47,9 @@ from typing import Any
 
 from knee.hosts import cleanup, engine
 from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.engine import cpu_s, eth0_bytes, rss_bytes
 from knee.hosts.local import node_binary
-from knee.hosts.node_daemon import SSH_FORMAT, SSH_LABEL, NodeDaemon, cpu_s, eth0_bytes, rss_bytes
+from knee.hosts.node_daemon import SSH_FORMAT, SSH_LABEL, NodeDaemon
 
 #: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
 SWARM_POOL = "198.19.128.0/18"
@@ -185,14 +186,14 @@ def services(run_id: str, host: str | None = None) -> list[str]:
     return engine.run([*args, "--format", "{{.Name}}"], "listing services").split()
 
 
-def tasks(run_id: str, running: bool = False, host: engine.DaemonRef = None) -> list[str]:
-    """The task containers of run ``run_id``'s services (only those ``running``, or all), on
-    the daemon ``host`` (default knee's: this machine's node)."""
+def tasks(run_id: str, running: bool = False) -> list[str]:
+    """The task containers of run ``run_id``'s services (only those ``running``, or all) on
+    this machine's node (knee's daemon)."""
     return engine.run(
         ["ps", *([] if running else ["-a"]),
          "--filter", f"label={engine.RUN_LABEL}={run_id}",
          "--filter", "label=knee.service", "--format", "{{.Names}}"],
-        "listing tasks", host=host,
+        "listing tasks",
     ).split()  # fmt: skip
 
 
