@@ -1,7 +1,8 @@
 """What a host kind costs per point: a node's start (the process or container started until
 its `ready` line arrives) on a local host, an emulated host (netns), a docker host, a swarm
 host (a service) on this machine's node and, where `scripts/docker worker` made it, one on
-the worker node knee-sw1 (`worker`), and each host's setup and teardown. docs/hosts.md quotes
+the worker node knee-sw1 (`worker`: its daemon reached over ssh, as another machine's), and
+each host's setup and teardown. docs/hosts.md quotes
 it.
 
     python3 bench/host_start.py           # 10 rounds, a minute or so
@@ -34,8 +35,9 @@ from knee.runner.node import Node  # noqa: E402
 
 #: Seconds a node may take to be ready.
 READY_TIMEOUT_S = 30.0
-#: The worker node of scripts/docker worker.
+#: The worker node of scripts/docker worker, and the client key of its sshd.
 WORKER = "knee-sw1"
+WORKER_KEY = "/run/knee-sw1/ssh/client_ed25519"
 
 
 def node_start_s(host: Host, root: Path, name: str) -> float:
@@ -73,7 +75,13 @@ def one_round(kind: str, root: Path, i: int) -> dict[str, float]:
         host = docker.DockerHost("h", Limits(), network)
     else:
         network = swarm.Network(run_id)
-        host = swarm.SwarmHost("h", Limits(), network, node=WORKER if kind == "worker" else None)
+        host = swarm.SwarmHost(
+            "h",
+            Limits(),
+            network,
+            node=WORKER if kind == "worker" else None,
+            identity_file=WORKER_KEY if kind == "worker" else None,
+        )
     try:
         host.setup()
         setup_s = time.monotonic() - t0
@@ -102,11 +110,12 @@ def main() -> int:
         # The image is made once per knee-node build; its first import is not a point's cost.
         image = docker.ensure_image(docker.node_binary(), "bench")
         try:
-            worker = swarm.node_daemon(WORKER)
-        except HostError:
+            worker = swarm.node_daemon(WORKER, WORKER_KEY)
+        except Unsupported:
             worker = None
         if worker is not None:
-            swarm.copy_image(image, worker)  # once per build too
+            swarm.copy_image(image, worker)  # once per build too (over ssh)
+            worker.close()
             kinds.append("worker")
         else:
             print(f"host_start: no worker node {WORKER} (scripts/docker worker): no worker row")

@@ -1,6 +1,7 @@
 """Docker hosts (knee.hosts.docker) on the real daemon of scripts/docker: limits read back
 from the containers' cgroups, the node protocol through the attached streams, a container
-killed mid-run, a killed runner, clean-up, and every address inside 198.18.0.0/15.
+killed mid-run (its point's files kept), a killed runner, clean-up, and every address inside
+198.18.0.0/15.
 Skipped where there is no such daemon (a failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
@@ -218,16 +219,25 @@ def test_a_container_killed_mid_run_fails_the_point_and_the_run_cleans_up(
          "--format", "{{.Names}}"],
         "listing",
     ).split()  # fmt: skip
+    # Once the generator has reported progress: it has samples on its host's folder.
+    events = next((tmp_path / "runs").glob("*/nodes")) / "load.p000.events.jsonl"
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and runner.poll() is None:
+        if events.exists() and '"event":"progress"' in events.read_text():
+            break
+        time.sleep(0.1)
     docker.run(["kill", server], "killing the server's container")
     _, err = runner.communicate(timeout=WAIT_S * 2)
     assert runner.returncode != 0
     assert "node server exited with code 137 during the point" in err.decode()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "points" / "p000.json").read_text())["status"] == "failed"
-    # The failed point's samples came out of the load's container before it went: the
-    # requests it sent, up to its last flush (here all: it was stopped, not killed).
-    (raw,) = results.read_manifest(run_dir)
-    assert len(raw.frame(run_dir)) > 0
+    # The failed point's files came out of the load's container before it went (the run's
+    # end fetches a failed point's files, before its hosts' teardown): the generator's
+    # samples up to its last progress line at least.
+    last = [json.loads(x) for x in events.read_text().splitlines() if '"progress"' in x][-1]
+    samples = results.read_sample_records(run_dir / "raw" / "p000-load.samples.bin")
+    assert len(samples) >= last["completed"] > 0
     assert docker.labelled("container", run_id) == []
     assert docker.labelled("network", run_id) == []
     assert not list((tmp_path / "records").glob("*.json"))

@@ -1,14 +1,15 @@
 """Swarm hosts (knee.hosts.swarm) on the real swarm of scripts/docker worker (a manager, this
 machine's node, and a worker node knee-sw1 in a network namespace): a point's two generators
-as two replicas of one service on the worker, each with its slot and its share, started at one
-wall-clock time, their requests crossing the overlay to the server on the manager; each
-task's clock checked over the overlay; every address inside 198.18.0.0/15; limits read back
-from the tasks' cgroups on both nodes; a killed runner's services stop on both nodes and
-`knee cleanup` removes the rest; a generator killed mid-point keeps its samples up to its
-last progress line (its files pushed as they grow); no swarm, or an unknown node, refused in
-one line. One smoke
-run (scripts/e2e's, where kept) serves several tests. Skipped without such a swarm (a failure under
-KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
+as two replicas of one service on the worker, each with its slot and its share, started at
+one wall-clock time, their requests crossing the overlay to the server on the manager; each
+task's clock checked over the overlay; every address inside 198.18.0.0/15; the worker's
+tasks read over ssh (its daemon, their cgroups and interfaces: the node has no socket
+label); limits read back from the tasks' cgroups on both nodes; a killed runner's services
+stop on both nodes and `knee cleanup` removes the rest; a generator killed mid-point keeps
+its samples up to its last progress line (its files pushed as they grow); no swarm, an
+unknown node, or a node whose ssh destination does not answer, refused in one line. One
+smoke run (scripts/e2e's, where kept) serves several tests. Skipped without such a swarm (a
+failure under KNEE_TEST_REQUIRE_HOSTS=1 or CI)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,9 @@ from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
 from knee import results
-from knee.hosts import cleanup, engine, swarm, swarm_task
+from knee.hosts import cleanup, engine, ssh, swarm, swarm_task
 from knee.hosts.base import HostError, Limits, Unsupported
+from knee.hosts.node_daemon import NodeDaemon
 from knee.spec import SpecError, load_spec
 
 KNEE_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -39,8 +42,9 @@ WAIT_S = 60.0
 #: Without the gate they differ by their tasks' start times, which are 0.1-1 s apart.
 START_SPREAD_NS = 100_000_000
 MIB = 1 << 20
-#: The worker node of scripts/docker worker.
+#: The worker node of scripts/docker worker, and the client key of its sshd.
 WORKER = "knee-sw1"
+WORKER_KEY = "/run/knee-sw1/ssh/client_ed25519"
 
 
 def _need_swarm() -> None:
@@ -51,11 +55,20 @@ def _need_swarm() -> None:
     except Unsupported as e:
         unavailable(str(e))
     try:
-        worker = swarm.node_daemon(WORKER)
+        worker = swarm.node_destination(WORKER)
     except HostError:
         worker = None
-    if worker is None:
-        unavailable(f"no swarm node {WORKER} with a knee.socket label: run scripts/docker worker")
+    if worker is None or not Path(WORKER_KEY).exists():
+        unavailable(f"no swarm node {WORKER} with a knee.ssh label: run scripts/docker worker")
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[NodeDaemon]:
+    """The worker's daemon, over ssh (its own master connection)."""
+    _need_swarm()
+    daemon = swarm.node_daemon(WORKER, WORKER_KEY)
+    yield daemon
+    daemon.close()
 
 
 def _in_range(address: str) -> bool:
@@ -102,13 +115,35 @@ def test_two_generators_are_two_replicas_of_one_service_each_with_its_slot_and_s
     server = point["resources"]["server"]
     assert (server["kind"], server["capacity"]) == ("cpu", 1.0)
     assert {"link:srv", "link:gen"} <= set(point["resources"])
-    # The generators on the worker, through its daemon; the server on this machine's node.
+    # The generators on the worker, its daemon reached over ssh; the server on this
+    # machine's node, through knee's socket.
     hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
     placed = {h["name"]: (h["swarm_node"], h["daemon"]) for h in hosts if h["kind"] == "swarm"}
     assert placed == {
         "srv": (swarm.this_node(), engine.socket()),
-        "gen": (WORKER, swarm.node_daemon(WORKER)),
+        "gen": (WORKER, f"ssh://{swarm.node_destination(WORKER)}"),
     }
+
+
+def test_the_workers_tasks_are_read_over_ssh_their_cpu_from_their_cgroups_their_bytes(
+    smoke: Path,
+) -> None:
+    # The worker's node names no socket here: knee reaches it over ssh only.
+    labels = engine.run(["node", "inspect", WORKER, "--format", "{{json .Spec.Labels}}"], "")
+    assert json.loads(labels) == {"knee.ssh": swarm.node_destination(WORKER)}
+    # Each generator's CPU seconds, read from its task's cgroup over ssh at each sample: some,
+    # and no more than its quarter core allows over the samples' span.
+    ts = results.open_run(smoke).timeseries
+    for node in ("load-0", "load-1"):
+        rows = ts[ts["node"] == node].sort_values("t_s")
+        dt = rows["t_s"].diff().fillna(0.0)
+        cpu_s = float((rows["cpu_percent"].fillna(0.0) / 100 * dt).sum())
+        span_s = float(rows["t_s"].iloc[-1] - rows["t_s"].iloc[0])
+        assert 0 < cpu_s <= span_s * 0.25 * 1.05, (node, cpu_s, span_s)
+    # The generators' host's link: their tasks' overlay interfaces, read over ssh, carried
+    # the point's requests and replies.
+    link = ts[ts["node"] == "link:gen"]
+    assert link["bytes_rx"].max() > 0 and link["bytes_tx"].max() > 0
 
 
 def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
@@ -120,7 +155,7 @@ def test_the_replicas_start_at_one_wall_clock_time(smoke: Path) -> None:
 
 
 def test_each_tasks_clock_is_checked_over_the_overlay_and_every_address_is_in_knee_range(
-    smoke: Path,
+    smoke: Path, worker: NodeDaemon
 ) -> None:
     hosts = json.loads((smoke / "env.json").read_text())["hosts"]["hosts"]
     subnets = {h["subnet"] for h in hosts if h["kind"] == "swarm"}
@@ -137,7 +172,7 @@ def test_each_tasks_clock_is_checked_over_the_overlay_and_every_address_is_in_kn
         assert 0 < clock["uncertainty_ns"] < 50_000_000
         assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
     assert _in_range(_events(smoke, "server")["ready"][0]["addr"])
-    for daemon in (engine.socket(), swarm.node_daemon(WORKER)):  # this node's, the worker's
+    for daemon in (engine.socket(), worker):  # this node's, the worker's (over ssh)
         names = engine.run(["network", "ls", "--format", "{{.Name}}"], "", host=daemon).split()
         assert {"ingress", "docker_gwbridge"} <= set(names)
         subnets = engine.network_subnets(names, host=daemon).values()
@@ -157,6 +192,7 @@ memory_mb = 64
 [hosts.gen]
 kind = "swarm"
 node = "knee-sw1"
+identity_file = "/run/knee-sw1/ssh/client_ed25519"
 cpu_cores = 0.25
 
 [placement]
@@ -175,12 +211,12 @@ warmup_s = 0
 """
 
 
-def _running(run_id: str, host: str | None = None, daemon: str | None = None) -> list[str]:
-    """Running containers of the run (of host ``host``), on ``daemon`` or on every node's."""
+def _running(run_id: str, host: str | None, *daemons: engine.DaemonRef) -> list[str]:
+    """Running containers of the run (of host ``host``), on ``daemons``."""
     label = ["--filter", f"label=knee.host={host}"] if host else []
     return [
         name
-        for d in ([daemon] if daemon else swarm.daemons())
+        for d in daemons
         for name in engine.run(
             ["ps", "--filter", f"label=knee.run={run_id}", *label, "--format", "{{.Names}}"],
             "listing",
@@ -203,12 +239,10 @@ def _start_run(spec_text: str, tmp_path: Path, records: Path) -> subprocess.Pope
 
 
 def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_removes_them(
-    tmp_path: Path,
+    tmp_path: Path, worker: NodeDaemon
 ) -> None:
-    _need_swarm()
     records = tmp_path / "records"
     runner = _start_run(SPEC, tmp_path, records)
-    worker = swarm.node_daemon(WORKER)
     deadline, run_id, gens = time.monotonic() + WAIT_S, "", []
     while time.monotonic() < deadline and runner.poll() is None:
         run_ids = [p.stem for p in records.glob("*.json")]
@@ -223,38 +257,44 @@ def test_limits_are_read_back_and_a_killed_runners_services_stop_and_cleanup_rem
         (srv,) = _running(run_id, "srv", engine.socket())
         fmt = "{{.State.Pid}} {{json .Config.Env}}"
         mounts = "{{range .Mounts}}{{.Type}} {{end}}"
-        on = {srv: engine.socket(), **dict.fromkeys(gens, worker)}  # the daemon of each
+        here = NodeDaemon(socket=engine.socket())
+        on = {srv: here, **dict.fromkeys(gens, worker)}  # the daemon of each (ssh: the worker)
         for name, cores in ((srv, 1.0), *((g, 0.25) for g in gens)):
-            pid, envs = engine.run(["inspect", "--format", fmt, name], "", host=on[name]).split(
+            daemon = on[name]
+            pid, envs = engine.run(["inspect", "--format", fmt, name], "", host=daemon).split(
                 " ", 1
             )
-            dirs = engine.cgroup_dirs(int(pid))
-            quota_us = int((dirs["cpu"] / "cpu.cfs_quota_us").read_text())
-            period_us = int((dirs["cpu"] / "cpu.cfs_period_us").read_text())
-            assert quota_us / period_us == pytest.approx(cores)
+            # Read on the task's node (over ssh for the worker's), in one command each.
+            cpu = daemon.cgroup_dirs(int(pid))["cpu"]
+            quota, period = str(cpu / "cpu.cfs_quota_us"), str(cpu / "cpu.cfs_period_us")
+            net_dev, route = f"/proc/{pid}/net/dev", f"/proc/{pid}/net/route"
+            got = daemon.read([quota, period, net_dev, route])
+            assert int(got[quota] or 0) / int(got[period] or 1) == pytest.approx(cores)
             # No bind mount: the node protocol and its files go over the overlay network.
-            types = engine.run(["inspect", "--format", mounts, name], "", host=on[name]).split()
+            types = engine.run(["inspect", "--format", mounts, name], "", host=daemon).split()
             assert types == ["tmpfs", "tmpfs"]
             slot = name.split(".")[1]  # SERVICE.SLOT.TASK_ID
             assert f"KNEE_SLOT={slot}" in json.loads(envs)
             # One interface on the run's overlay network, no default route.
-            lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+            lines = (got[net_dev] or "").splitlines()[2:]
             assert sorted(line.split(":")[0].strip() for line in lines) == ["eth0", "lo"]
-            routes = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+            routes = (got[route] or "").splitlines()[1:]
             assert routes and all(line.split()[1] != "00000000" for line in routes)
-        memory = engine.cgroup_dirs(
+        memory = here.cgroup_dirs(
             int(engine.run(["inspect", "--format", "{{.State.Pid}}", srv], ""))
         )
-        assert int((memory["memory"] / "memory.limit_in_bytes").read_text()) == 64 * MIB
+        limit = str(memory["memory"] / "memory.limit_in_bytes")
+        assert int(here.read([limit])[limit] or 0) == 64 * MIB
     finally:
         runner.kill()
         runner.communicate(timeout=WAIT_S)
     # The runner held every task's lifeline: it ended, so did the nodes on both swarm nodes
     # (no restart).
     deadline = time.monotonic() + WAIT_S
-    while _running(run_id) and time.monotonic() < deadline:
+    both = (engine.socket(), worker)
+    while _running(run_id, None, *both) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _running(run_id) == []
+    assert _running(run_id, None, *both) == []
     assert len(swarm.services(run_id)) == 2  # left for knee cleanup
     env = {**os.environ, "KNEE_RECORDS_DIR": str(records)}
     proc = subprocess.run(knee_cmd("cleanup"), env=env, capture_output=True, text=True, timeout=60)
@@ -291,6 +331,42 @@ def test_no_swarm_and_a_cpuset_are_refused_in_one_line(
     assert "\n" not in str(elsewhere.value) and "another-machine" in str(elsewhere.value)
 
 
+def _refusal(node: str) -> str:
+    """What setup() of a swarm host on ``node`` is refused with (Unsupported)."""
+    network = swarm.Network(cleanup.new_run_id())
+    host = swarm.SwarmHost("far", Limits(), network, node=node, identity_file=WORKER_KEY)
+    try:
+        with pytest.raises(Unsupported) as refused:
+            host.setup()
+    finally:
+        host.teardown()
+        network.teardown()
+    return str(refused.value)
+
+
+def test_a_node_whose_ssh_does_not_answer_or_without_its_label_is_refused_in_one_line() -> None:
+    _need_swarm()
+    label = swarm.node_destination(WORKER)
+    update = ["node", "update", WORKER]
+    try:
+        # The worker's label names a port of its address where no sshd answers (refused at
+        # once: an address where no machine answers costs the ARP's 3 s more).
+        engine.run([*update, "--label-add", "knee.ssh=root@198.19.254.2:2"], "relabelling")
+        started = time.monotonic()
+        far = _refusal(WORKER)
+        # ssh's own reason, within its connect timeout: not after a docker command's 120 s.
+        assert time.monotonic() - started < ssh.CONNECT_TIMEOUT_S + 10
+        assert "\n" not in far and "knee.ssh=root@198.19.254.2:2" in far and "ssh: " in far
+        engine.run([*update, "--label-rm", "knee.ssh"], "relabelling")
+        unlabelled = _refusal(WORKER)
+        assert "\n" not in unlabelled
+        assert f"set it (docker node update --label-add knee.ssh=root@ADDRESS {WORKER})" in (
+            unlabelled
+        )
+    finally:
+        engine.run([*update, "--label-add", f"knee.ssh={label}"], "relabelling")
+
+
 KILL_SPEC = """
 [experiment]
 name = "swarm-kill-load"
@@ -299,6 +375,7 @@ system = "matrix"
 [hosts.gen]
 kind = "swarm"
 node = "knee-sw1"
+identity_file = "/run/knee-sw1/ssh/client_ed25519"
 cpu_cores = 0.5
 
 [placement]
@@ -319,12 +396,10 @@ ONE_FLUSH = 100 * 0.1
 
 
 def test_a_generator_killed_mid_point_keeps_its_samples_up_to_its_last_progress_line(
-    tmp_path: Path,
+    tmp_path: Path, worker: NodeDaemon
 ) -> None:
-    _need_swarm()
     records = tmp_path / "records"
     runner = _start_run(KILL_SPEC, tmp_path, records)
-    worker = swarm.node_daemon(WORKER)
     deadline, task = time.monotonic() + WAIT_S, ""
     while time.monotonic() < deadline and runner.poll() is None:
         logs = list((tmp_path / "runs").glob("*/nodes/load.p000.events.jsonl"))
@@ -337,7 +412,7 @@ def test_a_generator_killed_mid_point_keeps_its_samples_up_to_its_last_progress_
     if not task:
         runner.kill()
         pytest.fail(f"the generator did not progress: {runner.communicate()[1].decode()[-2000:]}")
-    engine.run(["kill", task], "killing the generator's task", host=worker)
+    engine.run(["kill", task], "killing the generator's task", host=worker)  # over ssh
     _, err = runner.communicate(timeout=WAIT_S * 2)
     assert runner.returncode != 0
     assert "node load exited with code 137" in err.decode()

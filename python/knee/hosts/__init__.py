@@ -134,6 +134,7 @@ class RunHosts:
                 spec.limits,
                 self._swarm,
                 node=s.get("node"),
+                identity_file=s.get("identity_file"),
                 point_nodes=lambda: self.placement.current.get("where", {}),
                 node_limits=lambda node: self.limits_of(node, spec.name),
             )

@@ -50,6 +50,7 @@ from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names k
     container_usage,
     docker,
     ensure_image,
+    eth0_bytes,
     network_subnets,
     outside_range,
     run,
@@ -376,15 +377,10 @@ class DockerHost(Host):
         if pid is None:
             return None
         try:
-            text = Path(f"/proc/{pid}/net/dev").read_text()
+            counts = eth0_bytes(Path(f"/proc/{pid}/net/dev").read_text())
         except OSError:
             return None
-        for line in text.splitlines():
-            name, _, rest = line.partition(":")
-            if name.strip() == "eth0":
-                f = rest.split()
-                return {"rx_bytes": int(f[0]), "tx_bytes": int(f[8])}
-        return None
+        return None if counts is None else {"rx_bytes": counts[0], "tx_bytes": counts[1]}
 
     def teardown(self) -> None:
         """Ends the holder's input (it exits, --rm removes it) without waiting: the network's

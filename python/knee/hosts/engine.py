@@ -18,7 +18,7 @@ import subprocess
 import tarfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from knee.hosts import cgroups
 from knee.hosts.base import HostError, Unsupported
@@ -53,12 +53,27 @@ def client() -> str:
     return found
 
 
-def docker(*args: str, host: str | None = None) -> list[str]:
-    """The docker command for knee's daemon (or the daemon at ``host``: a swarm node's)."""
-    return [client(), "-H", host or socket(), *args]
+class Daemon(Protocol):
+    """A daemon reached some other way than a socket here: a swarm node's, over ssh
+    (knee.hosts.node_daemon)."""
+
+    def docker(self, *args: str) -> list[str]:
+        """The local command that runs `docker ARGS` against that daemon."""
+        ...
 
 
-def run(args: list[str], what: str, stdin: bytes | None = None, host: str | None = None) -> str:
+#: A daemon: a socket (unix://...) of this machine, or one reached another way; None: knee's.
+DaemonRef = str | Daemon | None
+
+
+def docker(*args: str, host: DaemonRef = None) -> list[str]:
+    """The docker command for knee's daemon (or the daemon ``host``: a swarm node's)."""
+    if host is None or isinstance(host, str):
+        return [client(), "-H", host or socket(), *args]
+    return host.docker(*args)
+
+
+def run(args: list[str], what: str, stdin: bytes | None = None, host: DaemonRef = None) -> str:
     """Runs a docker command (on the daemon at ``host``, default knee's); its stdout. A
     failure is a one-line HostError."""
     try:
@@ -88,7 +103,7 @@ def outside_range(subnets: list[str]) -> list[str]:
     return out
 
 
-def network_subnets(names: list[str], host: str | None = None) -> dict[str, list[str]]:
+def network_subnets(names: list[str], host: DaemonRef = None) -> dict[str, list[str]]:
     """Each network's IPAM subnets (on the daemon at ``host``, default knee's)."""
     if not names:
         return {}
@@ -102,12 +117,12 @@ def network_subnets(names: list[str], host: str | None = None) -> dict[str, list
 _checked: set[str] = set()
 
 
-def check_daemon(host: str | None = None) -> None:
+def check_daemon(host: DaemonRef = None) -> None:
     """Refuses (Unsupported, one line) a daemon (knee's, or the one at ``host``: a swarm
     node's) that does not answer, or one with a network outside 198.18.0.0/15 (Docker's
     defaults: 172.17.0.0/16, 10.0.0.0/8)."""
     daemon = host or socket()
-    if daemon in _checked:
+    if str(daemon) in _checked:
         return
     try:
         run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
@@ -125,7 +140,7 @@ def check_daemon(host: str | None = None) -> None:
                 f"docker hosts: the daemon at {daemon} has network {name} on {bad[0]}, "
                 f"outside {KNEE_RANGE}: use knee's own (scripts/docker)"
             )
-    _checked.add(daemon)
+    _checked.add(str(daemon))
 
 
 # -- the image -----------------------------------------------------------------------------
@@ -219,11 +234,18 @@ def knee_images() -> list[str]:
 def cgroup_dirs(pid: int) -> dict[str, Path]:
     """Process ``pid``'s cgroup directory in each hierarchy knee knows."""
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return {}
+    return cgroup_dirs_in(text, cgroups.hierarchies())
+
+
+def cgroup_dirs_in(proc_cgroup: str, hierarchies: dict[str, cgroups.Hierarchy]) -> dict[str, Path]:
+    """The directory, in each of ``hierarchies``, of the cgroups a process's /proc/PID/cgroup
+    (``proc_cgroup``) names: on this machine, or on a swarm node (its mounts read there)."""
+    lines = proc_cgroup.splitlines()
     out: dict[str, Path] = {}
-    for controller, h in cgroups.hierarchies().items():
+    for controller, h in hierarchies.items():
         for line in lines:
             _, names, path = line.split(":", 2)
             if (h.version == 1 and controller in names.split(",")) or (
@@ -238,20 +260,56 @@ def cpuacct_dir(pid: int) -> Path | None:
     return cgroup_dirs(pid).get("cpuacct")
 
 
-def cgroup_cpu_s(path: Path) -> float | None:
+def _read(path: Path) -> str | None:
     try:
-        if (path / "cpuacct.usage").exists():
-            return int((path / "cpuacct.usage").read_text()) / 1e9
-        for line in (path / "cpu.stat").read_text().splitlines():
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_s(path: Path) -> float | None:
+    return cpu_s(_read(path / "cpuacct.usage"), _read(path / "cpu.stat"))
+
+
+def cpu_s(usage: str | None, stat: str | None) -> float | None:
+    """CPU seconds from a cgroup's cpuacct.usage (v1, ns) or cpu.stat (v2, usage_usec)."""
+    try:
+        if usage:
+            return int(usage) / 1e9
+        for line in (stat or "").splitlines():
             key, _, value = line.partition(" ")
             if key == "usage_usec":
                 return int(value) / 1e6
-    except (OSError, ValueError):
+    except ValueError:
         return None
     return None
 
 
-def container_pid(container: str, pids: dict[str, int], host: str | None = None) -> int | None:
+def rss_bytes(status: str | None) -> int | None:
+    """The resident memory in a /proc/PID/status (VmRSS, kB)."""
+    for line in (status or "").splitlines():
+        if line.startswith("VmRSS:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def eth0_bytes(net_dev: str | None) -> tuple[int, int] | None:
+    """(rx, tx) bytes of eth0 in a /proc/PID/net/dev."""
+    for line in (net_dev or "").splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == "eth0":
+            f = rest.split()
+            try:
+                return int(f[0]), int(f[8])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def container_pid(container: str, pids: dict[str, int], host: DaemonRef = None) -> int | None:
     """The host pid of a container's main process (kept in `pids` once known); None while
     it has none (not started, or ended). ``host``: its daemon, if not knee's."""
     pid = pids.get(container)
@@ -273,12 +331,7 @@ def container_usage(container: str, pid: int, paths: dict[str, Path]) -> dict[st
     if path is None:
         return None
     paths[container] = path
-    cpu_s = cgroup_cpu_s(path)
-    if cpu_s is None:
+    cpu = cgroup_cpu_s(path)
+    if cpu is None:
         return None
-    rss = None
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-    return {"cpu_s": cpu_s, "rss_bytes": rss}
+    return {"cpu_s": cpu, "rss_bytes": rss_bytes(_read(Path(f"/proc/{pid}/status")))}

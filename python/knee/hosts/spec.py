@@ -63,6 +63,9 @@ HOST: dict[str, Schema] = {
     "swarm": {
         **_COMMON,
         "node": Param("str", None, "the swarm node's hostname (default: this machine's)"),
+        "identity_file": Param(
+            "str", None, "private key for another node's ssh (label knee.ssh; default: ssh's own)"
+        ),
     },
     "ssh": {
         **_COMMON,

@@ -144,6 +144,53 @@ def measure_clock(command: list[str], rounds: int = CLOCK_ROUNDS) -> tuple[int, 
     return clock_offset(*times)
 
 
+def ssh_options(
+    control_dir: Path, user: str | None, port: int | None, identity_file: str | None
+) -> list[str]:
+    """The ssh command and its options for one destination, but the destination: one master
+    connection (its socket ``control_dir``/master) every command shares, the host's key
+    remembered in ``control_dir``/known_hosts. An ssh host's and a swarm node's (its daemon
+    reached over ssh, knee.hosts.node_daemon)."""
+    cmd = [
+        "ssh",
+        "-T",  # no terminal: the node's stdout stays a clean stream of JSON lines
+        "-a",
+        "-x",
+        "-o", "BatchMode=yes",  # never a password prompt: a key or a one-line failure
+        "-o", "LogLevel=ERROR",
+        "-o", "ControlMaster=auto",
+        "-o", f"ControlPath={control_dir}/master",
+        "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+        # A host seen for the first time is accepted and remembered for this run only, in
+        # the run's own file: every later connection of the run must show the same key,
+        # and the user's ~/.ssh/known_hosts is neither written nor consulted (throwaway
+        # servers reuse an address with a new key).
+        "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={control_dir}/known_hosts",
+        "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+        "-o", f"ServerAliveInterval={SERVER_ALIVE_INTERVAL_S}",
+        "-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT}",
+    ]  # fmt: skip
+    if port is not None:
+        cmd += ["-p", str(port)]
+    if user:
+        cmd += ["-l", user]
+    if identity_file:
+        cmd += ["-i", identity_file, "-o", "IdentitiesOnly=yes"]
+    return cmd
+
+
+def control_dir(prefix: str = "knee-ssh-") -> Path:
+    """A fresh folder (named ``prefix``...) for a master connection's socket and known_hosts:
+    in the temp dir, or /tmp where that path is too long for a unix socket
+    (CONTROL_DIR_MAX_CHARS)."""
+    made = tempfile.mkdtemp(prefix=prefix)
+    if len(made) > CONTROL_DIR_MAX_CHARS:
+        shutil.rmtree(made, ignore_errors=True)
+        made = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    return Path(made)
+
+
 class SshHost(Host):
     """A machine reached over SSH; nodes run there as the ssh user, without limits."""
 
@@ -200,33 +247,8 @@ class SshHost(Host):
     def _ssh(self, *args: str) -> list[str]:
         """The ssh command with this host's options, then ``args`` (before the destination)."""
         assert self._control_dir is not None
-        cmd = [
-            "ssh",
-            "-T",  # no terminal: the node's stdout stays a clean stream of JSON lines
-            "-a",
-            "-x",
-            "-o", "BatchMode=yes",  # never a password prompt: a key or a one-line failure
-            "-o", "LogLevel=ERROR",
-            "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_path}",
-            "-o", f"ControlPersist={CONTROL_PERSIST_S}",
-            # A host seen for the first time is accepted and remembered for this run only, in
-            # the run's own file: every later connection of the run must show the same key,
-            # and the user's ~/.ssh/known_hosts is neither written nor consulted (throwaway
-            # servers reuse an address with a new key).
-            "-o", "StrictHostKeyChecking=accept-new",
-            "-o", f"UserKnownHostsFile={self._control_dir}/known_hosts",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-            "-o", f"ServerAliveInterval={SERVER_ALIVE_INTERVAL_S}",
-            "-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT}",
-        ]  # fmt: skip
-        if self.port is not None:
-            cmd += ["-p", str(self.port)]
-        if self.user:
-            cmd += ["-l", self.user]
-        if self.identity_file:
-            cmd += ["-i", self.identity_file, "-o", "IdentitiesOnly=yes"]
-        return [*cmd, *args, self._address]
+        options = ssh_options(self._control_dir, self.user, self.port, self.identity_file)
+        return [*options, *args, self._address]
 
     def _remote(self, command: str) -> list[str]:
         """The local command that runs the shell ``command`` on the host."""
@@ -276,11 +298,7 @@ class SshHost(Host):
             self.local_binary = node_binary()
         local = Path(self.local_binary)
         machine = elf_machine(local)
-        control = tempfile.mkdtemp(prefix="knee-ssh-")
-        if len(control) > CONTROL_DIR_MAX_CHARS:
-            shutil.rmtree(control, ignore_errors=True)
-            control = tempfile.mkdtemp(prefix="knee-ssh-", dir="/tmp")
-        self._control_dir = Path(control)
+        self._control_dir = control_dir()
         try:
             self._connect_and_check(local, machine)
             self._copy(local)

@@ -1,10 +1,12 @@
 """Docker Swarm services as hosts (docs/hosts.md, "Swarm hosts").
 
 A host of kind ``swarm`` names a node of the swarm of knee's daemon (scripts/docker swarm),
-by constraint (``node.hostname==...``; default: this machine's node). Another node is one
-whose daemon knee reaches on this machine: its label ``knee.socket`` names its socket
-(scripts/docker worker makes such a node, knee-sw1, in a network namespace of its own); knee
-loads its image there, and reads its tasks' containers through it. Each node placed on it
+by constraint (``node.hostname==...``; default: this machine's node). knee reaches another
+node's daemon over ssh, at the destination its label ``knee.ssh`` names
+(``knee.hosts.node_daemon``; scripts/docker worker makes such a node, knee-sw1, in a network
+namespace of its own, with an sshd): knee loads its image there (`docker save` here, `docker
+load` there), and reads its tasks' containers, cgroups and interfaces through that one
+connection. Each node placed on it
 is a Swarm service of its own, on an overlay network knee makes for the run (``knee-R-swarm``,
 internal, in 198.19.128.0/18), except the generators of one point (NAME-0 .. NAME-{n-1},
 `load.generators` = n): they are ONE service with n replicas, and each replica reads its
@@ -18,10 +20,10 @@ stdout lines and pushes what its files (samples, histogram, outputs) gained, bef
 progress line and at its end. The task's agent (``swarm_task.py``, the local process the
 runner reads) dials it through ``knee-node relay`` in a container of this machine's node on
 that network, appends the files' bytes to their copies in the slot's folder here
-(``slot-N``), and passes the lines on; the node's stderr comes
-back through ``docker logs -f`` of its container, its exit code through ``docker wait``
-(both through the daemon of the task's node). A task has no bind mount: its files and the
-host's scratch folder are tmpfs of its own; each reads ``KNEE_SLOT={{.Task.Slot}}``.
+(``slot-N``), and passes the lines on; the node's stderr comes back through ``docker logs
+-f`` of its container, its exit code through ``docker wait`` (both through the daemon of the
+task's node, over ssh for another node). A task has no bind mount: its files and the host's
+scratch folder are tmpfs of its own; each reads ``KNEE_SLOT={{.Task.Slot}}``.
 
 Services use ``--restart-condition none`` (a failed node fails the point, as Kubernetes'
 ``backoffLimit: 0``). Everything is labelled ``knee.run=R``: the run removes its services and
@@ -45,7 +47,9 @@ from typing import Any
 
 from knee.hosts import cleanup, engine
 from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.engine import cpu_s, eth0_bytes, rss_bytes
 from knee.hosts.local import node_binary
+from knee.hosts.node_daemon import SSH_FORMAT, SSH_LABEL, NodeDaemon
 
 #: The swarm's address pool (scripts/docker swarm): ingress and the runs' overlays.
 SWARM_POOL = "198.19.128.0/18"
@@ -65,10 +69,6 @@ MEMBER_RE = re.compile(r"^(.+)-(\d+)$")
 MAX_SERVICES_PER_HOST = 10_000
 #: Seconds the engine may take to remove a removed service's task containers (~1 s).
 TASKS_GONE_S = 30.0
-#: A node's label naming its daemon's socket on this machine (scripts/docker worker).
-SOCKET_LABEL = "knee.socket"
-#: A node's label naming its daemon's socket, as `docker node inspect` formats it.
-SOCKET_FORMAT = f'{{{{index .Spec.Labels "{SOCKET_LABEL}"}}}}'
 _image_lock = threading.Lock()
 
 
@@ -103,24 +103,44 @@ def this_node() -> str:
     ).strip()
 
 
-def node_daemon(node: str) -> str | None:
-    """The socket of swarm node ``node``'s daemon from its label ``knee.socket`` (None
-    without one); a HostError if the swarm has no such node."""
-    out = engine.run(["node", "inspect", node, "--format", SOCKET_FORMAT], "inspecting " + node)
+def node_destination(node: str) -> str | None:
+    """Swarm node ``node``'s ssh destination, its label ``knee.ssh`` (None without one); a
+    HostError if the swarm has no such node."""
+    out = engine.run(["node", "inspect", node, "--format", SSH_FORMAT], "inspecting " + node)
     return out.strip() or None
 
 
-def daemons() -> list[str]:
-    """The sockets of the daemons of the swarm's nodes that knee reaches: its own, and those
-    its nodes' labels name."""
-    ids = engine.run(["node", "ls", "--format", "{{.ID}}"], "listing nodes").split()
-    labels = engine.run(["node", "inspect", *ids, "--format", SOCKET_FORMAT], "inspecting nodes")
-    return [engine.socket(), *sorted({x for x in labels.split() if x != engine.socket()})]
+def node_daemon(
+    node: str, identity_file: str | None = None, control_prefix: str = "knee-ssh-"
+) -> NodeDaemon:
+    """How knee reaches swarm node ``node``'s daemon: knee's socket for this machine's node,
+    else over ssh at its label's destination (the master's folder named ``control_prefix``...).
+    Unsupported, in one line, for a node the swarm does not have or one without the label."""
+    here = this_node()
+    if node == here:
+        return NodeDaemon(socket=engine.socket())
+    try:
+        destination = node_destination(node)
+    except HostError as e:
+        raise Unsupported(f"swarm node {node}: {e}") from None
+    if destination is None:
+        raise Unsupported(
+            f"swarm node {node} is not this machine's ({here}) and has no label "
+            f"{SSH_LABEL}=[USER@]HOST[:PORT]: knee reaches another node's daemon over ssh; "
+            f"set it (docker node update --label-add {SSH_LABEL}=root@ADDRESS {node})"
+        )
+    try:
+        return NodeDaemon(
+            destination=destination, identity_file=identity_file, control_prefix=control_prefix
+        )
+    except HostError as e:
+        raise Unsupported(f"swarm node {node}: {e}") from None
 
 
-def copy_image(image: str, host: str) -> None:
-    """Loads knee's ``image`` into the daemon at ``host`` (a worker's) unless it has it;
-    older knee-node images there not used by a container are removed, as on knee's."""
+def copy_image(image: str, host: engine.DaemonRef) -> None:
+    """Loads knee's ``image`` into the daemon ``host`` (another node's: `docker save` here,
+    `docker load` there, over ssh) unless it has it; older knee-node images there not used
+    by a container are removed, as on knee's."""
     with _image_lock:
         try:
             engine.run(["image", "inspect", "--format", "{{.Id}}", image], "", host=host)
@@ -167,18 +187,14 @@ def services(run_id: str, host: str | None = None) -> list[str]:
 
 
 def tasks(run_id: str, running: bool = False) -> list[str]:
-    """The task containers of run ``run_id``'s services (only those ``running``, or all), on
-    every node whose daemon knee reaches; a node whose daemon does not answer is skipped."""
-    out = []
-    for host in daemons():
-        with contextlib.suppress(HostError):
-            out += engine.run(
-                ["ps", *([] if running else ["-a"]),
-                 "--filter", f"label={engine.RUN_LABEL}={run_id}",
-                 "--filter", "label=knee.service", "--format", "{{.Names}}"],
-                "listing tasks", host=host,
-            ).split()  # fmt: skip
-    return out
+    """The task containers of run ``run_id``'s services (only those ``running``, or all) on
+    this machine's node (knee's daemon)."""
+    return engine.run(
+        ["ps", *([] if running else ["-a"]),
+         "--filter", f"label={engine.RUN_LABEL}={run_id}",
+         "--filter", "label=knee.service", "--format", "{{.Names}}"],
+        "listing tasks",
+    ).split()  # fmt: skip
 
 
 def remove_run(run_id: str, problems: list[str]) -> list[str]:
@@ -193,7 +209,9 @@ def remove_run(run_id: str, problems: list[str]) -> list[str]:
         if state == "active" and manager and (names := services(run_id)):
             engine.run(["service", "rm", *names], "removing services")
             removed += [f"service {s}" for s in names]
-        # The engine removes their tasks' containers a moment later; the network after.
+        # The engine removes their tasks' containers a moment later; the network after (on
+        # another node, its copy goes once its tasks' containers have: a run's end waits for
+        # them in each host's teardown, over ssh; `knee cleanup` needs no ssh).
         deadline = time.monotonic() + TASKS_GONE_S
         while tasks(run_id) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -269,6 +287,7 @@ class SwarmHost(Host):
         limits: Limits,
         network: Network,
         node: str | None = None,
+        identity_file: str | None = None,
         point_nodes: Callable[[], dict[str, str]] | None = None,
         node_limits: Callable[[str], dict[str, Any]] | None = None,
         local_binary: str | None = None,
@@ -279,21 +298,20 @@ class SwarmHost(Host):
         self.network = network
         self.run_id = network.run_id
         self.node = node
+        self.identity_file = identity_file  # for another node's ssh (None: ssh's own keys)
         self.point_nodes = point_nodes  # the point's node -> host (hosts.spec.check_nodes)
         self.node_limits = node_limits
         self.local_binary = local_binary
         self.image: str | None = None
-        self.daemon: str | None = None  # the socket of the node's daemon
+        self.daemon: NodeDaemon | None = None  # the node's daemon: a socket here, or ssh
         self.folder: Path | None = None
         self._services: dict[str, _Service] = {}  # by service name
         self._pending: dict[str, _Service] = {}  # group base -> its service being filled
         self._count = 0
-        self._pids: dict[str, int] = {}  # container -> its pid here
-        self._cgroup: dict[str, Path] = {}
+        self._containers: dict[tuple[str, str], str] = {}  # (service, slot) -> its task's
+        self._pids: dict[str, int] = {}  # container -> its pid (on its node)
+        self._cpu_files: dict[str, list[str]] = {}  # container -> its cgroup's CPU files
         self._bytes: dict[str, tuple[int, int]] = {}  # container -> last rx, tx
-        # A node file's name -> its place in the run directory (`node_path`): what teardown
-        # moves there if no fetch did (a failed point's). Bounded by the run's nodes' files.
-        self._locals: dict[str, Path] = {}
 
     @property
     def address(self) -> str:
@@ -305,28 +323,34 @@ class SwarmHost(Host):
         if self.folder is not None:
             return
         self.network.setup()
-        here = this_node()
-        daemon: str | None
-        if self.node is None or self.node == here:
-            self.node, daemon = here, engine.socket()
-        else:
-            try:
-                daemon = node_daemon(self.node)
-            except HostError as e:
-                raise Unsupported(f"swarm host {self.name}: {e}") from None
-            if daemon is None or not daemon.startswith("unix://"):
-                raise Unsupported(
-                    f"swarm host {self.name}: node {self.node} is not this machine's ({here}) "
-                    f"and has no label {SOCKET_LABEL}=unix://...: knee reads a task's "
-                    "logs, exit code and cgroups through its node's daemon, so it places "
-                    "tasks only on nodes whose daemon runs here (scripts/docker worker)"
-                )
-            engine.check_daemon(daemon)  # its networks too, in 198.18.0.0/15
-        if self.local_binary is None:
-            self.local_binary = node_binary()
-        self.image = engine.ensure_image(self.local_binary, self.run_id)
-        if daemon != engine.socket():
-            copy_image(self.image, daemon)
+        if self.node is None:
+            self.node = this_node()
+        try:
+            # The master's folder goes with the run's (remove_run) if the runner dies.
+            prefix = f"knee-swarm-{self.run_id}-{self.name}-ssh-"
+            daemon = node_daemon(self.node, self.identity_file, prefix)
+        except Unsupported as e:
+            raise Unsupported(f"swarm host {self.name}: {e}") from None
+        try:
+            if daemon.remote:
+                # It answers over ssh (one line if not: ssh's reason), and its networks are
+                # in 198.18.0.0/15.
+                try:
+                    engine.run(["info", "--format", "{{.ID}}"], "connecting", host=daemon)
+                except HostError as e:
+                    raise Unsupported(
+                        f"swarm host {self.name}: node {self.node}'s daemon does not answer "
+                        f"over ssh ({SSH_LABEL}={daemon.destination}): {e}"
+                    ) from None
+                engine.check_daemon(daemon)
+            if self.local_binary is None:
+                self.local_binary = node_binary()
+            self.image = engine.ensure_image(self.local_binary, self.run_id)
+            if daemon.remote:
+                copy_image(self.image, daemon)
+        except BaseException:
+            daemon.close()
+            raise
         self.daemon = daemon
         self.folder = Path(tempfile.mkdtemp(prefix=f"knee-swarm-{self.run_id}-{self.name}-"))
 
@@ -375,7 +399,7 @@ class SwarmHost(Host):
             self._create(service, role, system, node)
         return [
             sys.executable, str(AGENT),
-            "--docker", engine.client(), "--host", self.daemon or engine.socket(),
+            "--docker", engine.client(), "--node", self._daemon().to_arg(),
             "--service", service.name, "--slot", str(slot), "--replicas", str(len(members)),
             "--folder", str(slot_dir), "--network", self.network.name,
             "--manager", engine.socket(), "--image", self.image, "--run", self.run_id,
@@ -430,14 +454,25 @@ class SwarmHost(Host):
         args = [str(a) for a in proc.args]  # type: ignore[union-attr]
         return args[args.index("--service") + 1], args[args.index("--slot") + 1]
 
+    def _daemon(self) -> NodeDaemon:
+        if self.daemon is None:
+            raise HostError(f"swarm host {self.name}: setup() has not run")
+        return self.daemon
+
     def container_of(self, proc: subprocess.Popen[bytes]) -> str | None:
-        """The task container of the agent ``proc`` (None before it exists)."""
-        service, slot = self._agent_args(proc)
+        """The task container of the agent ``proc`` (None before it exists); kept once
+        known (a task is not restarted)."""
+        key = self._agent_args(proc)
+        if key in self._containers:
+            return self._containers[key]
+        service, slot = key
         out = engine.run(
             ["ps", "-a", "--filter", f"name=^{service}\\.{slot}\\.", "--format", "{{.Names}}"],
             "listing tasks",
-            host=self.daemon,
+            host=self._daemon(),
         ).split()
+        if out:
+            self._containers[key] = out[0]
         return out[0] if out else None
 
     def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -454,7 +489,6 @@ class SwarmHost(Host):
             engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
 
     def node_path(self, local: Path) -> str:
-        self._locals[local.name] = local
         return f"{FILES_DIR}/{local.name}"
 
     def scratch_path(self, local: Path) -> str:
@@ -473,42 +507,39 @@ class SwarmHost(Host):
         return engine.container_pid(container, self._pids, host=self.daemon)
 
     def usage(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
-        """The task's CPU seconds from its container's cgroup, its node's resident memory."""
+        """The task's CPU seconds from its container's cgroup, its node's resident memory:
+        read on its node (over ssh for another), in one command once the cgroup is known."""
         try:
             container = self.container_of(proc)
+            pid = None if container is None else self._pid(container)
+            if container is None or pid is None:
+                return None
+            daemon = self._daemon()
+            files = self._cpu_files.get(container)
+            if files is None:
+                cpuacct = daemon.cgroup_dirs(pid).get("cpuacct")
+                if cpuacct is None:
+                    return None
+                files = [str(cpuacct / "cpuacct.usage"), str(cpuacct / "cpu.stat")]
+                self._cpu_files[container] = files
+            got = daemon.read([*files, f"/proc/{pid}/status"])
         except HostError:
             return None
-        pid = None if container is None else self._pid(container)
-        if container is None or pid is None:
+        cpu = cpu_s(got[files[0]], got[files[1]])
+        if cpu is None:
             return None
-        return engine.container_usage(container, pid, self._cgroup)
-
-    def cgroup_of(self, proc: subprocess.Popen[bytes]) -> dict[str, Path]:
-        container = self.container_of(proc)
-        pid = None if container is None else self._pid(container)
-        return {} if pid is None else engine.cgroup_dirs(pid)
+        return {"cpu_s": cpu, "rss_bytes": rss_bytes(got[f"/proc/{pid}/status"])}
 
     def interface_bytes(self) -> dict[str, int] | None:
         """The host's link: the sum of its tasks' overlay interfaces (eth0), a task that
         ended counted with its last reading, so the sum never goes back."""
-        try:
-            names = engine.run(
-                ["ps", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
-                 "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
-                "listing tasks", host=self.daemon,
-            ).split()  # fmt: skip
-        except HostError:
-            names = []
-        for container in names:
-            pid = self._pid(container)
-            if pid is None:
-                continue
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
-                    name, _, rest = line.partition(":")
-                    if name.strip() == "eth0":
-                        f = rest.split()
-                        self._bytes[container] = (int(f[0]), int(f[8]))
+        with contextlib.suppress(HostError):  # one command on the node (ssh for another)
+            read = self._daemon().interfaces(
+                [f"label={engine.RUN_LABEL}={self.run_id}", f"label=knee.host={self.name}"]
+            )
+            for container, net_dev in read.items():
+                if (counts := eth0_bytes(net_dev)) is not None:
+                    self._bytes[container] = counts
         if not self._bytes:
             return None
         return {
@@ -524,22 +555,28 @@ class SwarmHost(Host):
         with contextlib.suppress(HostError):
             if names := services(self.run_id, self.name):
                 engine.run(["service", "rm", *names], "removing services")
+            # The engine removes their tasks' containers a moment later. The manager lets the
+            # run's network go before another node's are gone (and that node keeps its copy
+            # of the network until they are): waited for here, on the node (over ssh).
+            deadline = time.monotonic() + TASKS_GONE_S
+            while self._tasks_left() and time.monotonic() < deadline:
+                time.sleep(0.1)
         self._services.clear()
         self._pending.clear()
-        self._keep_unfetched(self.folder)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
+        if self.daemon is not None:
+            self.daemon.close()  # the ssh master, for another node
 
-    def _keep_unfetched(self, folder: Path) -> None:
-        """Moves into the run directory the files that no fetch took: a point that failed
-        (a node killed mid-point) is not fetched, and its nodes' files came up to their
-        last push (each progress line's), which the run keeps, as a local node's."""
-        for path in sorted(folder.glob("*/slot-*/*")):
-            local = self._locals.get(path.name)
-            if local is not None and not local.exists():
-                with contextlib.suppress(OSError):
-                    local.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(path, local)
+    def _tasks_left(self) -> list[str]:
+        """The host's task containers still on its node."""
+        if self.daemon is None:
+            return []
+        return engine.run(
+            ["ps", "-a", "--filter", f"label={engine.RUN_LABEL}={self.run_id}",
+             "--filter", f"label=knee.host={self.name}", "--format", "{{.Names}}"],
+            "listing tasks", host=self.daemon,
+        ).split()  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -549,5 +586,5 @@ class SwarmHost(Host):
             "subnet": self.network.subnet,
             "swarm_node": self.node,
             "image": self.image,
-            "daemon": self.daemon or engine.socket(),
+            "daemon": str(self.daemon) if self.daemon else engine.socket(),
         }

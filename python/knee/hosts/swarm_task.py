@@ -1,14 +1,15 @@
 """The agent of one task of a swarm host (knee.hosts.swarm): the local process the runner
 starts for a node placed on a swarm host, as `ssh` is for an ssh host.
 
-    python3 swarm_task.py --docker D --host SOCK --service S --slot N --replicas R
+    python3 swarm_task.py --docker D --node NODE --service S --slot N --replicas R
                           --folder SLOT_DIR --network NET --manager SOCK --image IMAGE
                           --run RUN --control-port C [--gate --clock-port P]
 
 The node protocol runs over the run's overlay network, not through a folder: the task has
 no bind mount.
 1. waits for the task of slot N of service S to have its container and its overlay address
-   (through SOCK of --host: the daemon of the task's node);
+   (through NODE: the daemon of the task's node, knee.hosts.node_daemon's, over the ssh
+   master of its host for another node);
 2. dials the node's control port C at that address through `knee-node relay --dial` in a
    container of this machine's node (SOCK of --manager) on that network, whose stdin and
    stdout are this agent's pipes; sends the slot's config (SLOT_DIR/config.json, `listen`
@@ -47,6 +48,7 @@ from typing import IO
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the knee package's folder
 
 from knee.hosts.base import HostError  # noqa: E402
+from knee.hosts.node_daemon import NodeDaemon  # noqa: E402
 from knee.hosts.ssh import measure_clock  # noqa: E402
 
 #: Seconds for the task to start, its node to open its config, the replicas to be ready.
@@ -136,7 +138,7 @@ def pass_stderr(stderr: IO[bytes]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    for name in ("--docker", "--host", "--service", "--folder", "--network", "--manager",
+    for name in ("--docker", "--node", "--service", "--folder", "--network", "--manager",
                  "--image", "--run"):  # fmt: skip
         ap.add_argument(name, required=True)
     ap.add_argument("--control-port", type=int, required=True)
@@ -146,11 +148,13 @@ def main() -> None:
     ap.add_argument("--gate", action="store_true")
     a = ap.parse_args()
     folder = Path(a.folder)
+    node = NodeDaemon.from_arg(a.node)
 
     def docker(*args: str) -> str:
         res = subprocess.run(
-            [a.docker, "-H", a.host, *args], capture_output=True, text=True, timeout=WAIT_S
-        )
+            node.docker(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=WAIT_S,
+        )  # fmt: skip
         if res.returncode != 0:
             lines = res.stderr.strip().splitlines() or [f"exit {res.returncode}"]
             raise HostError(lines[-1])
@@ -245,7 +249,10 @@ def main() -> None:
 
     # The container's stdout is the control connection: what its log has is its stderr.
     logs = subprocess.run(
-        [a.docker, "-H", a.host, "logs", "-f", container], stdout=subprocess.DEVNULL, check=False
+        node.docker("logs", "-f", container),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        check=False,
     )
     try:
         code = int(docker("wait", container).strip() or 2)
