@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from knee.hosts import cleanup
-from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
+from knee.hosts.base import HostError, Limits, Unsupported
 from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names kept
     COMMAND_TIMEOUT_S,
     FILES_DIR,
@@ -44,6 +44,7 @@ from knee.hosts.engine import (  # shared with the swarm hosts; docker.X names k
     LIFELINE_ENV,
     NODE_PATH,
     RUN_LABEL,
+    ContainerHost,
     cgroup_dirs,
     check_daemon,
     container_pid,
@@ -172,13 +173,12 @@ class Network:
         cleanup.forget(self.run_id, docker=[self.name])
 
 
-class DockerHost(Host):
+class DockerHost(ContainerHost):
     """A container holding the host's network namespace; each node a container in it."""
 
     kind = "docker"
-    #: A node is a process in another container: its config goes inline, its files come
-    #: back through `fetch`, its CPU from its container's cgroup (`usage`).
-    remote = True
+    #: A node is a process in another container (`remote`): its config goes inline, its
+    #: files come back through `fetch`, its CPU from its container's cgroup (`usage`).
 
     def __init__(
         self,
@@ -325,36 +325,22 @@ class DockerHost(Host):
             *opts, self.image, *argv[1:],
         )  # fmt: skip
 
-    @staticmethod
-    def container_of(proc: subprocess.Popen[bytes]) -> str:
+    def container_of(self, proc: subprocess.Popen[bytes]) -> str:
         args = list(proc.args)  # type: ignore[arg-type]
         return str(args[args.index("--name") + 1])
 
-    def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
-        word = LIFELINE_SIGNALS.get(sig)
-        if word is None:
-            raise HostError(f"docker host {self.name}: signal {sig} is not sent to containers")
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(HostError):  # the container is already gone
-            run(["kill", "--signal", word, self.container_of(proc)], f"sending {word}")
-
-    def node_path(self, local: Path) -> str:
-        return f"{FILES_DIR}/{local.name}"
+    def kill_container(self, container: str, word: str) -> None:
+        run(["kill", "--signal", word, container], f"sending {word}")
 
     def scratch_path(self, local: Path) -> str:
         # In the host's folder: the nodes of one host share it, as on one machine; it goes
         # with the host at the run's end.
         return f"{FILES_DIR}/scratch-{local.name}"
 
-    def fetch(self, node_path: str, local: Path) -> None:
+    def copy_of(self, name: str) -> Path | None:
         if self._files is None:
             raise HostError(f"docker host {self.name}: setup() has not run")
-        src = self._files / Path(node_path).name
-        if not src.is_file():
-            raise HostError(f"docker host {self.name}: the node wrote no {node_path}")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(src, local)
+        return self._files / name
 
     def _pid(self, container: str) -> int | None:
         return container_pid(container, self._pids)

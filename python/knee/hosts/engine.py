@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from knee.hosts import cgroups
-from knee.hosts.base import HostError, Unsupported
+from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Unsupported
 
 #: The daemon scripts/docker starts; $KNEE_DOCKER_HOST names another.
 DEFAULT_SOCKET = "unix:///run/knee-docker/docker.sock"
@@ -335,3 +335,48 @@ def container_usage(container: str, pid: int, paths: dict[str, Path]) -> dict[st
     if cpu is None:
         return None
     return {"cpu_s": cpu, "rss_bytes": rss_bytes(_read(Path(f"/proc/{pid}/status")))}
+
+
+# -- a container host's files ------------------------------------------------------------
+
+
+class ContainerHost(Host):
+    """A host whose nodes run in containers (docker, swarm): a node's files are written at
+    FILES_DIR in its container and come to a folder here, from which `fetch` moves them."""
+
+    remote = True
+
+    def node_path(self, local: Path) -> str:
+        return f"{FILES_DIR}/{local.name}"
+
+    def container_of(self, proc: subprocess.Popen[bytes]) -> str | None:
+        """The container of the node ``proc`` started, None while it has none."""
+        raise NotImplementedError
+
+    def kill_container(self, container: str, word: str) -> None:
+        """`docker kill --signal WORD` on the container's daemon."""
+        raise NotImplementedError
+
+    def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+        word = LIFELINE_SIGNALS.get(sig)
+        if word is None:
+            raise HostError(f"{self.kind} host {self.name}: signal {sig} is not sent to containers")
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(HostError):  # the container is gone, or not there yet
+            container = self.container_of(proc)
+            if container is None:  # not started: its starter ends the wait
+                proc.kill()
+                return
+            self.kill_container(container, word)
+
+    def copy_of(self, name: str) -> Path | None:
+        """The copy here of the node file ``name``, None if the node wrote none."""
+        raise NotImplementedError
+
+    def fetch(self, node_path: str, local: Path) -> None:
+        src = self.copy_of(Path(node_path).name)
+        if src is None or not src.is_file():
+            raise HostError(f"{self.kind} host {self.name}: the node wrote no {node_path}")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(src, local)

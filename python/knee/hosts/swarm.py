@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from knee.hosts import cleanup, engine
-from knee.hosts.base import LIFELINE_SIGNALS, Host, HostError, Limits, Unsupported
-from knee.hosts.engine import cpu_s, eth0_bytes, rss_bytes
+from knee.hosts.base import HostError, Limits, Unsupported
+from knee.hosts.engine import ContainerHost, cpu_s, eth0_bytes, rss_bytes
 from knee.hosts.local import node_binary
 from knee.hosts.node_daemon import SSH_FORMAT, SSH_LABEL, NodeDaemon
 
@@ -275,11 +275,10 @@ class _Service:
         return self.folder / f"slot-{slot}"
 
 
-class SwarmHost(Host):
+class SwarmHost(ContainerHost):
     """A Swarm node; each node placed on it a service (a generator group: one service)."""
 
     kind = "swarm"
-    remote = True
 
     def __init__(
         self,
@@ -475,33 +474,17 @@ class SwarmHost(Host):
             self._containers[key] = out[0]
         return out[0] if out else None
 
-    def signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
-        word = LIFELINE_SIGNALS.get(sig)
-        if word is None:
-            raise HostError(f"swarm host {self.name}: signal {sig} is not sent to tasks")
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(HostError):  # the task is gone, or not there yet
-            container = self.container_of(proc)
-            if container is None:  # not started: its agent ends the wait
-                proc.kill()
-                return
-            engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
-
-    def node_path(self, local: Path) -> str:
-        return f"{FILES_DIR}/{local.name}"
+    def kill_container(self, container: str, word: str) -> None:
+        engine.run(["kill", "--signal", word, container], f"sending {word}", host=self.daemon)
 
     def scratch_path(self, local: Path) -> str:
         return f"{SCRATCH_DIR}/scratch-{local.name}"
 
-    def fetch(self, node_path: str, local: Path) -> None:
+    def copy_of(self, name: str) -> Path | None:
         if self.folder is None:
             raise HostError(f"swarm host {self.name}: setup() has not run")
-        found = sorted(self.folder.glob(f"*/slot-*/{Path(node_path).name}"))
-        if not found:
-            raise HostError(f"swarm host {self.name}: the node wrote no {node_path}")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(found[-1], local)
+        found = sorted(self.folder.glob(f"*/slot-*/{name}"))
+        return found[-1] if found else None
 
     def _pid(self, container: str) -> int | None:
         return engine.container_pid(container, self._pids, host=self.daemon)
