@@ -30,6 +30,7 @@ use super::requests::Table;
 use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
+use crate::clock;
 use crate::load::clients::Clients;
 use crate::load::config::ScheduleConfig;
 use crate::load::drive::{drive, Grace, Sender};
@@ -39,7 +40,7 @@ use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
 use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
-use crate::{clock, stdio};
+use crate::stdio::CappedLog;
 
 /// Bytes read per `recv`: a response's head and body pass through it, never kept whole.
 const READ_BUF_BYTES: usize = 64 << 10;
@@ -99,7 +100,7 @@ pub struct Engine<'a> {
     cursor: usize,
     mode: Mode,
     tally: Tally,
-    logged: u64,
+    log: CappedLog,
 }
 
 /// HTTP/1.1 on the drive loop: a due request waits in the FIFO for a free connection.
@@ -275,7 +276,10 @@ impl<'a> Engine<'a> {
             cursor: 0,
             mode,
             tally: Tally::default(),
-            logged: 0,
+            log: CappedLog::new(
+                MAX_LOGGED,
+                "(further connect and write failures are in the samples only)",
+            ),
         })
     }
 
@@ -404,7 +408,8 @@ impl<'a> Engine<'a> {
         if let Err(e) = conn.write(bytes) {
             conn.close();
             let Some(job) = conn.job.take() else { return };
-            self.log(&format!("connection {slot}: write failed: {e}; it is made again"));
+            self.log
+                .log(&format!("connection {slot}: write failed: {e}; it is made again"));
             self.busy -= 1;
             // Not sent, or sent in part: the server never had the whole request.
             self.record(&Self::sample(slot, &job, Status::Drop, Reason::Send as u32));
@@ -428,7 +433,7 @@ impl<'a> Engine<'a> {
     /// drop with its reason; the connection is closed and free.
     fn connect_failed(&mut self, slot: usize, failed: Failed, now: u64) {
         self.tally.connect_failures += 1;
-        self.log(&format!("connection {slot}: {}", failed.words()));
+        self.log.log(&format!("connection {slot}: {}", failed.words()));
         let reason = failed.reason;
         let conn = &mut self.conns[slot];
         conn.close();
@@ -547,15 +552,6 @@ impl<'a> Engine<'a> {
 
     fn record(&self, s: &Sample) {
         self.ctx.recorder.record(s);
-    }
-
-    fn log(&mut self, line: &str) {
-        self.logged += 1;
-        if self.logged <= MAX_LOGGED {
-            stdio::log(line);
-        } else if self.logged == MAX_LOGGED + 1 {
-            stdio::log("(further connect and write failures are in the samples only)");
-        }
     }
 }
 

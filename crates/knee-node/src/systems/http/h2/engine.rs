@@ -29,6 +29,7 @@ use super::pool::H2Pool;
 use super::stream::{Polled, Reply, Stream};
 use super::Reason;
 use super::{H2Table, Judge};
+use crate::clock;
 use crate::load::clients::Clients;
 use crate::load::config::{LoadConfig, ScheduleConfig};
 use crate::load::drive::{drive, Grace, Sender};
@@ -37,8 +38,8 @@ use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status, NO_SERVER_TIME};
 use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
+use crate::stdio::CappedLog;
 use crate::systems::http::done::HttpDone;
-use crate::{clock, stdio};
 
 /// Polls of one flagged connection per pass of the loop, at most: a connection whose
 /// futures keep waking each other cannot hold the loop (it is polled again next pass).
@@ -117,7 +118,7 @@ struct Engine<'a> {
     cursor: usize,
     done: HttpDone,
     connect_failures: u64,
-    logged: u64,
+    log: CappedLog,
 }
 
 /// Runs the open or closed loop of `load` over `pool`'s connections, sending `table`'s
@@ -162,7 +163,10 @@ pub(crate) fn run_h2(
             ..HttpDone::default()
         },
         connect_failures: 0,
-        logged: 0,
+        log: CappedLog::new(
+            MAX_LOGGED,
+            "(further connection failures are in the samples only)",
+        ),
     };
     drive(&mut e, ctx);
     e.done.connections_opened = e.pool.conns.iter().map(|c| c.opened).sum();
@@ -452,7 +456,8 @@ impl Engine<'_> {
             Ok(x) => x,
             Err(e) => {
                 c.closing = true;
-                self.log(&format!("connection {slot}: HTTP/2: {e}; no new streams on it"));
+                self.log
+                    .log(&format!("connection {slot}: HTTP/2: {e}; no new streams on it"));
                 return Err(w);
             }
         };
@@ -520,7 +525,7 @@ impl Engine<'_> {
     /// is a drop with its reason (it waited for that connect).
     fn connect_failed(&mut self, slot: usize, failed: Failed, now: u64) {
         self.connect_failures += 1;
-        self.log(&format!("connection {slot}: {}", failed.words()));
+        self.log.log(&format!("connection {slot}: {}", failed.words()));
         self.pool.conns[slot].close();
         let usable = self.pool.conns.iter().any(|c| c.is_ready() || c.is_opening());
         if usable {
@@ -569,7 +574,7 @@ impl Engine<'_> {
             if let Some(end) = ended {
                 if let Ended::Error(e) = &end {
                     if !(e.is_go_away() && e.is_remote()) {
-                        self.log(&format!("connection {slot}: HTTP/2: {e}"));
+                        self.log.log(&format!("connection {slot}: HTTP/2: {e}"));
                     }
                 }
                 self.conn_ended(slot, end, clock::now_ns());
@@ -807,15 +812,6 @@ impl Engine<'_> {
         let mut s = *s;
         s.flags = self.judge.failure_flags(&s);
         self.ctx.recorder.record(&s);
-    }
-
-    fn log(&mut self, line: &str) {
-        self.logged += 1;
-        if self.logged <= MAX_LOGGED {
-            stdio::log(line);
-        } else if self.logged == MAX_LOGGED + 1 {
-            stdio::log("(further connection failures are in the samples only)");
-        }
     }
 }
 
