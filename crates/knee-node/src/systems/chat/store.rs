@@ -25,7 +25,7 @@ pub struct DbConfig {
     pub postgres_schema: String,
 }
 
-fn default_schema() -> String {
+pub(crate) fn default_schema() -> String {
     "knee_chat".into()
 }
 
