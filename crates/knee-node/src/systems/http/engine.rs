@@ -31,8 +31,6 @@ use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
 use crate::clock;
-use crate::load::clients::Clients;
-use crate::load::config::ScheduleConfig;
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
@@ -60,15 +58,10 @@ struct Queued {
     waited: bool,
 }
 
-enum Mode {
-    Open {
-        /// Due requests waiting for a free connection, at most `max_outstanding` with those
-        /// on connections (beyond: recorded as dropped, not queued without end).
-        queue: VecDeque<Queued>,
-    },
-    /// One client per connection.
-    Closed(Clients),
-}
+/// Open: due requests waiting for a free connection, at most `max_outstanding` with those
+/// on connections (beyond: recorded as dropped, not queued without end). Closed: one
+/// client per connection.
+type Mode = crate::load::clients::Mode<VecDeque<Queued>>;
 
 /// What the run counted besides the samples (the `done` line's own fields).
 #[derive(Default, Debug, Clone, Copy)]
@@ -110,7 +103,7 @@ impl Sender for Engine<'_> {
     /// Open loop: the request joins the queue (or is dropped past the bound) and goes out
     /// at once if a connection is free.
     fn send(&mut self, id: u64, intended_ns: u64) {
-        let Mode::Open { queue } = &mut self.mode else {
+        let Mode::Open(queue) = &mut self.mode else {
             return;
         };
         if queue.len() + self.busy >= self.max_outstanding {
@@ -130,9 +123,7 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.stop();
-        }
+        self.mode.stop();
     }
 
     fn advance(&mut self, now: u64) {
@@ -184,14 +175,14 @@ impl Sender for Engine<'_> {
     fn done(&self) -> bool {
         self.busy == 0
             && match &self.mode {
-                Mode::Open { queue } => queue.is_empty(),
+                Mode::Open(queue) => queue.is_empty(),
                 Mode::Closed(clients) => clients.done(),
             }
     }
 
     /// After the grace: what waits, connects or is in flight is dropped (`stopped`).
     fn close(&mut self, now: u64) {
-        if let Mode::Open { queue, .. } = &mut self.mode {
+        if let Mode::Open(queue) = &mut self.mode {
             let waiting: Vec<Queued> = queue.drain(..).collect();
             for q in waiting {
                 self.record_unsent(q.id, q.intended_ns, 0, Reason::Stopped);
@@ -221,7 +212,7 @@ impl Sender for Engine<'_> {
         }
         match &self.mode {
             // A connection is free for a request that waits: no wait.
-            Mode::Open { queue } => {
+            Mode::Open(queue) => {
                 if !queue.is_empty() && self.busy < self.conns.len() {
                     return 0;
                 }
@@ -248,15 +239,7 @@ impl<'a> Engine<'a> {
         ctx: &'a RunContext,
     ) -> Result<Engine<'a>, String> {
         let load = &cfg.load;
-        let count = pool.conns.len();
-        let mode = match &load.schedule {
-            ScheduleConfig::Closed { think_ms, think, .. } => {
-                Mode::Closed(Clients::new(count, ctx.start_ns, *think_ms, *think))
-            }
-            _ => Mode::Open {
-                queue: VecDeque::new(),
-            },
-        };
+        let mode = Mode::new(&load.schedule, ctx.start_ns, VecDeque::new());
         Ok(Engine {
             conns: pool.conns,
             pollfds: pool.pollfds,
@@ -294,7 +277,7 @@ impl<'a> Engine<'a> {
     /// Puts waiting requests on free connections.
     fn dispatch(&mut self, now: u64) {
         match &self.mode {
-            Mode::Open { queue, .. } => {
+            Mode::Open(queue) => {
                 if queue.is_empty() || self.busy == self.conns.len() {
                     return;
                 }
@@ -304,7 +287,7 @@ impl<'a> Engine<'a> {
                     if self.conns[slot].job.is_some() {
                         continue;
                     }
-                    let Mode::Open { queue, .. } = &mut self.mode else {
+                    let Mode::Open(queue) = &mut self.mode else {
                         return;
                     };
                     let Some(q) = queue.pop_front() else {
@@ -318,7 +301,7 @@ impl<'a> Engine<'a> {
                     };
                     self.take(slot, q.id, q.intended_ns, now, held_ns);
                 }
-                if let Mode::Open { queue, .. } = &mut self.mode {
+                if let Mode::Open(queue) = &mut self.mode {
                     queue.iter_mut().for_each(|q| q.waited = true);
                 }
             }
@@ -447,9 +430,8 @@ impl<'a> Engine<'a> {
 
     /// A closed-loop client's request is over at `now`: it sends again after its think time.
     fn client_done(&mut self, slot: usize, now: u64) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.think(slot, now, self.ctx.stopping(), &mut self.rng);
-        }
+        self.mode
+            .client_done(slot, now, self.ctx.stopping(), &mut self.rng);
     }
 
     fn poll_conns(&mut self, wait_ns: u64) {

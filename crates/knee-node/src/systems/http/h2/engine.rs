@@ -30,8 +30,7 @@ use super::stream::{Polled, Reply, Stream};
 use super::Reason;
 use super::{H2Table, Judge};
 use crate::clock;
-use crate::load::clients::Clients;
-use crate::load::config::{LoadConfig, ScheduleConfig};
+use crate::load::config::LoadConfig;
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
@@ -85,11 +84,8 @@ struct InFlight {
     stream: Stream,
 }
 
-enum Mode {
-    /// Requests fall due on the drive loop's schedule.
-    Open,
-    Closed(Clients),
-}
+/// Open: requests fall due on the drive loop's schedule (nothing kept). Closed: its clients.
+type Mode = crate::load::clients::Mode<()>;
 
 /// A request of the table as h2 sends it (its URI, method and headers built once).
 struct Prepared {
@@ -131,14 +127,7 @@ pub(crate) fn run_h2(
     judge: &dyn Judge,
     ctx: &RunContext,
 ) -> HttpDone {
-    let mode = match &load.schedule {
-        ScheduleConfig::Closed {
-            clients,
-            think_ms,
-            think,
-        } => Mode::Closed(Clients::new(*clients, ctx.start_ns, *think_ms, *think)),
-        _ => Mode::Open,
-    };
+    let mode = Mode::new(&load.schedule, ctx.start_ns, ());
     let scheme = if pool.setup.tls.is_some() { "https" } else { "http" };
     let prepared = prepare(&table, scheme, &pool.setup.authority);
     let n = pool.conns.len();
@@ -238,9 +227,7 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.stop();
-        }
+        self.mode.stop();
     }
 
     /// The closed-loop clients due, what waits onto streams, the flagged connections polled.
@@ -262,7 +249,7 @@ impl Sender for Engine<'_> {
         self.in_flight == 0
             && self.queue.is_empty()
             && match &self.mode {
-                Mode::Open => true,
+                Mode::Open(()) => true,
                 Mode::Closed(clients) => clients.done(),
             }
     }
@@ -308,7 +295,7 @@ impl Sender for Engine<'_> {
             }
         }
         match &self.mode {
-            Mode::Open => wait,
+            Mode::Open(()) => wait,
             Mode::Closed(clients) => clients
                 .pending()
                 .fold(wait, |w, (_, t)| w.min(t.saturating_sub(now))),
@@ -751,9 +738,9 @@ impl Engine<'_> {
     }
 
     fn client_done(&mut self, client: Option<usize>, now: u64) {
-        let Some(client) = client else { return };
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.think(client, now, self.ctx.stopping(), &mut self.rng);
+        if let Some(client) = client {
+            self.mode
+                .client_done(client, now, self.ctx.stopping(), &mut self.rng);
         }
     }
 
