@@ -298,15 +298,10 @@ impl<'a> Engine<'a> {
     /// Records a request that got no reply (it has left the table, or never entered it).
     fn record_unanswered(&self, id: u64, f: &InFlight, status: Status) {
         self.ctx.recorder.record(&Sample {
-            request_id: id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
             client: self.conns[f.slot].index,
             arg: f.arg,
             op: f.op,
-            status: status as u8,
-            ..Default::default()
+            ..Sample::unanswered(id, f.intended_ns, f.sent_ns, f.bytes_out, status)
         });
     }
 
