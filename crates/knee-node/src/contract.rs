@@ -51,35 +51,29 @@ impl Key {
             own_check: false,
         }
     }
+    /// A number of `kind` ("int" | "float") from `min` up, to `max` (null: unbounded).
+    fn number(kind: &'static str, min: Value, max: Value) -> Self {
+        Key {
+            min,
+            max,
+            ..Key::of(kind)
+        }
+    }
     /// An integer in `min..=max`.
     pub fn int(min: impl Into<Value>, max: impl Into<Value>) -> Self {
-        Key {
-            min: min.into(),
-            max: max.into(),
-            ..Key::of("int")
-        }
+        Key::number("int", min.into(), max.into())
     }
     /// An integer from `min` up.
     pub fn int_from(min: impl Into<Value>) -> Self {
-        Key {
-            min: min.into(),
-            ..Key::of("int")
-        }
+        Key::number("int", min.into(), Value::Null)
     }
     /// A number in `min..=max` (use `.above()` for an exclusive `min`).
     pub fn float(min: impl Into<Value>, max: impl Into<Value>) -> Self {
-        Key {
-            min: min.into(),
-            max: max.into(),
-            ..Key::of("float")
-        }
+        Key::number("float", min.into(), max.into())
     }
     /// A number without an upper bound.
     pub fn float_from(min: impl Into<Value>) -> Self {
-        Key {
-            min: min.into(),
-            ..Key::of("float")
-        }
+        Key::number("float", min.into(), Value::Null)
     }
     pub fn str() -> Self {
         Key::of("str")

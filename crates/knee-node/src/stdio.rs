@@ -71,6 +71,35 @@ pub fn log(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "[{name}] {msg}");
 }
 
+/// Log lines of one kind that a run may produce by the thousand (a failure per request):
+/// the first `max` go to stderr, then one line saying where the rest are, then none (the
+/// samples hold every failure; stderr must not flood).
+pub struct CappedLog {
+    max: u64,
+    /// The line said once the first `max` are out.
+    after: &'static str,
+    logged: u64,
+}
+
+impl CappedLog {
+    pub const fn new(max: u64, after: &'static str) -> CappedLog {
+        CappedLog {
+            max,
+            after,
+            logged: 0,
+        }
+    }
+
+    pub fn log(&mut self, line: &str) {
+        self.logged += 1;
+        if self.logged <= self.max {
+            log(line);
+        } else if self.logged == self.max + 1 {
+            log(self.after);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,43 @@
 //! HTTP/2 engines): when each sends next, taken when it sends, and set again after its
 //! reply and think time.
 
-use super::config::Think;
+use super::config::{ScheduleConfig, Think};
 use crate::rng::Rng;
+
+/// How an engine's requests come: open (they fall due on the drive loop's schedule; `Q`:
+/// what it keeps of them while they wait, if anything) or closed (its clients).
+pub enum Mode<Q> {
+    Open(Q),
+    Closed(Clients),
+}
+
+impl<Q> Mode<Q> {
+    /// The schedule's mode: closed, its clients due at `start_ns`; else open, with `open`.
+    pub fn new(schedule: &ScheduleConfig, start_ns: u64, open: Q) -> Mode<Q> {
+        match schedule {
+            ScheduleConfig::Closed {
+                clients,
+                think_ms,
+                think,
+            } => Mode::Closed(Clients::new(*clients, start_ns, *think_ms, *think)),
+            _ => Mode::Open(open),
+        }
+    }
+
+    /// The stop: no closed-loop client sends again.
+    pub fn stop(&mut self) {
+        if let Mode::Closed(clients) = self {
+            clients.stop();
+        }
+    }
+
+    /// Client `i`'s request is over at `now` (closed loop: see `Clients::think`).
+    pub fn client_done(&mut self, i: usize, now: u64, stopping: bool, rng: &mut Rng) {
+        if let Mode::Closed(clients) = self {
+            clients.think(i, now, stopping, rng);
+        }
+    }
+}
 
 pub struct Clients {
     think_ns: f64,

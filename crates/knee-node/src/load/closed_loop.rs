@@ -3,14 +3,14 @@
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+
 use std::time::Duration;
 
-use super::config::{LoadConfig, ScheduleConfig, TcpTarget, Think};
+use super::config::{ScheduleConfig, Think};
 use super::driver::DriverFactory;
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
-use super::reply_sample;
+use super::{reply_sample, Connected};
 use crate::events::NoExtra;
 use crate::rng::Rng;
 use crate::wire::{frame_bytes, request_frame_bytes, write_frame, FrameReader, ReplyHeader, RequestHeader};
@@ -20,28 +20,7 @@ use crate::{clock, stdio};
 const READ_TICK: Duration = Duration::from_millis(20);
 
 /// The closed-loop role: one connection per client, the clients still to start.
-pub struct ClosedLoop {
-    cfg: LoadConfig,
-    tcp: TcpTarget,
-    streams: Vec<TcpStream>,
-    factory: Arc<dyn DriverFactory>,
-}
-
-impl ClosedLoop {
-    pub fn new(
-        cfg: LoadConfig,
-        tcp: TcpTarget,
-        streams: Vec<TcpStream>,
-        factory: Arc<dyn DriverFactory>,
-    ) -> ClosedLoop {
-        ClosedLoop {
-            cfg,
-            tcp,
-            streams,
-            factory,
-        }
-    }
-}
+pub struct ClosedLoop(pub Connected);
 
 impl Role for ClosedLoop {
     type Progress = NoExtra;
@@ -49,24 +28,24 @@ impl Role for ClosedLoop {
 
     /// One request in flight per client by construction: no in-flight bound.
     fn plan(&self) -> Plan {
-        self.cfg.plan(None)
+        self.0.cfg.plan(None)
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
-        let (think_ns, think) = match &self.cfg.schedule {
+        let (think_ns, think) = match &self.0.cfg.schedule {
             ScheduleConfig::Closed { think_ms, think, .. } => (think_ms * 1e6, *think),
             _ => return Err("the closed loop needs a closed schedule".into()),
         };
         let tickets = AtomicU64::new(0);
         std::thread::scope(|s| {
-            for (i, stream) in std::mem::take(&mut self.streams).into_iter().enumerate() {
+            for (i, stream) in std::mem::take(&mut self.0.streams).into_iter().enumerate() {
                 let client = Client {
                     index: i as u32,
-                    factory: &*self.factory,
+                    factory: &*self.0.factory,
                     ctx,
-                    timeout_ns: (self.cfg.timeout_ms * 1e6) as u64,
-                    max_frame_bytes: self.tcp.max_frame_bytes,
-                    seed: self.cfg.seed,
+                    timeout_ns: (self.0.cfg.timeout_ms * 1e6) as u64,
+                    max_frame_bytes: self.0.tcp.max_frame_bytes,
+                    seed: self.0.cfg.seed,
                     think_ns,
                     think,
                 };

@@ -114,6 +114,15 @@ pub(crate) fn reply_sample(
     }
 }
 
+/// What the open and the closed loop start from: the load config, the framed-TCP target,
+/// its connections (made) and the system's driver factory.
+pub struct Connected {
+    pub cfg: LoadConfig,
+    pub tcp: TcpTarget,
+    pub streams: Vec<TcpStream>,
+    pub factory: Arc<dyn DriverFactory>,
+}
+
 /// The role of a load config: the open or the closed loop (connected, ready to start).
 pub fn role(
     cfg: LoadConfig,
@@ -123,11 +132,21 @@ pub fn role(
     Ok(match &cfg.schedule {
         ScheduleConfig::Closed { clients, .. } => {
             let streams = connect(&tcp.target, *clients)?;
-            Box::new(closed_loop::ClosedLoop::new(cfg, tcp, streams, factory))
+            Box::new(closed_loop::ClosedLoop(Connected {
+                cfg,
+                tcp,
+                streams,
+                factory,
+            }))
         }
         _ => {
             let streams = connect(&tcp.target, tcp.connections)?;
-            Box::new(open_loop::OpenLoop::new(cfg, tcp, streams, factory))
+            Box::new(open_loop::OpenLoop(Connected {
+                cfg,
+                tcp,
+                streams,
+                factory,
+            }))
         }
     })
 }

@@ -10,7 +10,6 @@
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
 
 use super::config::{LoadConfig, TcpTarget};
 use super::drive::{drive, Sender};
@@ -18,7 +17,7 @@ use super::driver::{Driver, DriverFactory};
 use super::flights::{self, Flights};
 use super::harness::{Plan, Role, RunContext};
 use super::recorder::{Sample, Status};
-use super::reply_sample;
+use super::{reply_sample, Connected};
 use crate::events::NoExtra;
 use crate::wire::{
     frame_bytes, request_frame_bytes, write_frame, FrameError, FrameReader, ReplyHeader, RequestHeader,
@@ -85,40 +84,19 @@ struct Engine<'a> {
 }
 
 /// The open-loop role: connected, its schedule still to run.
-pub struct OpenLoop {
-    cfg: LoadConfig,
-    tcp: TcpTarget,
-    streams: Vec<TcpStream>,
-    factory: Arc<dyn DriverFactory>,
-}
-
-impl OpenLoop {
-    pub fn new(
-        cfg: LoadConfig,
-        tcp: TcpTarget,
-        streams: Vec<TcpStream>,
-        factory: Arc<dyn DriverFactory>,
-    ) -> OpenLoop {
-        OpenLoop {
-            cfg,
-            tcp,
-            streams,
-            factory,
-        }
-    }
-}
+pub struct OpenLoop(pub Connected);
 
 impl Role for OpenLoop {
     type Progress = NoExtra;
     type Done = NoExtra;
 
     fn plan(&self) -> Plan {
-        self.cfg.plan(Some(self.cfg.max_outstanding))
+        self.0.cfg.plan(Some(self.0.cfg.max_outstanding))
     }
 
     fn run(&mut self, ctx: &RunContext) -> Result<NoExtra, String> {
-        let streams = std::mem::take(&mut self.streams);
-        let mut engine = Engine::new(streams, &self.cfg, &self.tcp, &*self.factory, ctx);
+        let streams = std::mem::take(&mut self.0.streams);
+        let mut engine = Engine::new(streams, &self.0.cfg, &self.0.tcp, &*self.0.factory, ctx);
         drive(&mut engine, ctx);
         Ok(NoExtra {})
     }
@@ -320,15 +298,10 @@ impl<'a> Engine<'a> {
     /// Records a request that got no reply (it has left the table, or never entered it).
     fn record_unanswered(&self, id: u64, f: &InFlight, status: Status) {
         self.ctx.recorder.record(&Sample {
-            request_id: id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
             client: self.conns[f.slot].index,
             arg: f.arg,
             op: f.op,
-            status: status as u8,
-            ..Default::default()
+            ..Sample::unanswered(id, f.intended_ns, f.sent_ns, f.bytes_out, status)
         });
     }
 

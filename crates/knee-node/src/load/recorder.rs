@@ -97,6 +97,25 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// A request that got no reply, `status` saying why: when it was due and sent, and its
+    /// bytes out (the role sets its own fields on top).
+    pub fn unanswered(
+        request_id: u64,
+        intended_ns: u64,
+        sent_ns: u64,
+        bytes_out: u64,
+        status: Status,
+    ) -> Sample {
+        Sample {
+            request_id,
+            intended_ns,
+            sent_ns,
+            bytes_out,
+            status: status as u8,
+            ..Sample::default()
+        }
+    }
+
     fn encode_into(&self, out: &mut Vec<u8>) {
         for v in [
             self.request_id,

@@ -53,7 +53,8 @@ pub const SYSTEM: System = System {
             .column("detail_ns", "detail_ns", "the database transaction's time")
             .column("flags", "flags", "reply flags (not_primary, duplicate)")
             .column("service", "service", "the replica that answered")
-            .reads::<server::ChatServerConfig>("server")
+            .reads::<server::ReplicaConfig>("server")
+            .reads::<store::DbConfig>("server")
             .key("server.replica", Key::int(0, server::MAX_REPLICAS - 1).default(0))
             .key(
                 "server.heartbeat_ms",
@@ -74,7 +75,7 @@ pub const SYSTEM: System = System {
             .key("server.postgres_url", Key::str())
             .key(
                 "server.postgres_schema",
-                Key::str().default(server::default_schema()),
+                Key::str().default(store::default_schema()),
             )
             .key(
                 "server.dedup_window",

@@ -25,9 +25,6 @@ pub(crate) fn default_failure_timeout_ms() -> u64 {
 pub(crate) fn default_max_queue() -> usize {
     10_000
 }
-pub(crate) fn default_schema() -> String {
-    "knee_chat".into()
-}
 fn default_dedup_window() -> u64 {
     DEDUP_WINDOW
 }
@@ -51,9 +48,21 @@ pub const MAX_FAILURE_TIMEOUT_MS: u64 = 600_000;
 pub const MAX_THREADS: usize = 256;
 pub const MAX_QUEUE: usize = 10_000_000;
 
+/// A replica's server section: its own keys and its database's, side by side in one
+/// table. Flattened parts are not probed by `contract::serde_fields` (serde reads a
+/// flattened struct as a map), so the contract reads each part on its own.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatServerConfig {
+    #[serde(flatten)]
+    pub node: ReplicaConfig,
+    #[serde(flatten)]
+    pub db: DbConfig,
+}
+
+/// The replica's own keys of its server section.
+#[derive(Deserialize)]
+pub struct ReplicaConfig {
     /// This replica's index; 0 is the first primary.
     #[serde(default)]
     pub replica: u32,
@@ -66,23 +75,12 @@ pub struct ChatServerConfig {
     pub threads: usize,
     #[serde(default = "default_max_queue")]
     pub max_queue: usize,
-    #[serde(default)]
-    pub sqlite_path: Option<String>,
-    #[serde(default)]
-    pub postgres_url: Option<String>,
-    #[serde(default = "default_schema")]
-    pub postgres_schema: String,
     /// Dedup keys kept per client (its newest request ids); older requests are refused.
     #[serde(default = "default_dedup_window")]
     pub dedup_window: u64,
 }
 
-pub fn build(cfg: ChatServerConfig) -> Result<ServerParts, String> {
-    let db = DbConfig {
-        sqlite_path: cfg.sqlite_path,
-        postgres_url: cfg.postgres_url,
-        postgres_schema: cfg.postgres_schema,
-    };
+pub fn build(ChatServerConfig { node: cfg, db }: ChatServerConfig) -> Result<ServerParts, String> {
     if !(1..=MAX_DEDUP_WINDOW).contains(&cfg.dedup_window) {
         return Err(format!("dedup_window must be 1..={MAX_DEDUP_WINDOW}"));
     }
@@ -181,5 +179,26 @@ impl Replica {
             detail_ns: db_ns,
             ..Outcome::ok()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_section_reads_both_parts_and_refuses_unknown_keys() {
+        let read = |v| serde_json::from_value::<ChatServerConfig>(v);
+        let cfg = read(serde_json::json!({"replica": 2, "threads": 4, "postgres_url": "postgresql://x/y"}));
+        let cfg = cfg.ok().expect("a valid server section");
+        assert_eq!((cfg.node.replica, cfg.node.threads), (2, 4));
+        assert_eq!(cfg.node.heartbeat_ms, default_heartbeat_ms());
+        assert_eq!(cfg.db.postgres_url.as_deref(), Some("postgresql://x/y"));
+        assert_eq!(cfg.db.postgres_schema, "knee_chat");
+        let typo = read(serde_json::json!({"replica": 0, "sqlite_pth": "a.db"}));
+        assert!(typo
+            .err()
+            .is_some_and(|e| e.to_string().contains("unknown field `sqlite_pth`")));
+        assert!(read(serde_json::json!({"replica": "one"})).is_err());
     }
 }

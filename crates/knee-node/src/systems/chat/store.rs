@@ -25,7 +25,7 @@ pub struct DbConfig {
     pub postgres_schema: String,
 }
 
-fn default_schema() -> String {
+pub(crate) fn default_schema() -> String {
     "knee_chat".into()
 }
 
@@ -176,17 +176,9 @@ impl Store {
     /// Runs `f` in a transaction that only reads. On SQLite it takes no write lock (WAL
     /// readers never wait for the writer), so it answers while another connection holds
     /// the lock, even one of a stopped process.
-    pub fn read<T>(&mut self, mut f: impl FnMut(&mut dyn Tx) -> Result<T, String>) -> Result<T, String> {
+    pub fn read<T>(&mut self, f: impl FnMut(&mut dyn Tx) -> Result<T, String>) -> Result<T, String> {
         match self {
-            Store::Sqlite(conn) => {
-                let tx = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)
-                    .map_err(|e| format!("begin: {e}"))?;
-                let mut wrapped = SqliteTx(tx);
-                let out = f(&mut wrapped)?;
-                wrapped.0.commit().map_err(|e| format!("commit: {e}"))?;
-                Ok(out)
-            }
+            Store::Sqlite(conn) => sqlite_transaction(conn, rusqlite::TransactionBehavior::Deferred, f),
             Store::Postgres { .. } => self.transaction(f),
         }
     }
@@ -198,15 +190,7 @@ impl Store {
         mut f: impl FnMut(&mut dyn Tx) -> Result<T, String>,
     ) -> Result<T, String> {
         match self {
-            Store::Sqlite(conn) => {
-                let tx = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                    .map_err(|e| format!("begin: {e}"))?;
-                let mut wrapped = SqliteTx(tx);
-                let out = f(&mut wrapped)?;
-                wrapped.0.commit().map_err(|e| format!("commit: {e}"))?;
-                Ok(out)
-            }
+            Store::Sqlite(conn) => sqlite_transaction(conn, rusqlite::TransactionBehavior::Immediate, f),
             Store::Postgres { client, statements } => {
                 let mut attempt = 0;
                 loop {
@@ -243,6 +227,22 @@ fn retryable(e: &postgres::Error) -> bool {
 }
 
 struct SqliteTx<'c>(rusqlite::Transaction<'c>);
+
+/// Runs `f` in one SQLite transaction begun as `behavior` says; commits if it returns Ok
+/// (dropped, the transaction rolls back).
+fn sqlite_transaction<T>(
+    conn: &mut rusqlite::Connection,
+    behavior: rusqlite::TransactionBehavior,
+    mut f: impl FnMut(&mut dyn Tx) -> Result<T, String>,
+) -> Result<T, String> {
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(|e| format!("begin: {e}"))?;
+    let mut wrapped = SqliteTx(tx);
+    let out = f(&mut wrapped)?;
+    wrapped.0.commit().map_err(|e| format!("commit: {e}"))?;
+    Ok(out)
+}
 
 fn sqlite_sql(sql: &str) -> String {
     sql.replace('$', "?")

@@ -35,21 +35,6 @@ pub const SYSTEM: super::System = super::System {
                 "grpc_status",
                 "the call's gRPC status code (the server's, else the client library's: codes)",
             )
-            .column(
-                "arg",
-                "fail_reason",
-                "why the call failed (0: it did not; args)",
-            )
-            .column(
-                "queue_ns",
-                "queue_ns",
-                "the wait for its connection to be made (connect_ns)",
-            )
-            .column(
-                "service_ns",
-                "held_ns",
-                "the wait for a free stream (the server's SETTINGS_MAX_CONCURRENT_STREAMS) or flow-control window, from its intended time",
-            )
             .reads::<server::ServerConfig>("server")
             .key("server.go_grpc", Key::object().required())
             .reads::<server::GoServer>("server.go_grpc")
@@ -68,21 +53,32 @@ pub const SYSTEM: super::System = super::System {
             )
             .key("server.go_grpc.tls", Key::object())
             .reads::<config::DriverConfig>("driver")
-            .key("driver.proto_files", Key::list(Some(proto::MAX_PROTO_FILES)).default(Vec::<String>::new()))
-            .key("driver.import_paths", Key::list(Some(proto::MAX_PROTO_FILES)).default(Vec::<String>::new()))
+            .key(
+                "driver.proto_files",
+                Key::list(Some(proto::MAX_PROTO_FILES)).default(Vec::<String>::new()),
+            )
+            .key(
+                "driver.import_paths",
+                Key::list(Some(proto::MAX_PROTO_FILES)).default(Vec::<String>::new()),
+            )
             .key("driver.protoset", Key::str())
             .key("driver.call", Key::str().required())
             .key("driver.data", Key::str().default("{}"))
-            .key("driver.metadata", Key::list(Some(config::MAX_METADATA)).default(Vec::<String>::new()))
+            .key(
+                "driver.metadata",
+                Key::list(Some(config::MAX_METADATA)).default(Vec::<String>::new()),
+            )
             .key(
                 "driver.max_reply_bytes",
                 Key::int(0, config::MAX_REPLY_BYTES).default(config::default_max_reply_bytes()),
             )
             .key("driver.tls_insecure", Key::bool().default(false))
             .key("driver.tls_ca_file", Key::str());
-        for (name, reason) in crate::systems::http::response::Reason::ALL {
-            c = c.arg(name, reason as u32);
-        }
+        c = crate::systems::http::transport_columns(
+            c,
+            "why the call failed (0: it did not; args)",
+            "the wait for a free stream (the server's SETTINGS_MAX_CONCURRENT_STREAMS) or flow-control window, from its intended time",
+        );
         for (name, reason) in status::Reason::ALL {
             c = c.arg(name, reason as u32);
         }

@@ -215,31 +215,32 @@ service Echo {
     #[test]
     fn a_proto_that_does_not_compile_says_where_in_one_line() {
         let d = dir();
-        let f = d.join("bad.proto");
-        std::fs::write(&f, "syntax = \"proto3\";\nmessage A {\n  string x = 1\n}\n").unwrap();
-        let files = [f.to_string_lossy().into_owned()];
-        let e = pool(&Source::Protos {
-            files: &files,
-            import_paths: &[],
-        })
-        .unwrap_err();
+        // The error of compiling one file, and a file written in the test's folder.
+        let error = |file: &std::path::Path| {
+            let files = [file.to_string_lossy().into_owned()];
+            pool(&Source::Protos {
+                files: &files,
+                import_paths: &[],
+            })
+            .unwrap_err()
+        };
+        let write = |name: &str, text: &str| {
+            let f = d.join(name);
+            std::fs::write(&f, text).unwrap();
+            f
+        };
+        let e = error(&write(
+            "bad.proto",
+            "syntax = \"proto3\";\nmessage A {\n  string x = 1\n}\n",
+        ));
         assert!(e.starts_with("proto bad.proto:4:1:"), "{e}");
         assert!(!e.contains('\n'), "{e}");
-        let f = d.join("imports.proto");
-        std::fs::write(&f, "syntax = \"proto3\";\nimport \"missing.proto\";\n").unwrap();
-        let files = [f.to_string_lossy().into_owned()];
-        let e = pool(&Source::Protos {
-            files: &files,
-            import_paths: &[],
-        })
-        .unwrap_err();
+        let e = error(&write(
+            "imports.proto",
+            "syntax = \"proto3\";\nimport \"missing.proto\";\n",
+        ));
         assert!(e.contains("import 'missing.proto' not found"), "{e}");
-        let files = ["/nonexistent/x.proto".to_string()];
-        let e = pool(&Source::Protos {
-            files: &files,
-            import_paths: &[],
-        })
-        .unwrap_err();
+        let e = error(std::path::Path::new("/nonexistent/x.proto"));
         assert_eq!(e, "proto /nonexistent/x.proto: no such file");
     }
 

@@ -333,8 +333,26 @@ impl Conn {
     }
 }
 
+/// A connection as `ppoll` and the connects before the start see it: HTTP/1.1's and
+/// HTTP/2's alike.
+pub trait Watched {
+    /// The descriptor and events to poll (-1 while closed).
+    fn interest(&self) -> (i32, i16);
+    /// Still being made.
+    fn is_opening(&self) -> bool;
+}
+
+impl Watched for Conn {
+    fn interest(&self) -> (i32, i16) {
+        Conn::interest(self)
+    }
+    fn is_opening(&self) -> bool {
+        Conn::is_opening(self)
+    }
+}
+
 /// Sets each connection's descriptor and events for the next `ppoll`.
-pub fn watch(conns: &[Conn], pollfds: &mut [libc::pollfd]) {
+pub fn watch<C: Watched>(conns: &[C], pollfds: &mut [libc::pollfd]) {
     for (c, p) in conns.iter().zip(pollfds) {
         (p.fd, p.events) = c.interest();
     }

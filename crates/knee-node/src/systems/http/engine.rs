@@ -30,8 +30,7 @@ use super::requests::Table;
 use super::response::{Reason, Response};
 use super::timing::TimingKeys;
 use super::tls::Tls;
-use crate::load::clients::Clients;
-use crate::load::config::ScheduleConfig;
+use crate::clock;
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
@@ -39,7 +38,7 @@ use crate::load::recorder::NO_SERVER_TIME;
 use crate::load::recorder::{Sample, Status};
 use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
-use crate::{clock, stdio};
+use crate::stdio::CappedLog;
 
 /// Bytes read per `recv`: a response's head and body pass through it, never kept whole.
 const READ_BUF_BYTES: usize = 64 << 10;
@@ -59,15 +58,10 @@ struct Queued {
     waited: bool,
 }
 
-enum Mode {
-    Open {
-        /// Due requests waiting for a free connection, at most `max_outstanding` with those
-        /// on connections (beyond: recorded as dropped, not queued without end).
-        queue: VecDeque<Queued>,
-    },
-    /// One client per connection.
-    Closed(Clients),
-}
+/// Open: due requests waiting for a free connection, at most `max_outstanding` with those
+/// on connections (beyond: recorded as dropped, not queued without end). Closed: one
+/// client per connection.
+type Mode = crate::load::clients::Mode<VecDeque<Queued>>;
 
 /// What the run counted besides the samples (the `done` line's own fields).
 #[derive(Default, Debug, Clone, Copy)]
@@ -99,7 +93,7 @@ pub struct Engine<'a> {
     cursor: usize,
     mode: Mode,
     tally: Tally,
-    logged: u64,
+    log: CappedLog,
 }
 
 /// HTTP/1.1 on the drive loop: a due request waits in the FIFO for a free connection.
@@ -109,7 +103,7 @@ impl Sender for Engine<'_> {
     /// Open loop: the request joins the queue (or is dropped past the bound) and goes out
     /// at once if a connection is free.
     fn send(&mut self, id: u64, intended_ns: u64) {
-        let Mode::Open { queue } = &mut self.mode else {
+        let Mode::Open(queue) = &mut self.mode else {
             return;
         };
         if queue.len() + self.busy >= self.max_outstanding {
@@ -129,9 +123,7 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.stop();
-        }
+        self.mode.stop();
     }
 
     fn advance(&mut self, now: u64) {
@@ -183,14 +175,14 @@ impl Sender for Engine<'_> {
     fn done(&self) -> bool {
         self.busy == 0
             && match &self.mode {
-                Mode::Open { queue } => queue.is_empty(),
+                Mode::Open(queue) => queue.is_empty(),
                 Mode::Closed(clients) => clients.done(),
             }
     }
 
     /// After the grace: what waits, connects or is in flight is dropped (`stopped`).
     fn close(&mut self, now: u64) {
-        if let Mode::Open { queue, .. } = &mut self.mode {
+        if let Mode::Open(queue) = &mut self.mode {
             let waiting: Vec<Queued> = queue.drain(..).collect();
             for q in waiting {
                 self.record_unsent(q.id, q.intended_ns, 0, Reason::Stopped);
@@ -220,7 +212,7 @@ impl Sender for Engine<'_> {
         }
         match &self.mode {
             // A connection is free for a request that waits: no wait.
-            Mode::Open { queue } => {
+            Mode::Open(queue) => {
                 if !queue.is_empty() && self.busy < self.conns.len() {
                     return 0;
                 }
@@ -247,15 +239,7 @@ impl<'a> Engine<'a> {
         ctx: &'a RunContext,
     ) -> Result<Engine<'a>, String> {
         let load = &cfg.load;
-        let count = pool.conns.len();
-        let mode = match &load.schedule {
-            ScheduleConfig::Closed { think_ms, think, .. } => {
-                Mode::Closed(Clients::new(count, ctx.start_ns, *think_ms, *think))
-            }
-            _ => Mode::Open {
-                queue: VecDeque::new(),
-            },
-        };
+        let mode = Mode::new(&load.schedule, ctx.start_ns, VecDeque::new());
         Ok(Engine {
             conns: pool.conns,
             pollfds: pool.pollfds,
@@ -275,7 +259,10 @@ impl<'a> Engine<'a> {
             cursor: 0,
             mode,
             tally: Tally::default(),
-            logged: 0,
+            log: CappedLog::new(
+                MAX_LOGGED,
+                "(further connect and write failures are in the samples only)",
+            ),
         })
     }
 
@@ -290,7 +277,7 @@ impl<'a> Engine<'a> {
     /// Puts waiting requests on free connections.
     fn dispatch(&mut self, now: u64) {
         match &self.mode {
-            Mode::Open { queue, .. } => {
+            Mode::Open(queue) => {
                 if queue.is_empty() || self.busy == self.conns.len() {
                     return;
                 }
@@ -300,7 +287,7 @@ impl<'a> Engine<'a> {
                     if self.conns[slot].job.is_some() {
                         continue;
                     }
-                    let Mode::Open { queue, .. } = &mut self.mode else {
+                    let Mode::Open(queue) = &mut self.mode else {
                         return;
                     };
                     let Some(q) = queue.pop_front() else {
@@ -314,7 +301,7 @@ impl<'a> Engine<'a> {
                     };
                     self.take(slot, q.id, q.intended_ns, now, held_ns);
                 }
-                if let Mode::Open { queue, .. } = &mut self.mode {
+                if let Mode::Open(queue) = &mut self.mode {
                     queue.iter_mut().for_each(|q| q.waited = true);
                 }
             }
@@ -404,7 +391,8 @@ impl<'a> Engine<'a> {
         if let Err(e) = conn.write(bytes) {
             conn.close();
             let Some(job) = conn.job.take() else { return };
-            self.log(&format!("connection {slot}: write failed: {e}; it is made again"));
+            self.log
+                .log(&format!("connection {slot}: write failed: {e}; it is made again"));
             self.busy -= 1;
             // Not sent, or sent in part: the server never had the whole request.
             self.record(&Self::sample(slot, &job, Status::Drop, Reason::Send as u32));
@@ -428,7 +416,7 @@ impl<'a> Engine<'a> {
     /// drop with its reason; the connection is closed and free.
     fn connect_failed(&mut self, slot: usize, failed: Failed, now: u64) {
         self.tally.connect_failures += 1;
-        self.log(&format!("connection {slot}: {}", failed.words()));
+        self.log.log(&format!("connection {slot}: {}", failed.words()));
         let reason = failed.reason;
         let conn = &mut self.conns[slot];
         conn.close();
@@ -442,9 +430,8 @@ impl<'a> Engine<'a> {
 
     /// A closed-loop client's request is over at `now`: it sends again after its think time.
     fn client_done(&mut self, slot: usize, now: u64) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.think(slot, now, self.ctx.stopping(), &mut self.rng);
-        }
+        self.mode
+            .client_done(slot, now, self.ctx.stopping(), &mut self.rng);
     }
 
     fn poll_conns(&mut self, wait_ns: u64) {
@@ -547,15 +534,6 @@ impl<'a> Engine<'a> {
 
     fn record(&self, s: &Sample) {
         self.ctx.recorder.record(s);
-    }
-
-    fn log(&mut self, line: &str) {
-        self.logged += 1;
-        if self.logged <= MAX_LOGGED {
-            stdio::log(line);
-        } else if self.logged == MAX_LOGGED + 1 {
-            stdio::log("(further connect and write failures are in the samples only)");
-        }
     }
 }
 

@@ -38,31 +38,16 @@ pub const SYSTEM: super::System = super::System {
     client: client::role,
     contract: || {
         use crate::contract::Key;
-        let mut c = crate::contract::SystemContract::new()
+        let c = crate::contract::SystemContract::new()
             .size("max_entries", config::MAX_ENTRIES)
             .size("max_file_lines", config::MAX_FILE_LINES)
             .size("max_request_body_bytes", config::MAX_REQUEST_BODY_BYTES)
             .column("op", "op", "the request's entry in [[driver.requests]]")
             .column("flags", "http_status", "the HTTP status code (0: no response)")
             .column(
-                "arg",
-                "fail_reason",
-                "why the request failed (0: it did not; args)",
-            )
-            .column(
                 "service",
                 "service",
                 "1: the response carried the Server-Timing entries",
-            )
-            .column(
-                "queue_ns",
-                "queue_ns",
-                "the wait for its connection to be made (connect_ns)",
-            )
-            .column(
-                "service_ns",
-                "held_ns",
-                "the wait for a free stream (HTTP/2) or a free connection (HTTP/1.1), from its intended time",
             )
             .column("detail_ns", "detail_ns", "the Server-Timing detail entry")
             .reads::<nginx::ServerConfig>("server")
@@ -119,9 +104,33 @@ pub const SYSTEM: super::System = super::System {
                 Key::int(config::MIN_WINDOW_BYTES, h2::MAX_WINDOW_BYTES)
                     .default(config::default_h2_connection_window_bytes()),
             );
-        for (name, reason) in response::Reason::ALL {
-            c = c.arg(name, reason as u32);
-        }
-        c
+        transport_columns(
+            c,
+            "why the request failed (0: it did not; args)",
+            "the wait for a free stream (HTTP/2) or a free connection (HTTP/1.1), from its intended time",
+        )
     },
 };
+
+/// What a system whose requests go out on this transport's connections (http, grpc)
+/// records in the generic columns, and the transport's reasons a request fails for (its
+/// `args`): `fail` and `held` say, in the system's words, why a request failed and what
+/// its held time waited for.
+pub(crate) fn transport_columns(
+    mut c: crate::contract::SystemContract,
+    fail: &'static str,
+    held: &'static str,
+) -> crate::contract::SystemContract {
+    c = c
+        .column("arg", "fail_reason", fail)
+        .column(
+            "queue_ns",
+            "queue_ns",
+            "the wait for its connection to be made (connect_ns)",
+        )
+        .column("service_ns", "held_ns", held);
+    for (name, reason) in response::Reason::ALL {
+        c = c.arg(name, reason as u32);
+    }
+    c
+}

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use super::config::HttpConfig;
-use super::conn::{self, Conn, Failed};
+use super::conn::{self, Conn, Failed, Watched};
 use super::tls::Tls;
 use crate::load::config::ScheduleConfig;
 use crate::{clock, stdio};
@@ -20,6 +20,34 @@ const WAIT_NS: u64 = 20_000_000;
 /// time bound (duration + grace) starts after this wait, so it stays short: a healthy
 /// target's connects take well under a millisecond on loopback, a TLS handshake a few.
 pub(crate) const PRESTART_WAIT_NS: u64 = 500_000_000;
+
+/// The connect timeout for a request timeout of `timeout_ms`: that, within 1 ms and
+/// `CONNECT_TIMEOUT_NS`.
+pub(crate) fn connect_timeout_ns(timeout_ms: f64) -> u64 {
+    ((timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS)
+}
+
+/// Whether the connects before the start go on from `now`: a connection is still being
+/// made, no stop (SIGTERM) was asked, and, once `bounded`, less than `PRESTART_WAIT_NS` has
+/// passed since `start`. When they go on, it waits for the connections' sockets (at most
+/// `WAIT_NS`).
+pub(crate) fn connects_go_on<C: Watched>(
+    conns: &[C],
+    pollfds: &mut [libc::pollfd],
+    start: u64,
+    now: u64,
+    bounded: bool,
+) -> bool {
+    if !conns.iter().any(C::is_opening) {
+        return false;
+    }
+    if crate::signals::stop_requested() || (bounded && now.saturating_sub(start) >= PRESTART_WAIT_NS) {
+        return false;
+    }
+    conn::watch(conns, pollfds);
+    crate::poll::ppoll_ns(pollfds, WAIT_NS);
+    true
+}
 
 pub struct Pool {
     pub conns: Vec<Conn>,
@@ -52,7 +80,7 @@ impl Pool {
             pollfds: vec![crate::poll::UNWATCHED; count],
             addr,
             tls,
-            connect_timeout_ns: ((load.timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS),
+            connect_timeout_ns: connect_timeout_ns(load.timeout_ms),
         };
         pool.connect_all()?;
         Ok(pool)
@@ -80,16 +108,11 @@ impl Pool {
                     c.close();
                 }
             }
-            if !self.conns.iter().any(Conn::is_opening) {
+            // A stop or the wait's bound: the run starts with what is made (a stop then
+            // ends it within its grace), the rest going on in the engine.
+            if !connects_go_on(&self.conns, &mut self.pollfds, start, now, true) {
                 break;
             }
-            // A stop (SIGTERM) or the wait's bound: the run starts with what is made (a stop
-            // then ends it within its grace), the rest going on in the engine.
-            if crate::signals::stop_requested() || now.saturating_sub(start) >= PRESTART_WAIT_NS {
-                break;
-            }
-            conn::watch(&self.conns, &mut self.pollfds);
-            crate::poll::ppoll_ns(&mut self.pollfds, WAIT_NS);
         }
         let made = self.conns.iter().filter(|c| c.is_open()).count();
         if made < self.conns.len() {

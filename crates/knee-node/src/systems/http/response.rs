@@ -616,29 +616,22 @@ mod tests {
         let mut r = r;
         r.start(false);
         assert_eq!(r.feed(many.as_bytes(), &keys()), Err(Reason::HeaderTooLarge));
-        let endless_chunk_line = format!(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1{}",
-            ";x".repeat(1000)
+        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let (endless_chunk_line, long_chunk_line, long_trailers) = (
+            format!("{chunked}1{}", ";x".repeat(1000)),
+            // A long chunk-size line or trailer section that does end: refused the same
+            // whether it came in one read or byte by byte (in one read it used to pass the
+            // limit).
+            format!("{chunked}1{}\r\nx\r\n0\r\n\r\n", ";x".repeat(1000)),
+            format!("{chunked}0\r\nT: {}\r\n\r\n", "t".repeat(2000)),
         );
-        assert_eq!(
-            both(false, endless_chunk_line.as_bytes()),
-            Err(Reason::HeaderTooLarge)
-        );
-        // A long chunk-size line or trailer section that does end: refused the same whether
-        // it came in one read or byte by byte (in one read it used to pass the limit).
-        let long_chunk_line = format!(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1{}\r\nx\r\n0\r\n\r\n",
-            ";x".repeat(1000)
-        );
-        assert_eq!(
-            both(false, long_chunk_line.as_bytes()),
-            Err(Reason::HeaderTooLarge)
-        );
-        let long_trailers = format!(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: {}\r\n\r\n",
-            "t".repeat(2000)
-        );
-        assert_eq!(both(false, long_trailers.as_bytes()), Err(Reason::HeaderTooLarge));
+        for long in [endless_chunk_line, long_chunk_line, long_trailers] {
+            assert_eq!(
+                both(false, long.as_bytes()),
+                Err(Reason::HeaderTooLarge),
+                "{long}"
+            );
+        }
         let until_close = format!("HTTP/1.1 200 OK\r\n\r\n{}", "b".repeat(5000));
         assert_eq!(both(false, until_close.as_bytes()), Err(Reason::BodyTooLarge));
     }

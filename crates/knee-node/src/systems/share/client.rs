@@ -28,9 +28,10 @@ use crate::events::NoExtra;
 use crate::load::harness::{Bounds, ClientRole, Plan, Role, RunContext};
 use crate::load::recorder::{Sample, Status};
 use crate::rng::Rng;
+use crate::stdio::CappedLog;
 use crate::wire::BodyReader;
 use crate::wire::{ReplyHeader, WireStatus};
-use crate::{clock, signals, stdio};
+use crate::{clock, signals};
 
 #[derive(Deserialize, serde::Serialize, Clone, Copy, PartialEq, Debug)]
 #[serde(rename_all = "lowercase")]
@@ -116,7 +117,7 @@ pub fn role(config: &serde_json::Value) -> Result<Box<dyn ClientRole>, String> {
         own: Vec::new(),
         mismatches: 0,
         fallbacks: 0,
-        logged: 0,
+        errors: CappedLog::new(MAX_LOGGED_ERRORS, "further errors are counted, not logged"),
         buf: vec![0u8; CHUNK_BYTES],
         cfg,
     };
@@ -173,7 +174,7 @@ struct Client {
     own: Vec<SharedFile>,
     mismatches: u64,
     fallbacks: u64,
-    logged: u64,
+    errors: CappedLog,
     buf: Vec<u8>,
 }
 
@@ -419,7 +420,8 @@ impl Client {
                 s.status = if a.header.status == WireStatus::Ok as u16 {
                     Status::Ok as u8
                 } else {
-                    self.log_error(&format!("op {op}: {}", String::from_utf8_lossy(&a.body)));
+                    self.errors
+                        .log(&format!("op {op}: {}", String::from_utf8_lossy(&a.body)));
                     Status::Error as u8
                 };
                 if a.flags & FLAG_REPLICA != 0 {
@@ -427,7 +429,7 @@ impl Client {
                 }
             }
             Err(e) => {
-                self.log_error(&format!("op {op}: {e}"));
+                self.errors.log(&format!("op {op}: {e}"));
                 s.status = match e {
                     OpError::Timeout => Status::Timeout,
                     OpError::Down(_) => Status::Drop,
@@ -439,15 +441,6 @@ impl Client {
             ctx.count_send(s.intended_ns, s.sent_ns, s.bytes_out);
         }
         ctx.recorder.record(&s);
-    }
-
-    fn log_error(&mut self, msg: &str) {
-        self.logged += 1;
-        if self.logged <= MAX_LOGGED_ERRORS {
-            stdio::log(msg);
-        } else if self.logged == MAX_LOGGED_ERRORS + 1 {
-            stdio::log("further errors are counted, not logged");
-        }
     }
 
     fn central_or(&self, name: &str) -> Result<String, (usize, usize)> {

@@ -455,15 +455,10 @@ impl<'a> Engine<'a> {
 
     fn record_unanswered(&self, id: u64, f: &InFlight, status: Status) {
         self.ctx.recorder.record(&Sample {
-            request_id: id,
-            intended_ns: f.intended_ns,
-            sent_ns: f.sent_ns,
-            bytes_out: f.bytes_out,
             client: self.cfg.driver.sender,
             arg: self.slice_of(id),
             flags: f.attempts,
-            status: status as u8,
-            ..Sample::default()
+            ..Sample::unanswered(id, f.intended_ns, f.sent_ns, f.bytes_out, status)
         });
     }
 

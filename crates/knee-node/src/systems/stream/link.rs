@@ -39,14 +39,20 @@ pub enum Loss {
     /// Two states: good (loss probability `loss_good`) and bad (`loss_bad`); after each
     /// request the chain moves good -> bad with `p_good_bad` and bad -> good with
     /// `p_bad_good`. Losses come in bursts of mean length ~1 / p_bad_good.
-    GilbertElliott {
-        p_good_bad: f64,
-        p_bad_good: f64,
-        #[serde(default)]
-        loss_good: f64,
-        #[serde(default = "one")]
-        loss_bad: f64,
-    },
+    GilbertElliott(GilbertElliott),
+}
+
+/// The Gilbert-Elliott chain's four probabilities (a struct of its own, so that the loss
+/// process, its check and its mean read them by name rather than each unpacking them).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GilbertElliott {
+    pub p_good_bad: f64,
+    pub p_bad_good: f64,
+    #[serde(default)]
+    pub loss_good: f64,
+    #[serde(default = "one")]
+    pub loss_bad: f64,
 }
 
 fn one() -> f64 {
@@ -120,21 +126,7 @@ impl Loss {
         match *self {
             Loss::None => Ok(()),
             Loss::Bernoulli { p } => probability("loss.p", p),
-            Loss::GilbertElliott {
-                p_good_bad,
-                p_bad_good,
-                loss_good,
-                loss_bad,
-            } => {
-                probability("loss.p_good_bad", p_good_bad)?;
-                probability("loss.p_bad_good", p_bad_good)?;
-                probability("loss.loss_good", loss_good)?;
-                probability("loss.loss_bad", loss_bad)?;
-                if p_bad_good == 0.0 && p_good_bad > 0.0 {
-                    return Err("loss.p_bad_good must be > 0 (else the bad state never ends)".into());
-                }
-                Ok(())
-            }
+            Loss::GilbertElliott(ref ge) => ge.check(),
         }
     }
 
@@ -143,17 +135,38 @@ impl Loss {
         match *self {
             Loss::None => 0.0,
             Loss::Bernoulli { p } => p,
-            Loss::GilbertElliott {
-                p_good_bad,
-                p_bad_good,
-                loss_good,
-                loss_bad,
-            } => {
-                let total = p_good_bad + p_bad_good;
-                let bad = if total > 0.0 { p_good_bad / total } else { 0.0 };
-                (1.0 - bad) * loss_good + bad * loss_bad
-            }
+            Loss::GilbertElliott(ref ge) => ge.mean_rate(),
         }
+    }
+}
+
+impl GilbertElliott {
+    fn check(&self) -> Result<(), String> {
+        probability("loss.p_good_bad", self.p_good_bad)?;
+        probability("loss.p_bad_good", self.p_bad_good)?;
+        probability("loss.loss_good", self.loss_good)?;
+        probability("loss.loss_bad", self.loss_bad)?;
+        if self.p_bad_good == 0.0 && self.p_good_bad > 0.0 {
+            return Err("loss.p_bad_good must be > 0 (else the bad state never ends)".into());
+        }
+        Ok(())
+    }
+
+    /// The long-run fraction lost: the bad state's share of the time weighs its loss.
+    fn mean_rate(&self) -> f64 {
+        let total = self.p_good_bad + self.p_bad_good;
+        let bad = if total > 0.0 { self.p_good_bad / total } else { 0.0 };
+        (1.0 - bad) * self.loss_good + bad * self.loss_bad
+    }
+
+    /// Whether the next request is lost in state `bad`, then the step of the chain.
+    fn lose(&self, bad: &mut bool, rng: &mut Rng) -> bool {
+        let lost = rng.uniform() < if *bad { self.loss_bad } else { self.loss_good };
+        let flip = if *bad { self.p_bad_good } else { self.p_good_bad };
+        if rng.uniform() < flip {
+            *bad = !*bad;
+        }
+        lost
     }
 }
 
@@ -173,19 +186,7 @@ impl LossProcess {
         match self.loss {
             Loss::None => false,
             Loss::Bernoulli { p } => rng.uniform() < p,
-            Loss::GilbertElliott {
-                p_good_bad,
-                p_bad_good,
-                loss_good,
-                loss_bad,
-            } => {
-                let lost = rng.uniform() < if self.bad { loss_bad } else { loss_good };
-                let flip = if self.bad { p_bad_good } else { p_good_bad };
-                if rng.uniform() < flip {
-                    self.bad = !self.bad;
-                }
-                lost
-            }
+            Loss::GilbertElliott(ref ge) => ge.lose(&mut self.bad, rng),
         }
     }
 }
@@ -210,6 +211,25 @@ mod tests {
         assert_eq!(serde_kinds::<Loss>(), listed(&Loss::KINDS));
     }
 
+    #[test]
+    fn gilbert_elliott_reads_its_defaults_and_refuses_unknown_fields() {
+        let read = |v| serde_json::from_value::<Loss>(v);
+        let ge = read(serde_json::json!({"kind": "gilbert-elliott", "p_good_bad": 0.1, "p_bad_good": 0.2}));
+        let want = GilbertElliott {
+            p_good_bad: 0.1,
+            p_bad_good: 0.2,
+            loss_good: 0.0,
+            loss_bad: 1.0,
+        };
+        assert_eq!(ge.ok(), Some(Loss::GilbertElliott(want)));
+        let typo = serde_json::json!({"kind": "gilbert-elliott", "p_good_bad": 0.1, "p_bad_good": 0.2, "loss_bda": 1});
+        assert!(read(typo)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `loss_bda`"));
+        assert!(read(serde_json::json!({"kind": "bernoulli", "p": 0.1, "q": 1})).is_err());
+    }
+
     fn loss_rate(loss: Loss, n: usize) -> f64 {
         let (mut rng, mut process) = (Rng::new(9), LossProcess::new(loss));
         (0..n).filter(|_| process.lose(&mut rng)).count() as f64 / n as f64
@@ -218,12 +238,12 @@ mod tests {
     #[test]
     fn loss_rates_match_their_means() {
         assert!((loss_rate(Loss::Bernoulli { p: 0.05 }, 200_000) - 0.05).abs() < 0.003);
-        let ge = Loss::GilbertElliott {
+        let ge = Loss::GilbertElliott(GilbertElliott {
             p_good_bad: 0.01,
             p_bad_good: 0.2,
             loss_good: 0.0,
             loss_bad: 1.0,
-        };
+        });
         let mean = ge.mean_rate();
         assert!((mean - 0.01 / 0.21).abs() < 1e-12);
         assert!((loss_rate(ge, 400_000) - mean).abs() < 0.006);
@@ -232,12 +252,12 @@ mod tests {
 
     #[test]
     fn gilbert_elliott_losses_come_in_bursts() {
-        let ge = Loss::GilbertElliott {
+        let ge = Loss::GilbertElliott(GilbertElliott {
             p_good_bad: 0.01,
             p_bad_good: 0.1,
             loss_good: 0.0,
             loss_bad: 1.0,
-        };
+        });
         let (mut rng, mut process) = (Rng::new(4), LossProcess::new(ge));
         let lost: Vec<bool> = (0..200_000).map(|_| process.lose(&mut rng)).collect();
         let runs = lost.windows(2).filter(|w| w[1] && !w[0]).count();

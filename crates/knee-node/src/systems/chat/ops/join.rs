@@ -1,21 +1,16 @@
 //! join(user, room): a logged-in user enters a room (created on first use).
 
-use super::{ack, Result};
+use super::{ack, first_int, Result};
 use crate::systems::chat::store::{Tx, Value};
 
 pub fn join(tx: &mut dyn Tx, user: &str, room: u32) -> Result {
     let name = Value::Text(user.to_string());
     let room = Value::Int(room as i64);
-    let rows = tx.rows(
+    let logged_in = first_int(
+        tx,
         "SELECT logged_in FROM users WHERE name = $1",
         std::slice::from_ref(&name),
-    )?;
-    let logged_in = rows
-        .first()
-        .and_then(|r| r.first())
-        .map(|v| v.int())
-        .transpose()?
-        == Some(1);
+    )? == Some(1);
     if !logged_in {
         return Ok(ack(false));
     }

@@ -1,7 +1,7 @@
 //! logout(user, room): marks the user logged out and takes it out of the room; when the
 //! room's last user leaves, its messages are cleared (as in the report).
 
-use super::{ack, Result};
+use super::{ack, first_int, Result};
 use crate::systems::chat::store::{Tx, Value};
 
 pub fn logout(tx: &mut dyn Tx, user: &str, room: u32) -> Result {
@@ -18,17 +18,12 @@ pub fn logout(tx: &mut dyn Tx, user: &str, room: u32) -> Result {
         "DELETE FROM members WHERE room = $1 AND name = $2",
         &[room.clone(), name],
     )?;
-    let left = tx.rows(
+    let left = first_int(
+        tx,
         "SELECT COUNT(*) FROM members WHERE room = $1",
         std::slice::from_ref(&room),
     )?;
-    if left
-        .first()
-        .and_then(|r| r.first())
-        .map(|v| v.int())
-        .transpose()?
-        == Some(0)
-    {
+    if left == Some(0) {
         tx.exec("DELETE FROM messages WHERE room = $1", &[room])?;
     }
     Ok(ack(true))

@@ -26,6 +26,16 @@ pub fn ack(done: bool) -> Vec<u8> {
     (if done { ACK_DONE } else { ACK_REFUSED }).to_le_bytes().to_vec()
 }
 
+/// The integer in the first column of the first row `sql` gives (None: no row).
+pub fn first_int(
+    tx: &mut dyn Tx,
+    sql: &'static str,
+    params: &[Value],
+) -> std::result::Result<Option<i64>, String> {
+    let rows = tx.rows(sql, params)?;
+    rows.first().and_then(|r| r.first()).map(Value::int).transpose()
+}
+
 /// What `apply` did with a request.
 #[derive(Debug, PartialEq)]
 pub enum Applied {

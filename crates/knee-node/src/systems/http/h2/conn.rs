@@ -14,7 +14,7 @@ use std::task::Poll;
 use bytes::Bytes;
 use h2::client::{Builder, Connection, SendRequest};
 
-use super::super::conn::{Conn, Failed};
+use super::super::conn::{Conn, Failed, Watched};
 use super::super::response::{Limits, Reason};
 use super::io::{Io, IoState};
 use super::wake::Wakeup;
@@ -258,10 +258,14 @@ pub fn failed(reason: Reason, error: String) -> Failed {
     }
 }
 
-/// Sets each connection's descriptor and events for the next `ppoll`.
-pub fn watch(conns: &[H2Conn], pollfds: &mut [libc::pollfd]) {
-    for (c, p) in conns.iter().zip(pollfds) {
-        (p.fd, p.events) = c.interest();
+pub use super::super::conn::watch;
+
+impl Watched for H2Conn {
+    fn interest(&self) -> (i32, i16) {
+        H2Conn::interest(self)
+    }
+    fn is_opening(&self) -> bool {
+        H2Conn::is_opening(self)
     }
 }
 

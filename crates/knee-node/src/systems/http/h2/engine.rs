@@ -29,16 +29,16 @@ use super::pool::H2Pool;
 use super::stream::{Polled, Reply, Stream};
 use super::Reason;
 use super::{H2Table, Judge};
-use crate::load::clients::Clients;
-use crate::load::config::{LoadConfig, ScheduleConfig};
+use crate::clock;
+use crate::load::config::LoadConfig;
 use crate::load::drive::{drive, Grace, Sender};
 use crate::load::flights;
 use crate::load::harness::RunContext;
 use crate::load::recorder::{Sample, Status, NO_SERVER_TIME};
 use crate::load::schedule::IDLE_WAIT_NS;
 use crate::rng::Rng;
+use crate::stdio::CappedLog;
 use crate::systems::http::done::HttpDone;
-use crate::{clock, stdio};
 
 /// Polls of one flagged connection per pass of the loop, at most: a connection whose
 /// futures keep waking each other cannot hold the loop (it is polled again next pass).
@@ -84,11 +84,8 @@ struct InFlight {
     stream: Stream,
 }
 
-enum Mode {
-    /// Requests fall due on the drive loop's schedule.
-    Open,
-    Closed(Clients),
-}
+/// Open: requests fall due on the drive loop's schedule (nothing kept). Closed: its clients.
+type Mode = crate::load::clients::Mode<()>;
 
 /// A request of the table as h2 sends it (its URI, method and headers built once).
 struct Prepared {
@@ -117,7 +114,7 @@ struct Engine<'a> {
     cursor: usize,
     done: HttpDone,
     connect_failures: u64,
-    logged: u64,
+    log: CappedLog,
 }
 
 /// Runs the open or closed loop of `load` over `pool`'s connections, sending `table`'s
@@ -130,14 +127,7 @@ pub(crate) fn run_h2(
     judge: &dyn Judge,
     ctx: &RunContext,
 ) -> HttpDone {
-    let mode = match &load.schedule {
-        ScheduleConfig::Closed {
-            clients,
-            think_ms,
-            think,
-        } => Mode::Closed(Clients::new(*clients, ctx.start_ns, *think_ms, *think)),
-        _ => Mode::Open,
-    };
+    let mode = Mode::new(&load.schedule, ctx.start_ns, ());
     let scheme = if pool.setup.tls.is_some() { "https" } else { "http" };
     let prepared = prepare(&table, scheme, &pool.setup.authority);
     let n = pool.conns.len();
@@ -162,7 +152,10 @@ pub(crate) fn run_h2(
             ..HttpDone::default()
         },
         connect_failures: 0,
-        logged: 0,
+        log: CappedLog::new(
+            MAX_LOGGED,
+            "(further connection failures are in the samples only)",
+        ),
     };
     drive(&mut e, ctx);
     e.done.connections_opened = e.pool.conns.iter().map(|c| c.opened).sum();
@@ -234,9 +227,7 @@ impl Sender for Engine<'_> {
     }
 
     fn stop(&mut self) {
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.stop();
-        }
+        self.mode.stop();
     }
 
     /// The closed-loop clients due, what waits onto streams, the flagged connections polled.
@@ -258,7 +249,7 @@ impl Sender for Engine<'_> {
         self.in_flight == 0
             && self.queue.is_empty()
             && match &self.mode {
-                Mode::Open => true,
+                Mode::Open(()) => true,
                 Mode::Closed(clients) => clients.done(),
             }
     }
@@ -304,7 +295,7 @@ impl Sender for Engine<'_> {
             }
         }
         match &self.mode {
-            Mode::Open => wait,
+            Mode::Open(()) => wait,
             Mode::Closed(clients) => clients
                 .pending()
                 .fold(wait, |w, (_, t)| w.min(t.saturating_sub(now))),
@@ -452,7 +443,8 @@ impl Engine<'_> {
             Ok(x) => x,
             Err(e) => {
                 c.closing = true;
-                self.log(&format!("connection {slot}: HTTP/2: {e}; no new streams on it"));
+                self.log
+                    .log(&format!("connection {slot}: HTTP/2: {e}; no new streams on it"));
                 return Err(w);
             }
         };
@@ -520,7 +512,7 @@ impl Engine<'_> {
     /// is a drop with its reason (it waited for that connect).
     fn connect_failed(&mut self, slot: usize, failed: Failed, now: u64) {
         self.connect_failures += 1;
-        self.log(&format!("connection {slot}: {}", failed.words()));
+        self.log.log(&format!("connection {slot}: {}", failed.words()));
         self.pool.conns[slot].close();
         let usable = self.pool.conns.iter().any(|c| c.is_ready() || c.is_opening());
         if usable {
@@ -569,7 +561,7 @@ impl Engine<'_> {
             if let Some(end) = ended {
                 if let Ended::Error(e) = &end {
                     if !(e.is_go_away() && e.is_remote()) {
-                        self.log(&format!("connection {slot}: HTTP/2: {e}"));
+                        self.log.log(&format!("connection {slot}: HTTP/2: {e}"));
                     }
                 }
                 self.conn_ended(slot, end, clock::now_ns());
@@ -746,9 +738,9 @@ impl Engine<'_> {
     }
 
     fn client_done(&mut self, client: Option<usize>, now: u64) {
-        let Some(client) = client else { return };
-        if let Mode::Closed(clients) = &mut self.mode {
-            clients.think(client, now, self.ctx.stopping(), &mut self.rng);
+        if let Some(client) = client {
+            self.mode
+                .client_done(client, now, self.ctx.stopping(), &mut self.rng);
         }
     }
 
@@ -807,15 +799,6 @@ impl Engine<'_> {
         let mut s = *s;
         s.flags = self.judge.failure_flags(&s);
         self.ctx.recorder.record(&s);
-    }
-
-    fn log(&mut self, line: &str) {
-        self.logged += 1;
-        if self.logged <= MAX_LOGGED {
-            stdio::log(line);
-        } else if self.logged == MAX_LOGGED + 1 {
-            stdio::log("(further connection failures are in the samples only)");
-        }
     }
 }
 

@@ -6,15 +6,10 @@
 use h2::client::Builder;
 
 use super::super::conn::Failed;
-use super::super::pool::PRESTART_WAIT_NS;
+use super::super::pool::{connect_timeout_ns, connects_go_on};
 use super::conn::{self, Ended, H2Conn};
 use super::H2Setup;
 use crate::{clock, stdio};
-
-/// Connects wait at most this, or the request timeout if shorter (as HTTP/1.1's).
-const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
-/// Longest single wait while the connects go on.
-const WAIT_NS: u64 = 20_000_000;
 
 pub(crate) struct H2Pool {
     pub(super) conns: Vec<H2Conn>,
@@ -42,7 +37,7 @@ impl H2Pool {
             conns: (0..count).map(|i| H2Conn::new(i as u32)).collect(),
             pollfds: vec![crate::poll::UNWATCHED; count],
             builder: conn::builder(&setup.options),
-            connect_timeout_ns: ((setup.timeout_ms * 1e6) as u64).clamp(1_000_000, CONNECT_TIMEOUT_NS),
+            connect_timeout_ns: connect_timeout_ns(setup.timeout_ms),
             setup,
         };
         if pool.connect_all()? {
@@ -102,17 +97,12 @@ impl H2Pool {
                     c.close();
                 }
             }
-            if !self.conns.iter().any(H2Conn::is_opening) {
-                break;
-            }
-            // A stop (SIGTERM), or the wait's bound once the protocol is known (cleartext, or a
+            // A stop, or the wait's bound once the protocol is known (cleartext, or a
             // connection ready): the run starts, those still opening going on in the engine.
             let known = self.setup.tls.is_none() || self.conns.iter().any(H2Conn::is_ready);
-            if crate::signals::stop_requested() || (known && now.saturating_sub(start) >= PRESTART_WAIT_NS) {
+            if !connects_go_on(&self.conns, &mut self.pollfds, start, now, known) {
                 break;
             }
-            conn::watch(&self.conns, &mut self.pollfds);
-            crate::poll::ppoll_ns(&mut self.pollfds, WAIT_NS);
         }
         let made = self.conns.iter().filter(|c| c.is_ready()).count();
         if made < self.conns.len() {

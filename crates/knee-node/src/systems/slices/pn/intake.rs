@@ -1,6 +1,7 @@
 //! Intake: items and acks off the network, decided under the state lock, and the
 //! subscriptions that bring them (control messages go to the control thread).
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
@@ -110,52 +111,43 @@ pub(super) enum Control {
 
 type Subscriber = zenoh::pubsub::Subscriber<()>;
 
+/// Subscribes `f` to `key`, each sample's payload given to it (`what`: the key in an error).
+fn listen<F>(shared: &Shared, key: String, what: &str, f: F) -> Result<Subscriber, String>
+where
+    F: Fn(Cow<[u8]>) + Send + Sync + 'static,
+{
+    shared
+        .session
+        .declare_subscriber(key)
+        .callback(move |sample| f(sample.payload().to_bytes()))
+        .wait()
+        .map_err(|e| format!("subscribing to {what}: {e}"))
+}
+
 pub(super) fn subscribe(
     shared: &Arc<Shared>,
     ctl: mpsc::SyncSender<Control>,
 ) -> Result<Vec<Subscriber>, String> {
-    let sub = |key: String, f: Box<dyn Fn(Vec<u8>) + Send + Sync>| {
-        shared
-            .session
-            .declare_subscriber(key.clone())
-            .callback(move |sample| f(sample.payload().to_bytes().into_owned()))
-            .wait()
-            .map_err(|e| format!("subscribing to {key}: {e}"))
-    };
     let s = shared.clone();
-    let items = shared
-        .session
-        .declare_subscriber(shared.keys.items())
-        .callback(move |sample| s.on_item(&sample.payload().to_bytes()))
-        .wait()
-        .map_err(|e| format!("subscribing to items: {e}"))?;
+    let items = listen(shared, shared.keys.items(), "items", move |b| s.on_item(&b))?;
     let s = shared.clone();
-    let acks = shared
-        .session
-        .declare_subscriber(shared.keys.all_acks())
-        .callback(move |sample| s.on_acks(&sample.payload().to_bytes()))
-        .wait()
-        .map_err(|e| format!("subscribing to acks: {e}"))?;
+    let acks = listen(shared, shared.keys.all_acks(), "acks", move |b| s.on_acks(&b))?;
+    let key = shared.keys.pn(shared.cfg.pn);
     let tx = ctl.clone();
-    let pn = sub(
-        shared.keys.pn(shared.cfg.pn),
-        Box::new(move |b| {
-            let _ = tx.send(Control::Pn(b));
-        }),
-    )?;
-    let handoff = sub(
-        shared.keys.handoff(shared.cfg.pn),
-        Box::new(move |b| {
-            let _ = ctl.send(Control::Handoff(b));
-        }),
-    )?;
+    let pn = listen(shared, key.clone(), &key, move |b| {
+        let _ = tx.send(Control::Pn(b.into_owned()));
+    })?;
+    let key = shared.keys.handoff(shared.cfg.pn);
+    let handoff = listen(shared, key.clone(), &key, move |b| {
+        let _ = ctl.send(Control::Handoff(b.into_owned()));
+    })?;
     let s = shared.clone();
-    let forwarded = shared
-        .session
-        .declare_subscriber(shared.keys.fwd(shared.cfg.pn))
-        .callback(move |sample| s.on_item(&sample.payload().to_bytes()))
-        .wait()
-        .map_err(|e| format!("subscribing to forwarded items: {e}"))?;
+    let forwarded = listen(
+        shared,
+        shared.keys.fwd(shared.cfg.pn),
+        "forwarded items",
+        move |b| s.on_item(&b),
+    )?;
     let mut subs = vec![items, pn, handoff];
     if shared.cfg.static_slices.is_none() {
         subs.push(acks);
