@@ -12,6 +12,8 @@ pub mod events;
 pub mod load;
 pub mod poll;
 pub mod rng;
+#[cfg(test)]
+pub(crate) mod scratch;
 pub mod serve;
 pub mod signals;
 pub mod stdio;

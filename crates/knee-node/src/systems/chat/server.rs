@@ -190,7 +190,9 @@ mod tests {
     fn the_server_section_reads_both_parts_and_refuses_unknown_keys() {
         let read = |v| serde_json::from_value::<ChatServerConfig>(v);
         let cfg = read(serde_json::json!({"replica": 2, "threads": 4, "postgres_url": "postgresql://x/y"}));
-        let cfg = cfg.ok().expect("a valid server section");
+        let Ok(cfg) = cfg else {
+            panic!("a valid server section")
+        };
         assert_eq!((cfg.node.replica, cfg.node.threads), (2, 4));
         assert_eq!(cfg.node.heartbeat_ms, default_heartbeat_ms());
         assert_eq!(cfg.db.postgres_url.as_deref(), Some("postgresql://x/y"));

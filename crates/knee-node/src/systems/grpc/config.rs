@@ -209,14 +209,9 @@ pub const MAX_REQUEST_MESSAGE_BYTES: usize = MAX_MESSAGE_BYTES;
 mod tests {
     use super::*;
 
-    /// The test .proto in a folder of its own (tests run in parallel: none reads a file
-    /// another is writing).
+    /// The test .proto in a folder of its own.
     fn proto() -> String {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("knee-grpc-config-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let f = d.join("echo.proto");
+        let f = crate::scratch::fresh_dir("grpc-config").join("echo.proto");
         std::fs::write(
             &f,
             "syntax = \"proto3\"; package knee.test;\nmessage Req { string text = 1; int32 sleep_ms = 2; }\nmessage Rep { string text = 1; }\nservice Echo { rpc Call(Req) returns (Rep); }\n",

@@ -58,11 +58,7 @@ mod tests {
     use prost_reflect::DescriptorPool;
 
     fn desc() -> MessageDescriptor {
-        // A folder per call: tests run in parallel, none reads a file another is writing.
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("knee-grpc-msg-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
+        let d = crate::scratch::fresh_dir("grpc-msg");
         std::fs::write(
             d.join("m.proto"),
             "syntax = \"proto3\"; package t;\nenum Kind { A = 0; B = 1; }\nmessage M { string text = 1; int32 sleep_ms = 2; bytes pad = 3; int64 big = 4; Kind kind = 5; repeated string tags = 6; }",

@@ -419,8 +419,7 @@ mod tests {
 
     #[test]
     fn tls_files_become_absolute_and_must_exist() {
-        let dir = std::env::temp_dir().join(format!("knee-nginx-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch::fresh_dir("nginx-tls");
         let cert = dir.join("cert.pem");
         std::fs::write(&cert, "x").unwrap();
         let cert = cert.to_str().unwrap().to_string();

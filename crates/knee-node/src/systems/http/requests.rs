@@ -315,8 +315,7 @@ mod tests {
 
     #[test]
     fn weights_and_files() {
-        let dir = std::env::temp_dir().join(format!("knee-http-req-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch::fresh_dir("http-req");
         let file = dir.join("paths.txt");
         std::fs::write(&file, "# paths\n/one\n\nHEAD /two\n").unwrap();
         let d = driver(serde_json::json!([
