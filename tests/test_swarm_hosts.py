@@ -29,7 +29,7 @@ from conftest import unavailable
 from report_helpers import knee_cmd, smoke_run
 
 from knee import results
-from knee.hosts import cleanup, engine, ssh, swarm, swarm_task
+from knee.hosts import cleanup, engine, swarm, swarm_task
 from knee.hosts.base import HostError, Limits, Unsupported
 from knee.hosts.node_daemon import NodeDaemon
 from knee.spec import SpecError, load_spec
@@ -345,11 +345,10 @@ def test_a_node_whose_ssh_does_not_answer_or_without_its_label_is_refused_in_one
         # The worker's label names a port of its address where no sshd answers (refused at
         # once: an address where no machine answers costs the ARP's 3 s more).
         engine.run([*update, "--label-add", "knee.ssh=root@198.19.254.2:2"], "relabelling")
-        started = time.monotonic()
         far = _refusal(WORKER)
-        # ssh's own reason, within its connect timeout: not after a docker command's 120 s.
-        assert time.monotonic() - started < ssh.CONNECT_TIMEOUT_S + 10
+        # ssh's own reason (its connection refused), not a docker command's timeout.
         assert "\n" not in far and "knee.ssh=root@198.19.254.2:2" in far and "ssh: " in far
+        assert "Connection refused" in far and "no answer within" not in far
         engine.run([*update, "--label-rm", "knee.ssh"], "relabelling")
         unlabelled = _refusal(WORKER)
         assert "\n" not in unlabelled

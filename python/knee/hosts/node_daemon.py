@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from knee.hosts import cgroups, engine
 from knee.hosts.base import HostError
-from knee.hosts.ssh import COMMAND_TIMEOUT_S, _last_line, control_dir, ssh_options
+from knee.hosts.ssh import COMMAND_TIMEOUT_S, control_dir, last_line, ssh_options
 
 #: A swarm node's label naming its ssh destination.
 SSH_LABEL = "knee.ssh"
@@ -132,7 +132,7 @@ class NodeDaemon:
         except OSError as e:
             raise HostError(f"{self}: {what}: {e}") from None
         if res.returncode != 0:
-            raise HostError(f"{self}: {what}: {_last_line(res.stderr)}")
+            raise HostError(f"{self}: {what}: {last_line(res.stderr)}")
         return res.stdout.decode(errors="replace")
 
     def read(self, paths: list[str]) -> dict[str, str | None]:

@@ -94,7 +94,7 @@ def clock_offset(
     return round(offset), int(np.ceil(uncertainty))
 
 
-def _last_line(text: bytes) -> str:
+def last_line(text: bytes) -> str:
     """The line of a failed command's stderr that says why: knee-node's `error:` line (a
     usage text may follow it), else the last (ssh's own message)."""
     lines = [line.strip() for line in text.decode(errors="replace").splitlines() if line.strip()]
@@ -140,7 +140,7 @@ def measure_clock(command: list[str], rounds: int = CLOCK_ROUNDS) -> tuple[int, 
         proc.stdout.close()
         proc.stderr.close()
     if failure:
-        raise HostError(f"{failure} ({_last_line(stderr)})")
+        raise HostError(f"{failure} ({last_line(stderr)})")
     return clock_offset(*times)
 
 
@@ -280,7 +280,7 @@ class SshHost(Host):
         except subprocess.TimeoutExpired:
             raise self._error(what, f"no answer within {timeout_s:g} s") from None
         if res.returncode != 0:
-            raise self._error(what, _last_line(res.stderr))
+            raise self._error(what, last_line(res.stderr))
         return res.stdout.decode(errors="replace")
 
     def _need_setup(self) -> str:
@@ -393,7 +393,7 @@ class SshHost(Host):
             raise self._error(f"fetching {node_path}", "timed out") from None
         if res.returncode != 0:
             part.unlink(missing_ok=True)
-            raise self._error(f"fetching {node_path}", _last_line(res.stderr))
+            raise self._error(f"fetching {node_path}", last_line(res.stderr))
         part.replace(local)
         # Fetched files go: a long sweep must not fill the host's /tmp.
         self._run(f"rm -f {shlex.quote(node_path)}", f"removing {node_path}")
