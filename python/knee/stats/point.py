@@ -32,7 +32,7 @@ from knee.stats.groups import (
 )
 from knee.stats.rates import Requests, rates, schedule_window
 from knee.stats.stability import stability
-from knee.stats.summary import Distribution, GroupStats, PointStats, Rates
+from knee.stats.summary import Distribution, GroupStats, PointStats, Rates, Waits
 from knee.stats.tail import top1
 
 #: The column of the wait each request had for a free HTTP/2 stream or HTTP/1.1 connection
@@ -132,7 +132,7 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
     # wait for a free stream or connection, `held_ns`): its service time is the server's.
     held_name = field("service_ns")
     service = ok_column("service_ns") if held_name == "service_ns" else np.maximum(server, 0)
-    held: PointStats = {} if held_name == "service_ns" else _held(held_name, ok_column(held_name))
+    held: Waits = {} if held_name == "service_ns" else _held(held_name, ok_column(held_name))
     pair = latency_pair(latency, counts, sorted_latency)
     split = split_parts(server, network)
     entry: GroupStats = {
@@ -204,7 +204,7 @@ def point_stats(samples: pd.DataFrame, settings: PointSettings = PointSettings()
     }
 
 
-def _queue(name: str, dist: Distribution) -> PointStats:
+def _queue(name: str, dist: Distribution) -> Waits:
     """The queue's distribution under the key the system names it (PointSettings.queue_name)."""
     if name == "connect_ns":
         return {"connect_ns": dist}
@@ -213,7 +213,7 @@ def _queue(name: str, dist: Distribution) -> PointStats:
     return {"queue_ns": dist}
 
 
-def _held(name: str, values: np.ndarray) -> PointStats:
+def _held(name: str, values: np.ndarray) -> Waits:
     """The wait for a free stream or connection, of a system whose `service_ns` holds it."""
     if name != HELD_NS:
         raise ValueError(f"a system's service_ns holds {HELD_NS} or nothing else, not {name!r}")

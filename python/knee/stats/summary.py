@@ -327,7 +327,16 @@ class SystemCheck(TypedDict, total=False):
     applied_twice: int
 
 
-class PointStats(TypedDict, total=False):
+class Waits(TypedDict, total=False):
+    """A point's named waits: the queue under the name its system gives it, and http's wait
+    for a free stream or connection (`knee.stats.point`)."""
+
+    queue_ns: Distribution
+    connect_ns: Distribution  # http's name for the queue (knee.contract.columns)
+    held_ns: Distribution  # http: the wait for a free stream or connection
+
+
+class PointStats(LateSends, Waits, total=False):
     """One point of summary.json's `points`: `knee.stats.point_stats`'s keys, then the
     runner's (point, series, label, swept, target, resources, slo, ...)."""
 
@@ -352,21 +361,12 @@ class PointStats(TypedDict, total=False):
     drain: Drain | None
     backlog: int
     backlog_waiting: int
-    late_sends: int | None
-    late_send_share: float | None
-    late_sends_held: int | None
-    late_sends_free: int | None
-    late_send_held_share: float | None
-    late_send_free_share: float | None
     latency_ns: Distribution
     latency_ok_ns: Distribution
     server_ns: Distribution
     network_ns: Distribution
-    queue_ns: Distribution
-    connect_ns: Distribution  # http's name for the queue (knee.contract.columns)
     service_ns: Distribution
     detail_ns: Distribution
-    held_ns: Distribution  # http: the wait for a free stream or connection
     stability: Stability
     checks: list[Check]
     by_op: dict[str, GroupStats]
