@@ -70,6 +70,19 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def need_engine(hosts: str, check: Callable[[], object]) -> None:
+    """`unavailable` unless this is root (a container engine's socket, its containers'
+    cgroups) and `check` (the engine's own, raising `Unsupported`) passes."""
+    from knee.hosts.base import Unsupported
+
+    if os.geteuid() != 0:
+        unavailable(f"{hosts} need root (the daemon's socket, the containers' cgroups)")
+    try:
+        check()
+    except Unsupported as e:
+        unavailable(str(e))
+
+
 @pytest.fixture(scope="session")
 def knee_node() -> str:
     """Path of the knee-node binary the tests run."""

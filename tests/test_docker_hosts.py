@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import unavailable
+from conftest import need_engine
 from report_helpers import knee_cmd, smoke_run
 
 from knee import results
@@ -32,12 +32,7 @@ MIB = 1 << 20
 
 
 def _need_daemon() -> None:
-    if os.geteuid() != 0:
-        unavailable("docker hosts need root (the daemon's socket, containers' cgroups)")
-    try:
-        docker.check_daemon()
-    except Unsupported as e:
-        unavailable(str(e))
+    need_engine("docker hosts", docker.check_daemon)
 
 
 def _in_range(address: str) -> bool:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
+from conftest import need_engine, unavailable
 from report_helpers import knee_cmd, smoke_run
 
 from knee import results
@@ -48,12 +48,7 @@ WORKER_KEY = "/run/knee-sw1/ssh/client_ed25519"
 
 
 def _need_swarm() -> None:
-    if os.geteuid() != 0:
-        unavailable("swarm hosts need root (the daemon's socket, the tasks' cgroups)")
-    try:
-        swarm.check_swarm()
-    except Unsupported as e:
-        unavailable(str(e))
+    need_engine("swarm hosts", swarm.check_swarm)
     try:
         worker = swarm.node_destination(WORKER)
     except HostError:
