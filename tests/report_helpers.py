@@ -105,6 +105,14 @@ def poisson_rates(rates_per_s: list[int]) -> str:
     )
 
 
+def events_toml(*events: tuple[float, str, str]) -> str:
+    """A spec's event timeline: one [[events]] table per (at_s, action, node)."""
+    return "".join(
+        f'\n[[events]]\nat_s = {at_s}\naction = "{action}"\nnode = "{node}"\n'
+        for at_s, action, node in events
+    )
+
+
 def run_spec(spec_text: str, root: Path, name: str, timeout_s: float = 240) -> Path:
     """Writes the spec to root/<name>.toml and runs `knee run` on it into root/<name>,
     asserting it exits 0 (its output's tail said if not): the run directory."""

@@ -15,6 +15,7 @@ from PIL import Image
 from report_helpers import (
     check_in_browser,
     check_pngs,
+    events_toml,
     figure_ids,
     figure_spec,
     line,
@@ -56,17 +57,7 @@ warmup_s = 0.2
 [sweep]
 "driver.reply_bytes" = [4, 1024]
 "load.clients" = [1, 2]
-
-[[events]]
-at_s = 1.0
-action = "kill"
-node = "replica-0"
-
-[[events]]
-at_s = 1.8
-action = "start"
-node = "replica-0"
-"""
+""" + events_toml((1.0, "kill", "replica-0"), (1.8, "start", "replica-0"))
 
 SWEEP_FIGURES = (
     "chat-latency-clients",

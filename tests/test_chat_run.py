@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report_helpers import run_spec
+from report_helpers import events_toml, run_spec
 
 import knee
 from knee.analysis import chat
@@ -32,17 +32,7 @@ think_ms = 5
 duration_s = 7
 timeout_ms = 300
 warmup_s = 0.5
-
-[[events]]
-at_s = 2.0
-action = "kill"
-node = "replica-0"
-
-[[events]]
-at_s = 4.5
-action = "start"
-node = "replica-0"
-"""
+""" + events_toml((2.0, "kill", "replica-0"), (4.5, "start", "replica-0"))
 
 
 def test_failover_run_through_the_event_timeline(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from report_helpers import (
     check_pngs,
     chromium,
     drawn_ms,
+    events_toml,
     figure_ids,
     figure_spec,
     headline_p99_ms,
@@ -79,7 +80,8 @@ sweep = { "server.threads" = [1, 2], "load.rate_per_s" = [300] }
 """
 
 # Every point kills its server 1 s in: the rest of the point fails (timeouts, errors).
-KILLED_SPEC = """
+KILLED_SPEC = (
+    """
 [experiment]
 name = "echo-killed"
 system = "echo"
@@ -90,15 +92,14 @@ rate_per_s = 300
 duration_s = 2.0
 warmup_s = 0.2
 timeout_ms = 200
-
-[[events]]
-at_s = 1.0
-action = "kill"
-node = "server"
+"""
+    + events_toml((1.0, "kill", "server"))
+    + """
 
 [sweep]
 "load.rate_per_s" = [200, 300, 400, 500, 600, 700]
 """
+)
 
 # One closed-loop point (run A); run B adds a constant-rate point no model applies to.
 SMALL_SPEC = """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from report_helpers import stream_spec
+from report_helpers import events_toml, stream_spec
 
 import knee
 from knee import run_params
@@ -159,12 +159,7 @@ sweep = { "load.rate_per_s" = [300, 400] }
 
 [series.closed]
 load = { schedule = "closed", clients = 2, requests = 100 }
-
-[[events]]
-at_s = 0.3
-action = "stop"
-node = "server"
-"""
+""" + events_toml((0.3, "stop", "server"))
 
 
 def _until(pred: Callable[[], bool], timeout_s: float) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from report_helpers import events_toml
 
 import knee
 from knee import results
@@ -238,17 +239,7 @@ rate_per_s = 200
 duration_s = 4.0
 warmup_s = 0.2
 timeout_ms = 200
-
-[[events]]
-at_s = 1.0
-action = "kill"
-node = "server"
-
-[[events]]
-at_s = 2.0
-action = "start"
-node = "server"
-"""
+""" + events_toml((1.0, "kill", "server"), (2.0, "start", "server"))
 
 
 def test_event_timeline_kills_and_restarts_a_node(tmp_path: Path) -> None:

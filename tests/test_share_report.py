@@ -13,6 +13,7 @@ from report_helpers import (
     check_in_browser,
     check_pngs,
     drawn_ms,
+    events_toml,
     figure_ids,
     figure_spec,
     line,
@@ -79,12 +80,7 @@ schedule = "closed"
 duration_s = 60
 timeout_ms = 5000
 warmup_s = 0
-
-[[events]]
-at_s = 0.3
-action = "kill"
-node = "peer-1"
-"""
+""" + events_toml((0.3, "kill", "peer-1"))
 
 NODES_FIGURES = [f"share-nodes-{op}" for op in ("register", "search", "obtain", "unregister")]
 

@@ -19,6 +19,7 @@ from conftest import unavailable
 from report_helpers import (
     check_in_browser,
     check_pngs,
+    events_toml,
     figure_ids,
     only_dir,
     run_knee,
@@ -239,22 +240,7 @@ rate_per_s = 60
 duration_s = 7
 timeout_ms = 1000
 warmup_s = 0
-
-[[events]]
-at_s = 0.5
-action = "start"
-node = "pn-1"
-
-[[events]]
-at_s = 1.5
-action = "start"
-node = "pn-2"
-
-[[events]]
-at_s = 4.0
-action = "kill"
-node = "pn-1"
-"""
+""" + events_toml((0.5, "start", "pn-1"), (1.5, "start", "pn-2"), (4.0, "kill", "pn-1"))
 
 
 def _run_one_point(tmp_path: Path, spec_text: str) -> tuple[Path, Any, int, Any]:
@@ -427,17 +413,7 @@ rate_per_s = 60
 duration_s = 6
 timeout_ms = 1000
 warmup_s = 0
-
-[[events]]
-at_s = 1.0
-action = "start"
-node = "pn-1"
-
-[[events]]
-at_s = 2.0
-action = "kill"
-node = "pn-0"
-"""
+""" + events_toml((1.0, "start", "pn-1"), (2.0, "kill", "pn-0"))
 
 
 def test_a_pn_killed_mid_handoff_loses_nothing(slices_node: str, tmp_path: Path) -> None:
@@ -479,17 +455,7 @@ duration_s = 10
 timeout_ms = 3000
 max_outstanding = 100000
 warmup_s = 0
-
-[[events]]
-at_s = 2.0
-action = "freeze"
-node = "pn-1"
-
-[[events]]
-at_s = 9.0
-action = "resume"
-node = "pn-1"
-"""
+""" + events_toml((2.0, "freeze", "pn-1"), (9.0, "resume", "pn-1"))
 
 
 def test_a_frozen_owner_loses_nothing(slices_node: str, tmp_path: Path) -> None:
@@ -534,21 +500,7 @@ warmup_s = 0
 # them (0.1 to 0.45 s of them seen) before it gives: pn-1 starts 1.5 s into the freeze so that its
 # first item is later than that, and 1.5 s before the resume so that it joins (0.5 s at
 # most seen) while pn-0 is frozen.
-[[events]]
-at_s = 1.5
-action = "freeze"
-node = "pn-0"
-
-[[events]]
-at_s = 3.0
-action = "start"
-node = "pn-1"
-
-[[events]]
-at_s = 4.5
-action = "resume"
-node = "pn-0"
-"""
+""" + events_toml((1.5, "freeze", "pn-0"), (3.0, "start", "pn-1"), (4.5, "resume", "pn-0"))
 
 
 def test_items_a_taker_missed_come_from_its_lagging_giver(slices_node: str, tmp_path: Path) -> None:
