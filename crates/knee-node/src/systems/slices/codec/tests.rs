@@ -19,14 +19,20 @@ fn item(rng: &mut Rng, slices: u32) -> (ItemHeader, Vec<u8>) {
     (h, rgb)
 }
 
+/// A random item as [`item`] makes it, and its bytes on the wire.
+fn encoded_item(rng: &mut Rng, slices: u32) -> (ItemHeader, Vec<u8>, Vec<u8>) {
+    let (h, rgb) = item(rng, slices);
+    let mut out = Vec::new();
+    h.encode(&rgb, &mut out);
+    (h, rgb, out)
+}
+
 #[test]
 fn items_and_replies_round_trip() {
     let mut rng = Rng::new(1);
     for _ in 0..2000 {
         let slices = rng.range_u32(1, 1000);
-        let (h, rgb) = item(&mut rng, slices);
-        let mut out = Vec::new();
-        h.encode(&rgb, &mut out);
+        let (h, rgb, out) = encoded_item(&mut rng, slices);
         assert_eq!(ItemHeader::decode(&out, slices).unwrap(), h);
         assert_eq!(&out[ITEM_HEADER_BYTES..], &rgb[..]);
         assert_eq!(h.acked(&out).count(), 0);
@@ -88,9 +94,7 @@ fn acks_round_trip_and_bad_ones_are_refused() {
 #[test]
 fn bad_items_are_refused_with_a_reason() {
     let mut rng = Rng::new(2);
-    let (h, rgb) = item(&mut rng, 10);
-    let mut good = Vec::new();
-    h.encode(&rgb, &mut good);
+    let (h, rgb, good) = encoded_item(&mut rng, 10);
     let reason = |bytes: &[u8], slices| ItemHeader::decode(bytes, slices).unwrap_err();
     assert!(matches!(
         reason(&good[..good.len() - 1], 10),
@@ -128,9 +132,7 @@ fn bad_items_are_refused_with_a_reason() {
 #[test]
 fn decoding_random_bytes_never_panics() {
     let mut rng = Rng::new(3);
-    let (h, rgb) = item(&mut rng, 10);
-    let mut good = Vec::new();
-    h.encode(&rgb, &mut good);
+    let (_, _, good) = encoded_item(&mut rng, 10);
     for n in 0..20_000 {
         let len = rng.range_u32(0, 200) as usize;
         let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
