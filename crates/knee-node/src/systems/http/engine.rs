@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 
 use super::config::HttpConfig;
 use super::conn::{self, Conn, Failed, Job, Read};
-use super::pool::Pool;
+use super::pool::{self, Pool};
 use super::requests::Table;
 use super::response::{Reason, Response};
 use super::timing::TimingKeys;
@@ -47,8 +47,6 @@ const READ_BUF_BYTES: usize = 64 << 10;
 /// connections after seconds (Node: 5 s); a shorter idle time is never checked, which
 /// keeps the syscall off the path of a busy connection.
 const IDLE_CHECK_NS: u64 = 1_000_000;
-/// Log lines about connects and writes, at most (the samples hold every failure).
-const MAX_LOGGED: u64 = 10;
 
 /// A request due (open loop) and not yet on a connection.
 struct Queued {
@@ -259,10 +257,7 @@ impl<'a> Engine<'a> {
             cursor: 0,
             mode,
             tally: Tally::default(),
-            log: CappedLog::new(
-                MAX_LOGGED,
-                "(further connect and write failures are in the samples only)",
-            ),
+            log: pool::failure_log(),
         })
     }
 

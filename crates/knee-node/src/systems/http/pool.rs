@@ -20,6 +20,17 @@ const WAIT_NS: u64 = 20_000_000;
 /// time bound (duration + grace) starts after this wait, so it stays short: a healthy
 /// target's connects take well under a millisecond on loopback, a TLS handshake a few.
 pub(crate) const PRESTART_WAIT_NS: u64 = 500_000_000;
+/// Connection failures an engine logs at most (the samples hold every failure).
+const MAX_LOGGED_FAILURES: u64 = 10;
+
+/// An engine's log of connection failures (connects, TLS handshakes, writes): the first
+/// `MAX_LOGGED_FAILURES`, then one line saying where the rest are.
+pub(crate) fn failure_log() -> stdio::CappedLog {
+    stdio::CappedLog::new(
+        MAX_LOGGED_FAILURES,
+        "(further connection failures are in the samples only)",
+    )
+}
 
 /// The connect timeout for a request timeout of `timeout_ms`: that, within 1 ms and
 /// `CONNECT_TIMEOUT_NS`.

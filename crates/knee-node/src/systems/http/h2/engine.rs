@@ -43,8 +43,6 @@ use crate::systems::http::done::HttpDone;
 /// Polls of one flagged connection per pass of the loop, at most: a connection whose
 /// futures keep waking each other cannot hold the loop (it is polled again next pass).
 const MAX_ROUNDS: usize = 8;
-/// Log lines about connections, at most (the samples hold every failure).
-const MAX_LOGGED: u64 = 10;
 
 /// A request that is due and not on a stream (or refused once and to be sent again).
 struct Waiting {
@@ -152,10 +150,7 @@ pub(crate) fn run_h2(
             ..HttpDone::default()
         },
         connect_failures: 0,
-        log: CappedLog::new(
-            MAX_LOGGED,
-            "(further connection failures are in the samples only)",
-        ),
+        log: super::super::pool::failure_log(),
     };
     drive(&mut e, ctx);
     e.done.connections_opened = e.pool.conns.iter().map(|c| c.opened).sum();
