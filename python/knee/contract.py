@@ -110,6 +110,10 @@ def _ops(system: str) -> dict[int, str]:
     return {code: name for name, code in SYSTEMS[system]["ops"].items()}
 
 
+def _op(system: str, name: str) -> int:
+    return int(SYSTEMS[system]["ops"][name])
+
+
 def _flag(system: str, name: str) -> int:
     return int(SYSTEMS[system]["flags"][name])
 
@@ -148,7 +152,7 @@ SHARE_FLAG_NOT_FOUND = _flag("share", "not_found")
 # ------------------------------------------------------------------ stream
 
 STREAM_OPS = _ops("stream")
-STREAM_OP_BLOCK = next(code for code, name in STREAM_OPS.items() if name == "block")
+STREAM_OP_BLOCK = _op("stream", "block")
 #: Most block services one point may have (server.services is a list of them).
 STREAM_MAX_SERVICES = _max("stream", "client.services")
 STREAM_FLAG_REDUNDANT = _flag("stream", "redundant")
@@ -161,7 +165,7 @@ STREAM_BLOCK_SIDE_PX = int(round((STREAM_BLOCK_BYTES // 3) ** 0.5))
 # ------------------------------------------------------------------ slices
 
 SLICES_OPS = _ops("slices")
-SLICES_OP_ITEM = next(code for code, name in SLICES_OPS.items() if name == "item")
+SLICES_OP_ITEM = _op("slices", "item")
 SLICES_ITEM_HEADER_BYTES = _size("slices", "item_header_bytes")
 SLICES_REPLY_HEADER_BYTES = _size("slices", "reply_header_bytes")
 SLICES_PN_LOG_RECORD_BYTES = _size("slices", "pn_log_record_bytes")
