@@ -1,7 +1,7 @@
 //! Waiting for sockets with nanosecond timeouts (`ppoll(2)`): the load generator and the
 //! stream client and services wait this way instead of with a thread per socket.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// A slot that `ppoll` skips (a negative descriptor): a connection not made yet.
 pub const UNWATCHED: libc::pollfd = libc::pollfd {
@@ -17,6 +17,12 @@ pub fn readable(fd: RawFd) -> libc::pollfd {
         events: libc::POLLIN,
         revents: 0,
     }
+}
+
+/// Each of `sockets` watched for input, in their order: a poll set whose slots are the
+/// sockets' indices.
+pub fn readable_all<'a, S: AsRawFd + 'a>(sockets: impl IntoIterator<Item = &'a S>) -> Vec<libc::pollfd> {
+    sockets.into_iter().map(|s| readable(s.as_raw_fd())).collect()
 }
 
 /// Waits up to `wait_ns` for an event on any of `fds`. Returns how many have one; 0 on a

@@ -159,10 +159,7 @@ impl<'a> Engine<'a> {
                 alive: true,
             })
             .collect();
-        let pollfds = conns
-            .iter()
-            .map(|c| crate::poll::readable(c.stream.as_raw_fd()))
-            .collect();
+        let pollfds = crate::poll::readable_all(conns.iter().map(|c| &c.stream));
         Engine {
             conns,
             pollfds,

@@ -11,7 +11,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 
 use super::config::ClientConfig;
@@ -90,10 +89,7 @@ impl<'a> Accessor<'a> {
                 rto: Rto::new(timeout_ns, cfg.min_rto_ms * 1e6, timeout_ns),
             })
             .collect();
-        let pollfds = services
-            .iter()
-            .map(|s| crate::poll::readable(s.socket.as_raw_fd()))
-            .collect();
+        let pollfds = crate::poll::readable_all(services.iter().map(|s| &s.socket));
         Accessor {
             cfg,
             services,
