@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -384,6 +385,11 @@ def test_a_connect_times_out_at_the_request_timeout(
     r = run.records
     seen = check_reasons(r, {"stopped", "connect_timeout"})
     assert seen["connect_timeout"] >= CONNECTIONS, tally(r)
+    # The engine logs its first 10 connection failures (MAX_LOGGED_FAILURES), then one line
+    # saying where the rest are: here about 40 connects fail.
+    logged = re.findall(r"\] connection \d+: ", run.stderr)
+    assert run.done["connect_failures"] > 10 and len(logged) == 10, run.stderr
+    assert run.stderr.count("(further connection failures are in the samples only)") == 1
 
 
 def test_a_refused_connection_before_the_start_fails_the_node(run_load: RunLoad) -> None:
